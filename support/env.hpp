@@ -1,0 +1,57 @@
+// The environment registry: every environment variable jitcache reads is declared here
+// once, with its type, default and one line of documentation. Values are read only
+// through get(const EnvVar&), so reading an undeclared variable cannot be written.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jitcache/error.hpp"
+
+namespace jitcache::env {
+
+enum class EnvType { path, string, boolean, log_level };
+
+struct EnvVar {
+  std::string_view name;
+  EnvType type;
+  std::string_view default_value;  // "" = no default
+  std::string_view doc;
+};
+
+const char* to_string(EnvType type);
+
+// The declared variables.
+extern const EnvVar jitcache_dir;
+extern const EnvVar jitcache_log_level;
+extern const EnvVar jitcache_strict;
+extern const EnvVar vllm_nvfp4_mla_scales_file;
+extern const EnvVar xdg_cache_home;
+extern const EnvVar home;
+
+std::span<const EnvVar* const> registry();
+
+// The variable's value; unset, empty or whitespace-only reads as absent.
+std::optional<std::string> get(const EnvVar& var);
+// A boolean variable: 1/true/yes/on and 0/false/no/off (any case); absent -> default.
+Result<bool> get_bool(const EnvVar& var);
+
+// Strict mode (JITCACHE_STRICT): warnings that matter become errors.
+bool strict_mode();
+
+// Set variables with the JITCACHE_ prefix that are not declared, each with a
+// did-you-mean suggestion. `environ_entries` defaults to the process environment.
+struct UnknownVar {
+  std::string name;
+  std::string suggestion;  // closest declared name, or empty
+};
+std::vector<UnknownVar> unknown_prefixed_vars();
+std::vector<UnknownVar> unknown_prefixed_vars(std::span<const std::string> environ_entries);
+
+// Logs a warning per unknown JITCACHE_ variable; in strict mode returns an error instead.
+Status check_unknown_vars();
+
+}  // namespace jitcache::env

@@ -1,0 +1,67 @@
+#include "jitcache/log.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+
+namespace jitcache {
+namespace {
+
+std::mutex g_sink_mutex;
+std::shared_ptr<const LogSink> g_sink;  // null: stderr
+std::atomic<LogLevel> g_level{LogLevel::info};
+
+void write_stderr(LogLevel level, std::string_view message) {
+  std::fprintf(stderr, "jitcache %s: %.*s\n", to_string(level), static_cast<int>(message.size()),
+               message.data());
+}
+
+}  // namespace
+
+const char* to_string(LogLevel level) {
+  switch (level) {
+    case LogLevel::debug: return "DEBUG";
+    case LogLevel::info: return "INFO";
+    case LogLevel::warning: return "WARNING";
+    case LogLevel::error: return "ERROR";
+    case LogLevel::off: return "OFF";
+  }
+  return "?";
+}
+
+std::optional<LogLevel> parse_log_level(std::string_view text) {
+  std::string lower;
+  for (char c : text) lower += static_cast<char>((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c);
+  if (lower == "debug") return LogLevel::debug;
+  if (lower == "info") return LogLevel::info;
+  if (lower == "warning" || lower == "warn") return LogLevel::warning;
+  if (lower == "error") return LogLevel::error;
+  if (lower == "off" || lower == "none") return LogLevel::off;
+  return std::nullopt;
+}
+
+void set_log_sink(LogSink sink) {
+  auto next = sink ? std::make_shared<const LogSink>(std::move(sink)) : nullptr;
+  std::lock_guard lock(g_sink_mutex);
+  g_sink = std::move(next);
+}
+
+void set_log_level(LogLevel level) { g_level.store(level, std::memory_order_relaxed); }
+LogLevel log_level() { return g_level.load(std::memory_order_relaxed); }
+
+void log(LogLevel level, std::string_view message) {
+  if (level < g_level.load(std::memory_order_relaxed) || level == LogLevel::off) return;
+  std::shared_ptr<const LogSink> sink;
+  {
+    std::lock_guard lock(g_sink_mutex);
+    sink = g_sink;
+  }
+  if (sink) {
+    (*sink)(level, message);
+  } else {
+    write_stderr(level, message);
+  }
+}
+
+}  // namespace jitcache

@@ -1,0 +1,42 @@
+// Shared helpers for jitcache's tests: fresh temporary directories, printable errors,
+// seeded random numbers whose seed is printed so a failure can be replayed.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "jitcache/error.hpp"
+
+namespace jitcache::testing {
+
+// A fresh private directory per test, removed afterwards.
+class TempDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+  const std::filesystem::path& dir() const { return m_dir; }
+
+ private:
+  std::filesystem::path m_dir;
+};
+
+// Seed from JITCACHE_TEST_SEED when set (to replay), else fresh; always printed.
+std::uint64_t test_seed(const char* what);
+
+}  // namespace jitcache::testing
+
+// Assert a Result/Status holds a value; on failure print the error text.
+#define ASSERT_OK(expr)                                                          \
+  do {                                                                           \
+    const auto& jc_r_ = (expr);                                                  \
+    ASSERT_TRUE(jc_r_.has_value()) << #expr << " failed: " << jc_r_.error().to_string(); \
+  } while (0)
+#define EXPECT_OK(expr)                                                          \
+  do {                                                                           \
+    const auto& jc_r_ = (expr);                                                  \
+    EXPECT_TRUE(jc_r_.has_value()) << #expr << " failed: " << jc_r_.error().to_string(); \
+  } while (0)

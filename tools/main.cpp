@@ -1,0 +1,60 @@
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include "jitcache/log.hpp"
+#include "tools/cli.hpp"
+
+namespace jitcache::cli {
+namespace {
+
+std::multimap<int, Registration>& registrations() {
+  static std::multimap<int, Registration> table;
+  return table;
+}
+
+}  // namespace
+
+Registrar::Registrar(int order, Registration registration) {
+  registrations().emplace(order, registration);
+}
+
+void Context::bind(CLI::App* command, Action action) {
+  command->callback([this, action = std::move(action)] { exit_code = action(); });
+}
+
+int report(const Error& error) {
+  std::fprintf(stderr, "jitcache: error: %s\n", error.to_string().c_str());
+  return error.code == ErrorCode::invalid_input ? k_exit_findings : k_exit_usage;
+}
+
+}  // namespace jitcache::cli
+
+int main(int argc, char** argv) {
+  using namespace jitcache::cli;
+  CLI::App app{"jitcache: JIT compiler and persistent kernel cache for NVFP4 MLA KV-cache kernels"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", JITCACHE_VERSION_STRING);
+  Context context;
+  app.add_option("--cache-dir", context.global.cache_dir,
+                 "Cache directory (else JITCACHE_DIR, else $XDG_CACHE_HOME/jitcache, else "
+                 "~/.cache/jitcache)");
+  app.add_option("--log-level", context.global.log_level, "debug|info|warning|error|off")
+      ->check(CLI::IsMember({"debug", "info", "warning", "error", "off"}, CLI::ignore_case));
+  app.parse_complete_callback([&context] {
+    if (auto level = jitcache::parse_log_level(context.global.log_level))
+      jitcache::set_log_level(*level);
+  });
+  for (auto& [order, registration] : registrations()) registration(app, context);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? k_exit_ok : k_exit_usage;
+  } catch (const std::exception& e) {
+    // Library code reports errors as values; this is the last line of defence.
+    std::fprintf(stderr, "jitcache: internal error: %s\n", e.what());
+    return k_exit_usage;
+  }
+  return context.exit_code;
+}

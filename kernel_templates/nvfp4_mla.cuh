@@ -1,2 +1,514 @@
-// placeholder, replaced below
+// NVFP4 MLA KV-cache kernels: the `nvfp4_ds_mla` record writer and the gather/dequant
+// reader, as __host__ __device__ code.
+//
+// This one text is compiled twice:
+//   * by NVRTC at run time, after a generated prelude that picks the specialization
+//     (kernel_templates/generator.cpp), into the GPU kernels;
+//   * by the host compiler into libjitcache's host executor (runtime/host_executor.cpp),
+//     which runs the same lane bodies on the CPU.
+// Every arithmetic step is a correctly rounded fp32 operation (division and
+// multiplication through div_rn/mul_rn, no FMA contraction, no approximate reciprocal),
+// so the CPU result is bit-identical to the GPU's. The file includes no header, because
+// NVRTC compiles it without the host's standard library.
+//
+// Record layout (brief, "The nvfp4_ds_mla KV record"), per token:
+//   [0,256)    E2M1 latent, element 2i = low nibble of byte i
+//   [256,288)  32 E4M3 block scales, block b covers elements 16b..16b+15
+//   bf16 RoPE (432 bytes): [288,304) zero, [304,432) 64 x BF16
+//   fp8 RoPE  (368 bytes): [288,292) fp32 rope_scale, [292,304) zero, [304,368) 64 x E4M3
+//
+// Thread mapping: one warp per token. Lanes 0..15 each own two latent blocks (64 input
+// bytes as four 16-byte loads, one 16-byte store of E2M1 and two scale bytes); lanes
+// 16..19 each own 16 RoPE elements; lane 16 also writes bytes [288,304).
 #pragma once
+
+#if defined(__CUDACC__)
+#define JC_HD __host__ __device__ __forceinline__
+#define JC_UNROLL _Pragma("unroll")
+#else
+#define JC_HD inline
+#define JC_UNROLL
+#endif
+
+namespace jc {
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+// 16 bytes moved as one vector load/store (ld.global.v4.u32 on the GPU).
+struct alignas(16) Vec16 {
+  u32 w[4];
+};
+
+constexpr int k_latent_dim = 512;
+constexpr int k_rope_dim = 64;
+constexpr int k_block_elems = 16;
+constexpr int k_num_blocks = k_latent_dim / k_block_elems;  // 32
+constexpr int k_latent_bytes = k_latent_dim / 2;            // 256
+constexpr int k_scales_offset = 256;
+constexpr int k_pad_offset = 288;
+constexpr int k_rope_offset = 304;
+constexpr int k_record_bytes_bf16_rope = 432;
+constexpr int k_record_bytes_fp8_rope = 368;
+constexpr int k_out_dim = k_latent_dim + k_rope_dim;  // 576
+constexpr int k_warp = 32;
+constexpr int k_tokens_per_cta = 4;
+constexpr int k_threads_per_cta = k_warp * k_tokens_per_cta;
+constexpr int k_latent_lanes = 16;
+constexpr int k_rope_lanes = 4;
+constexpr int k_rope_elems_per_lane = k_rope_dim / k_rope_lanes;  // 16
+
+// Error bits a kernel reports through its status word (0 = clean).
+constexpr u32 k_status_identity_scale_mismatch = 1u;  // identity kernel given a scale != 1
+constexpr u32 k_status_slot_out_of_range = 2u;        // slot >= num_slots: record skipped
+constexpr u32 k_status_bad_latent_scale = 4u;         // dynamic kernel given a non-finite or <= 0 scale
+
+enum class LatentMode { identity = 0, dynamic = 1 };
+enum class RopeMode { bf16 = 0, fp8 = 1 };
+
+JC_HD constexpr int record_bytes(RopeMode rope) {
+  return rope == RopeMode::bf16 ? k_record_bytes_bf16_rope : k_record_bytes_fp8_rope;
+}
+
+// Launch arguments. The layout is the kernel ABI: identical on host and device.
+struct WriterParams {
+  const u16* kv_c;      // bf16 bits [num_tokens, >= 512], row stride kv_c_stride elements
+  i64 kv_c_stride;
+  const u16* k_pe;      // bf16 bits [num_tokens, >= 64], row stride k_pe_stride elements
+  i64 k_pe_stride;
+  const i64* slot_mapping;  // [num_tokens]; negative = padding, skipped
+  i64 num_tokens;
+  u8* cache;            // [num_slots, record_bytes] (= [num_blocks, block_size, record_bytes])
+  i64 num_slots;
+  u32* status;          // optional error bits (k_status_*), may be null
+};
+
+struct GatherParams {
+  const u8* cache;      // [num_slots, record_bytes]
+  i64 num_slots;
+  const i32* slots;     // [num_rows]; negative = write a zero row
+  i64 num_rows;
+  u16* out;             // bf16 bits [num_rows, 576], row stride out_stride elements
+  i64 out_stride;
+  u32* status;          // optional error bits, may be null
+};
+
+// ---------------------------------------------------------------------------------------
+// Bit-level helpers and correctly rounded fp32 operations.
+
+JC_HD u32 float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  u32 u;
+  __builtin_memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+JC_HD float bits_float(u32 u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  __builtin_memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+JC_HD float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+JC_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+JC_HD float abs_f(float x) { return bits_float(float_bits(x) & 0x7fffffffu); }
+
+JC_HD bool is_nan(float x) { return (float_bits(x) & 0x7fffffffu) > 0x7f800000u; }
+
+// max that ignores a NaN operand (IEEE maxNum, like fmaxf): a NaN element never
+// becomes a block's amax. Written out so host and device share one definition.
+JC_HD float max_num(float a, float b) {
+  if (is_nan(a)) return b;
+  if (is_nan(b)) return a;
+  return a > b ? a : b;
+}
+
+JC_HD float bf16_to_float(u16 h) { return bits_float(static_cast<u32>(h) << 16); }
+
+// fp32 -> bf16, round to nearest even; NaN becomes the canonical 0x7FFF (as cvt.rn.bf16.f32
+// and cuda_bf16.h's host path do).
+JC_HD u16 float_to_bf16(float f) {
+  const u32 u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
+  const u32 rounded = u + 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<u16>(rounded >> 16);
+}
+
+// ---------------------------------------------------------------------------------------
+// E4M3 (e4m3fn: bias 7, max 448, min normal 2^-6, min subnormal 2^-9, no infinity,
+// NaN = 0x7F/0xFF).
+
+JC_HD float e4m3_to_float(u8 code) {
+  const u32 sign = static_cast<u32>(code & 0x80u) << 24;
+  const u32 exp = (code >> 3) & 0xfu;
+  const u32 man = code & 0x7u;
+  if (exp == 0xfu && man == 0x7u) return bits_float(0x7fffffffu);
+  if (exp == 0u) {
+    // man * 2^-9: an exact product.
+    return bits_float(float_bits(mul_rn(static_cast<float>(man), 0.001953125f)) | sign);
+  }
+  return bits_float(sign | ((exp + 120u) << 23) | (man << 20));
+}
+
+// fp32 -> E4M3, round to nearest even, saturating to +-448. NaN -> 0x7F. The sign of
+// a result that rounds to zero is kept (0x80), as in cuda_fp8.h.
+JC_HD u8 float_to_e4m3_satfinite(float x) {
+  const u32 xb = float_bits(x);
+  const u32 sign = (xb >> 24) & 0x80u;
+  const u32 ab = xb & 0x7fffffffu;
+  if (ab > 0x7f800000u) return 0x7fu;
+  if (ab > 0x43e00000u) return static_cast<u8>(sign | 0x7eu);  // > 448 (incl. inf): saturate
+  const u32 e = ab >> 23;  // biased fp32 exponent
+  if (e >= 121u) {         // >= 2^-6: E4M3 normal range
+    u32 code = ((e - 120u) << 3) | ((ab >> 20) & 0x7u);
+    const u32 rem = ab & 0xfffffu;
+    if (rem > 0x80000u || (rem == 0x80000u && (code & 1u))) ++code;  // may carry into exp
+    return static_cast<u8>(sign | code);
+  }
+  // Subnormal: value = k * 2^-9 with k = rne(x * 2^9) in 0..8 (8 carries to 2^-6).
+  if (e < 110u) return static_cast<u8>(sign);  // |x| < 2^-17: far below half of 2^-9
+  const u32 sig = (ab & 0x7fffffu) | 0x800000u;  // 24-bit significand, value sig * 2^(e-150)
+  const u32 shift = 141u - e;                    // k = sig >> shift (e <= 120 -> shift >= 21)
+  if (shift > 24u) return static_cast<u8>(sign);  // < 0.5 * 2^-9
+  u32 k = sig >> shift;
+  const u32 rem = sig & ((1u << shift) - 1u);
+  const u32 half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (k & 1u))) ++k;
+  return static_cast<u8>(sign | k);
+}
+
+// ---------------------------------------------------------------------------------------
+// E2M1: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign.
+
+JC_HD float e2m1_to_float(u8 code) {
+  const u32 sign = static_cast<u32>(code & 0x8u) << 28;
+  const u32 exp = (code >> 1) & 0x3u;
+  const u32 man = code & 0x1u;
+  const u32 mag = exp == 0u ? (man ? 0x3f000000u : 0u) : (((exp + 126u) << 23) | (man << 22));
+  return bits_float(sign | mag);
+}
+
+// fp32 -> E2M1, round to nearest even, saturating to +-6. NaN -> +6 (0x7) and a result
+// that rounds to zero keeps its sign, both as cuda_fp4.h's conversion does. The
+// thresholds are the midpoints; at a tie the even code wins (<= vs <).
+JC_HD u8 float_to_e2m1_satfinite(float x) {
+  if (is_nan(x)) return 0x7u;
+  const u32 sign = (float_bits(x) >> 28) & 0x8u;
+  const float a = abs_f(x);
+  const u32 code = static_cast<u32>(a > 0.25f) + static_cast<u32>(a >= 0.75f) +
+                   static_cast<u32>(a > 1.25f) + static_cast<u32>(a >= 1.75f) +
+                   static_cast<u32>(a > 2.5f) + static_cast<u32>(a >= 3.5f) +
+                   static_cast<u32>(a > 5.0f);
+  return static_cast<u8>(sign | code);
+}
+
+// ---------------------------------------------------------------------------------------
+// One 16-element block (brief, "Quantization (writer)").
+
+template <LatentMode LM>
+JC_HD float apply_inverse_latent_scale(float kv, float latent_scale) {
+  if constexpr (LM == LatentMode::dynamic) {
+    return div_rn(kv, latent_scale);
+  } else {
+    (void)latent_scale;  // identity: no operation at all
+    return kv;
+  }
+}
+
+template <LatentMode LM>
+JC_HD float apply_latent_scale(float y, float latent_scale) {
+  if constexpr (LM == LatentMode::dynamic) {
+    return mul_rn(y, latent_scale);
+  } else {
+    (void)latent_scale;
+    return y;
+  }
+}
+
+// x: 16 bf16 inputs (8 u32 words, element 2i in the low half). Returns the scale byte and
+// writes the 8 E2M1 bytes as two u32 words.
+template <LatentMode LM>
+JC_HD u8 quantize_block(const u32* x_words, float latent_scale, u32* q_words) {
+  float x[k_block_elems];
+  float amax = 0.0f;
+  JC_UNROLL
+  for (int i = 0; i < k_block_elems; ++i) {
+    const u32 w = x_words[i / 2];
+    const u16 h = static_cast<u16>((i & 1) ? (w >> 16) : (w & 0xffffu));
+    x[i] = apply_inverse_latent_scale<LM>(bf16_to_float(h), latent_scale);
+    amax = max_num(amax, abs_f(x[i]));
+  }
+  const u8 sf = float_to_e4m3_satfinite(div_rn(amax, 6.0f));
+  const float sf_value = e4m3_to_float(sf);
+  q_words[0] = 0u;
+  q_words[1] = 0u;
+  if (sf_value != 0.0f) {
+    JC_UNROLL
+    for (int i = 0; i < k_block_elems; ++i) {
+      const u32 q = float_to_e2m1_satfinite(div_rn(x[i], sf_value));
+      q_words[i / 8] |= q << (4 * (i % 8));
+    }
+  }
+  return sf;
+}
+
+// 16 E2M1 codes (two u32 words) and their scale byte -> 16 bf16 (8 u32 words).
+template <LatentMode LM>
+JC_HD void dequantize_block(const u32* q_words, u8 sf, float latent_scale, u32* out_words) {
+  const float sf_value = e4m3_to_float(sf);
+  JC_UNROLL
+  for (int i = 0; i < k_block_elems; i += 2) {
+    u32 pair = 0u;
+    JC_UNROLL
+    for (int j = 0; j < 2; ++j) {
+      const u8 q = static_cast<u8>((q_words[(i + j) / 8] >> (4 * ((i + j) % 8))) & 0xfu);
+      const float y = apply_latent_scale<LM>(mul_rn(e2m1_to_float(q), sf_value), latent_scale);
+      pair |= static_cast<u32>(float_to_bf16(y)) << (16 * j);
+    }
+    out_words[i / 2] = pair;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Lane bodies. The GPU kernel and the host executor call exactly these.
+
+JC_HD void report(u32* status, u32 bits) {
+  if (status == nullptr) return;
+#if defined(__CUDA_ARCH__)
+  atomicOr(status, bits);
+#else
+  *status |= bits;
+#endif
+}
+
+// The launch-wide check of the latent scale: false means the kernel must do nothing.
+// The identity kernel refuses any scale but exactly 1.0 instead of silently skipping the
+// restore multiply; the dynamic kernel refuses scales that cannot be a calibration.
+template <LatentMode LM>
+JC_HD bool latent_scale_ok(float latent_scale) {
+  if constexpr (LM == LatentMode::identity) {
+    return latent_scale == 1.0f;
+  } else {
+    return latent_scale > 0.0f && latent_scale <= 3.402823466e38f;
+  }
+}
+
+template <LatentMode LM>
+JC_HD u32 latent_scale_error_bit() {
+  return LM == LatentMode::identity ? k_status_identity_scale_mismatch : k_status_bad_latent_scale;
+}
+
+// Typed access to raw buffers. On the GPU a plain dereference (so 16-byte accesses become
+// one vector instruction); on the host memcpy, which is what the aliasing rules allow.
+template <class T>
+JC_HD T load_as(const void* p) {
+#if defined(__CUDA_ARCH__)
+  return *static_cast<const T*>(p);
+#else
+  T v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+
+template <class T>
+JC_HD void store_as(void* p, const T& v) {
+#if defined(__CUDA_ARCH__)
+  *static_cast<T*>(p) = v;
+#else
+  __builtin_memcpy(p, &v, sizeof v);
+#endif
+}
+
+JC_HD Vec16 load16(const void* p) { return load_as<Vec16>(p); }
+JC_HD void store16(void* p, const Vec16& v) { store_as<Vec16>(p, v); }
+
+// Writer, fp8 RoPE only: this lane's part of amax(|k_pe|); 0 for other lanes.
+template <RopeMode RM>
+JC_HD float writer_rope_partial_amax(const WriterParams& p, i64 token, int lane) {
+  if (RM != RopeMode::fp8 || lane < k_latent_lanes || lane >= k_latent_lanes + k_rope_lanes)
+    return 0.0f;
+  const int r = lane - k_latent_lanes;
+  const u16* src = p.k_pe + token * p.k_pe_stride + r * k_rope_elems_per_lane;
+  float amax = 0.0f;
+  JC_UNROLL
+  for (int v = 0; v < 2; ++v) {
+    const Vec16 in = load16(src + 8 * v);
+    JC_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const u16 h = static_cast<u16>((in.w[i / 2] >> (16 * (i & 1))) & 0xffffu);
+      amax = max_num(amax, abs_f(bf16_to_float(h)));
+    }
+  }
+  return amax;
+}
+
+// Writer: everything one lane stores for one token. rope_amax is amax(|k_pe|) of the
+// token (only read by the RoPE lanes of the fp8 layout).
+template <LatentMode LM, RopeMode RM>
+JC_HD void writer_lane(const WriterParams& p, i64 token, int lane, float latent_scale,
+                       float rope_amax) {
+  const i64 slot = p.slot_mapping[token];
+  if (slot < 0) return;
+  if (slot >= p.num_slots) {
+    if (lane == 0) report(p.status, k_status_slot_out_of_range);
+    return;
+  }
+  u8* record = p.cache + slot * record_bytes(RM);
+  if (lane < k_latent_lanes) {
+    const u16* src = p.kv_c + token * p.kv_c_stride + lane * 2 * k_block_elems;
+    Vec16 in[4];
+    JC_UNROLL
+    for (int v = 0; v < 4; ++v) in[v] = load16(src + 8 * v);
+    Vec16 out;
+    const u8 sf0 = quantize_block<LM>(&in[0].w[0], latent_scale, &out.w[0]);
+    const u8 sf1 = quantize_block<LM>(&in[2].w[0], latent_scale, &out.w[2]);
+    store16(record + lane * 16, out);
+    store_as<u16>(record + k_scales_offset + 2 * lane,
+                  static_cast<u16>(sf0 | (static_cast<u32>(sf1) << 8)));
+    return;
+  }
+  if (lane >= k_latent_lanes + k_rope_lanes) return;
+  const int r = lane - k_latent_lanes;
+  const u16* src = p.k_pe + token * p.k_pe_stride + r * k_rope_elems_per_lane;
+  if constexpr (RM == RopeMode::bf16) {
+    store16(record + k_rope_offset + 32 * r, load16(src));
+    store16(record + k_rope_offset + 32 * r + 16, load16(src + 8));
+    if (r == 0) store16(record + k_pad_offset, Vec16{{0u, 0u, 0u, 0u}});
+  } else {
+    const float rope_scale = div_rn(rope_amax, 448.0f);
+    Vec16 out{{0u, 0u, 0u, 0u}};
+    if (rope_scale != 0.0f) {
+      JC_UNROLL
+      for (int v = 0; v < 2; ++v) {
+        const Vec16 in = load16(src + 8 * v);
+        JC_UNROLL
+        for (int i = 0; i < 8; ++i) {
+          const u16 h = static_cast<u16>((in.w[i / 2] >> (16 * (i & 1))) & 0xffffu);
+          const u32 code = float_to_e4m3_satfinite(div_rn(bf16_to_float(h), rope_scale));
+          const int e = 8 * v + i;
+          out.w[e / 4] |= code << (8 * (e % 4));
+        }
+      }
+    }
+    store16(record + k_rope_offset + 16 * r, out);
+    if (r == 0) store16(record + k_pad_offset, Vec16{{float_bits(rope_scale), 0u, 0u, 0u}});
+  }
+}
+
+// Gather: everything one lane stores for one output row.
+template <LatentMode LM, RopeMode RM>
+JC_HD void gather_lane(const GatherParams& p, i64 row, int lane, float latent_scale) {
+  u16* dst = p.out + row * p.out_stride;
+  const i32 slot = p.slots[row];
+  const bool out_of_range = slot >= 0 && slot >= p.num_slots;
+  if (out_of_range && lane == 0) report(p.status, k_status_slot_out_of_range);
+  const Vec16 zero{{0u, 0u, 0u, 0u}};
+  if (slot < 0 || out_of_range) {
+    if (lane < k_latent_lanes) {
+      JC_UNROLL
+      for (int v = 0; v < 4; ++v) store16(dst + lane * 32 + 8 * v, zero);
+    } else if (lane < k_latent_lanes + k_rope_lanes) {
+      const int r = lane - k_latent_lanes;
+      store16(dst + k_latent_dim + 16 * r, zero);
+      store16(dst + k_latent_dim + 16 * r + 8, zero);
+    }
+    return;
+  }
+  const u8* record = p.cache + static_cast<i64>(slot) * record_bytes(RM);
+  if (lane < k_latent_lanes) {
+    const Vec16 q = load16(record + 16 * lane);
+    const u16 scales = load_as<u16>(record + k_scales_offset + 2 * lane);
+    Vec16 out[4];
+    dequantize_block<LM>(&q.w[0], static_cast<u8>(scales & 0xffu), latent_scale, &out[0].w[0]);
+    dequantize_block<LM>(&q.w[2], static_cast<u8>(scales >> 8), latent_scale, &out[2].w[0]);
+    JC_UNROLL
+    for (int v = 0; v < 4; ++v) store16(dst + lane * 32 + 8 * v, out[v]);
+    return;
+  }
+  if (lane >= k_latent_lanes + k_rope_lanes) return;
+  const int r = lane - k_latent_lanes;
+  u16* rope_dst = dst + k_latent_dim + 16 * r;
+  if constexpr (RM == RopeMode::bf16) {
+    store16(rope_dst, load16(record + k_rope_offset + 32 * r));
+    store16(rope_dst + 8, load16(record + k_rope_offset + 32 * r + 16));
+  } else {
+    const float rope_scale = bits_float(load_as<u32>(record + k_pad_offset));
+    const Vec16 in = load16(record + k_rope_offset + 16 * r);
+    Vec16 out[2];
+    JC_UNROLL
+    for (int e = 0; e < 16; e += 2) {
+      u32 pair = 0u;
+      JC_UNROLL
+      for (int j = 0; j < 2; ++j) {
+        const u8 code = static_cast<u8>((in.w[(e + j) / 4] >> (8 * ((e + j) % 4))) & 0xffu);
+        pair |= static_cast<u32>(float_to_bf16(mul_rn(e4m3_to_float(code), rope_scale))) << (16 * j);
+      }
+      out[e / 8].w[(e % 8) / 2] = pair;
+    }
+    store16(rope_dst, out[0]);
+    store16(rope_dst + 8, out[1]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// GPU kernel bodies: one warp per token (writer) or output row (gather).
+
+#if defined(__CUDACC__)
+template <LatentMode LM, RopeMode RM>
+__device__ __forceinline__ void writer_kernel(const WriterParams& p, float latent_scale) {
+  if (!latent_scale_ok<LM>(latent_scale)) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) report(p.status, latent_scale_error_bit<LM>());
+    return;
+  }
+  const i64 token = static_cast<i64>(blockIdx.x) * k_tokens_per_cta + threadIdx.x / k_warp;
+  const int lane = static_cast<int>(threadIdx.x % k_warp);
+  if (token >= p.num_tokens) return;  // uniform across the warp
+  float rope_amax = writer_rope_partial_amax<RM>(p, token, lane);
+  if constexpr (RM == RopeMode::fp8) {
+    // The four RoPE lanes form an aligned group of 4: xor 1 and 2 stay inside it.
+    // max is exact, so this order gives the host executor's result.
+    rope_amax = max_num(rope_amax, __shfl_xor_sync(0xffffffffu, rope_amax, 1));
+    rope_amax = max_num(rope_amax, __shfl_xor_sync(0xffffffffu, rope_amax, 2));
+  }
+  writer_lane<LM, RM>(p, token, lane, latent_scale, rope_amax);
+}
+
+template <LatentMode LM, RopeMode RM>
+__device__ __forceinline__ void gather_kernel(const GatherParams& p, float latent_scale) {
+  if (!latent_scale_ok<LM>(latent_scale)) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) report(p.status, latent_scale_error_bit<LM>());
+    return;
+  }
+  const i64 row = static_cast<i64>(blockIdx.x) * k_tokens_per_cta + threadIdx.x / k_warp;
+  if (row >= p.num_rows) return;
+  gather_lane<LM, RM>(p, row, static_cast<int>(threadIdx.x % k_warp), latent_scale);
+}
+#endif
+
+}  // namespace jc

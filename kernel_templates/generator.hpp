@@ -1,0 +1,41 @@
+// The generator: turns a KernelSpec into CUDA source specialized for it. The
+// specialization is compile-time (template arguments), so the identity variant contains
+// no latent-scale arithmetic at all, and the dynamic variant takes the scale as a launch
+// argument so one compiled kernel serves every calibrated layer.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernel_templates/embedded_headers.hpp"
+#include "kernel_templates/kernel_spec.hpp"
+
+namespace jitcache {
+
+// Bump when the generated text or the kernel ABI changes in a way the template headers'
+// bytes do not already show.
+constexpr int k_generator_version = 1;
+
+// Entry points and the device symbol that carries the artifact's own facts.
+constexpr const char* k_writer_entry = "jc_nvfp4_mla_writer";
+constexpr const char* k_gather_entry = "jc_nvfp4_mla_gather";
+constexpr const char* k_facts_symbol = "jc_artifact_facts";
+
+struct GeneratedSource {
+  KernelSpec spec;
+  std::string program_name;  // e.g. "jc_nvfp4_mla_writer_dynamic_fp8.cu"
+  std::string entry;         // the kernel's extern "C" name
+  std::string source;        // the specialized translation unit
+  std::vector<kernel_templates::EmbeddedHeader> headers;  // everything it may include
+  // The specialization facts (kernel, latent_scale, rope, record_bytes, ...), as also
+  // embedded in the artifact under k_facts_symbol.
+  std::map<std::string, std::string> facts;
+};
+
+GeneratedSource generate(const KernelSpec& spec);
+
+// Every (kernel, latent_scale, rope) combination for one target.
+std::vector<KernelSpec> all_variants(const Target& target);
+
+}  // namespace jitcache

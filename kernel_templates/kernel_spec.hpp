@@ -1,0 +1,55 @@
+// What a kernel is specialized for. A KernelSpec is the first value of the pipeline
+// (KernelSpec -> GeneratedSource -> CompiledArtifact -> ...); every field changes the
+// generated code or the binary, so every field is a fact of the cache key.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "jitcache/error.hpp"
+
+namespace jitcache {
+
+enum class KernelKind { writer, gather };
+enum class LatentScale { identity, dynamic };
+enum class RopeFormat { bf16, fp8 };
+
+// An exact compilation target. sm_120a, sm_120 and sm_121a are different targets: an
+// arch-specific ("a") cubin runs only on that exact chip.
+struct Target {
+  std::string name;  // "sm_90", "sm_100a", "sm_120a", ...
+
+  bool operator==(const Target&) const = default;
+  // The NVRTC --gpu-architecture value.
+  const std::string& arch_option() const { return name; }
+};
+
+// Targets this build of jitcache generates code for.
+std::span<const std::string_view> supported_targets();
+// The three targets of the product: sm_90, sm_100a, sm_120a.
+std::span<const std::string_view> default_targets();
+Result<Target> parse_target(std::string_view text);
+
+const char* to_string(KernelKind kind);
+const char* to_string(LatentScale scale);
+const char* to_string(RopeFormat rope);
+std::optional<KernelKind> parse_kernel_kind(std::string_view text);
+std::optional<LatentScale> parse_latent_scale(std::string_view text);
+std::optional<RopeFormat> parse_rope_format(std::string_view text);
+
+int record_bytes(RopeFormat rope);
+
+struct KernelSpec {
+  KernelKind kernel = KernelKind::writer;
+  LatentScale latent_scale = LatentScale::identity;
+  RopeFormat rope = RopeFormat::bf16;
+  Target target;
+
+  bool operator==(const KernelSpec&) const = default;
+  // "writer/dynamic/fp8/sm_100a": for logs and tables.
+  std::string label() const;
+};
+
+}  // namespace jitcache

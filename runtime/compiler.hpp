@@ -1,0 +1,56 @@
+// Compiler back ends: a narrow interface (compile one GeneratedSource into a
+// CompiledArtifact) with concrete back ends hidden in their .cpp files. NVRTC now;
+// libNVVM or nvcc could follow behind the same interface.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jitcache/error.hpp"
+#include "kernel_templates/generator.hpp"
+
+namespace jitcache {
+
+// What ptxas reports for the entry function.
+struct ResourceUsage {
+  int registers = -1;
+  int stack_frame_bytes = -1;
+  int spill_store_bytes = -1;
+  int spill_load_bytes = -1;
+};
+
+struct CompiledArtifact {
+  KernelSpec spec;
+  std::string entry;
+  std::vector<std::uint8_t> cubin;  // SASS for spec.target
+  std::string ptx;                  // the PTX it was assembled from (for audits and fallback)
+  std::string log;                  // the compiler's full log
+  std::vector<std::string> options;
+  ResourceUsage usage;
+  double compile_ms = 0.0;
+  std::map<std::string, std::string> facts;  // the generator's specialization facts
+};
+
+class Compiler {
+ public:
+  virtual ~Compiler() = default;
+  // "nvrtc"
+  virtual std::string name() const = 0;
+  // Exact version, e.g. "13.0".
+  virtual std::string version() const = 0;
+  // The normalized options used for a spec (part of the cache key).
+  virtual std::vector<std::string> options(const KernelSpec& spec) const = 0;
+  // Compiles. A compile error returns ErrorCode::compile with the options and the full
+  // log in Error::detail; it never throws.
+  virtual Result<CompiledArtifact> compile(const GeneratedSource& source) const = 0;
+};
+
+std::unique_ptr<Compiler> make_nvrtc_compiler();
+
+// Parses ptxas' "-v" report in a compiler log for one entry function.
+ResourceUsage parse_ptxas_usage(const std::string& log, const std::string& entry);
+
+}  // namespace jitcache

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 
 #include "jitcache/log.hpp"
 
@@ -28,6 +30,18 @@ const EnvVar home{"HOME", EnvType::path, "", "Fallback base of the cache directo
 namespace {
 const EnvVar* const k_registry[] = {&jitcache_dir, &jitcache_log_level, &jitcache_strict,
                                     &vllm_nvfp4_mla_scales_file, &xdg_cache_home, &home};
+
+// VLLM_NVFP4_MLA_ is owned too: a misspelt VLLM_NVFP4_MLA_SCALES_FILE silently drops the
+// override, the very mistake the registry exists to catch.
+constexpr std::string_view k_owned_prefixes[] = {"JITCACHE_", "VLLM_NVFP4_MLA_"};
+
+// Warn once per process and name: a serving engine resolves scales more than once.
+bool first_warning(const std::string& key) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard lock(mutex);
+  return warned.insert(key).second;
+}
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -82,16 +96,45 @@ Result<bool> get_bool(const EnvVar& var) {
                     std::string(var.name) + "=" + *value + ": expected a boolean (1/0, true/false)");
 }
 
+Status check_value(const EnvVar& var) {
+  const auto value = get(var);
+  if (!value) return {};
+  switch (var.type) {
+    case EnvType::boolean:
+      if (auto parsed = get_bool(var); !parsed) return std::unexpected(parsed.error());
+      return {};
+    case EnvType::log_level:
+      if (!parse_log_level(*value))
+        return make_error(ErrorCode::invalid_input,
+                          std::string(var.name) + "=" + *value +
+                              ": expected a log level (debug, info, warning, error, off)");
+      return {};
+    case EnvType::path:
+    case EnvType::string:
+      return {};
+  }
+  return {};
+}
+
 bool strict_mode() {
   auto value = get_bool(jitcache_strict);
-  return value.value_or(false);
+  if (!value) {
+    if (first_warning("invalid:" + std::string(jitcache_strict.name)))
+      log_warning(value.error().message + "; strict mode stays off");
+    return false;
+  }
+  return *value;
 }
+
+std::span<const std::string_view> owned_prefixes() { return k_owned_prefixes; }
 
 std::vector<UnknownVar> unknown_prefixed_vars(std::span<const std::string> environ_entries) {
   std::vector<UnknownVar> unknown;
   for (const std::string& entry : environ_entries) {
     const std::string name = entry.substr(0, entry.find('='));
-    if (!name.starts_with("JITCACHE_")) continue;
+    const bool owned = std::any_of(std::begin(k_owned_prefixes), std::end(k_owned_prefixes),
+                                   [&](std::string_view prefix) { return name.starts_with(prefix); });
+    if (!owned) continue;
     const bool declared = std::any_of(std::begin(k_registry), std::end(k_registry),
                                       [&](const EnvVar* v) { return v->name == name; });
     if (declared) continue;
@@ -119,11 +162,11 @@ Status check_unknown_vars() {
   const bool strict = strict_mode();
   std::string errors;
   for (const UnknownVar& u : unknown_prefixed_vars()) {
-    std::string line = "environment variable " + u.name + " is not a jitcache variable";
+    std::string line = "environment variable " + u.name + " is not a declared jitcache variable";
     if (!u.suggestion.empty()) line += " (did you mean " + u.suggestion + "?)";
     if (strict) {
       errors += (errors.empty() ? "" : "; ") + line;
-    } else {
+    } else if (first_warning("unknown:" + u.name)) {
       log_warning(line + "; it is ignored");
     }
   }

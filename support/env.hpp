@@ -39,11 +39,19 @@ std::optional<std::string> get(const EnvVar& var);
 // A boolean variable: 1/true/yes/on and 0/false/no/off (any case); absent -> default.
 Result<bool> get_bool(const EnvVar& var);
 
-// Strict mode (JITCACHE_STRICT): warnings that matter become errors.
+// Whether the variable's current value is acceptable for its type (an unset variable is).
+Status check_value(const EnvVar& var);
+
+// Strict mode (JITCACHE_STRICT): warnings that matter become errors. An unparsable value
+// reads as off, with a warning (once per process).
 bool strict_mode();
 
-// Set variables with the JITCACHE_ prefix that are not declared, each with a
-// did-you-mean suggestion. `environ_entries` defaults to the process environment.
+// Prefixes owned by jitcache: a set variable under one of them that is not declared is
+// almost certainly a typo of one that is.
+std::span<const std::string_view> owned_prefixes();
+
+// Set variables under an owned prefix that are not declared, each with a did-you-mean
+// suggestion. `environ_entries` ("NAME=value") defaults to the process environment.
 struct UnknownVar {
   std::string name;
   std::string suggestion;  // closest declared name, or empty
@@ -51,7 +59,8 @@ struct UnknownVar {
 std::vector<UnknownVar> unknown_prefixed_vars();
 std::vector<UnknownVar> unknown_prefixed_vars(std::span<const std::string> environ_entries);
 
-// Logs a warning per unknown JITCACHE_ variable; in strict mode returns an error instead.
+// Logs a warning per unknown variable (each name once per process); in strict mode returns
+// an error naming all of them instead.
 Status check_unknown_vars();
 
 }  // namespace jitcache::env

@@ -1,0 +1,95 @@
+#include "runtime/model_config.hpp"
+
+#include <cstdint>
+#include <system_error>
+
+#include "jitcache/scales.hpp"
+#include "runtime/scale_json.hpp"
+#include "support/sha256.hpp"
+
+namespace jitcache {
+namespace {
+
+using nlohmann::json;
+
+// Bounds keep a hostile config from sizing allocations; real models are far below them.
+constexpr std::int64_t k_max_hidden_layers = 100000;
+constexpr std::int64_t k_max_draft_layers = 1024;
+constexpr std::int64_t k_max_dimension = 1 << 20;
+
+enum class Required { yes, no };
+
+Result<std::optional<int>> int_field(const json& config, const std::string& file,
+                                     const char* name, Required required, std::int64_t min,
+                                     std::int64_t max) {
+  const auto it = config.find(name);
+  if (it == config.end() || (required == Required::no && it->is_null())) {
+    if (required == Required::no) return std::optional<int>();
+    return make_error(ErrorCode::invalid_input,
+                      file + ": field '" + name +
+                          "': missing; jitcache needs num_hidden_layers and kv_lora_rank from "
+                          "an MLA model's config.json");
+  }
+  const bool in_range =
+      it->is_number_unsigned()
+          ? it->get<std::uint64_t>() <= static_cast<std::uint64_t>(max) &&
+                static_cast<std::int64_t>(it->get<std::uint64_t>()) >= min
+          : it->is_number_integer() && it->get<std::int64_t>() >= min && it->get<std::int64_t>() <= max;
+  if (!in_range) {
+    return make_error(ErrorCode::invalid_input,
+                      file + ": field '" + name + "': must be an integer in [" +
+                          std::to_string(min) + ", " + std::to_string(max) + "], got " + it->dump());
+  }
+  return std::optional<int>(static_cast<int>(it->get<std::int64_t>()));
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_model_config(const json& config, const std::string& file) {
+  if (!config.is_object()) {
+    return make_error(ErrorCode::invalid_input,
+                      file + ": expected a JSON object (a model config), got " +
+                          std::string(config.type_name()));
+  }
+  ModelConfig model;
+  model.num_hidden_layers =
+      *JC_TRY(int_field(config, file, "num_hidden_layers", Required::yes, 1, k_max_hidden_layers));
+  model.kv_lora_rank =
+      *JC_TRY(int_field(config, file, "kv_lora_rank", Required::yes, 1, k_max_dimension));
+  model.num_nextn_predict_layers =
+      JC_TRY(int_field(config, file, "num_nextn_predict_layers", Required::no, 0, k_max_draft_layers))
+          .value_or(0);
+  model.qk_rope_head_dim =
+      JC_TRY(int_field(config, file, "qk_rope_head_dim", Required::no, 1, k_max_dimension));
+  model.qk_nope_head_dim =
+      JC_TRY(int_field(config, file, "qk_nope_head_dim", Required::no, 0, k_max_dimension));
+  model.v_head_dim = JC_TRY(int_field(config, file, "v_head_dim", Required::no, 1, k_max_dimension));
+  model.num_attention_heads =
+      JC_TRY(int_field(config, file, "num_attention_heads", Required::no, 1, k_max_dimension));
+  model.index_topk = JC_TRY(int_field(config, file, "index_topk", Required::no, 1, 1 << 30));
+  if (const auto it = config.find("model_type"); it != config.end() && it->is_string())
+    model.model_type = it->get<std::string>();
+  return model;
+}
+
+Result<CheckpointConfig> read_checkpoint_config(const std::filesystem::path& checkpoint_dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(checkpoint_dir, ec)) {
+    return make_error(ErrorCode::not_found,
+                      checkpoint_dir.string() + ": checkpoint directory does not exist or is not a "
+                                                "directory");
+  }
+  CheckpointConfig checkpoint;
+  checkpoint.path = checkpoint_dir / "config.json";
+  const std::string name = checkpoint.path.string();
+  const std::string bytes =
+      JC_TRY(scales::read_file_bounded(checkpoint.path, scales::k_max_config_file_bytes));
+  checkpoint.sha256 = sha256_hex(bytes);
+  json config = JC_TRY(scales::parse_json_strict(bytes, name));
+  checkpoint.model = JC_TRY(parse_model_config(config, name));
+  if (const auto it = config.find(k_scales_config_field); it != config.end())
+    checkpoint.scales_field = std::move(*it);
+  return checkpoint;
+}
+
+}  // namespace jitcache

@@ -1,0 +1,42 @@
+// The model facts jitcache needs from a checkpoint's config.json (Hugging Face layout).
+// GLM-5.x: 78 layers + 1 draft (MTP) layer, kv_lora_rank 512, qk_rope_head_dim 64.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "jitcache/error.hpp"
+
+namespace jitcache {
+
+struct ModelConfig {
+  int num_hidden_layers = 0;         // required
+  int num_nextn_predict_layers = 0;  // draft (MTP) layers; absent means none
+  int kv_lora_rank = 0;              // required: the latent width (MLA)
+  std::optional<int> qk_rope_head_dim;
+  std::optional<int> qk_nope_head_dim;
+  std::optional<int> v_head_dim;
+  std::optional<int> num_attention_heads;
+  std::optional<int> index_topk;
+  std::string model_type;  // empty when absent
+
+  int total_layers() const { return num_hidden_layers + num_nextn_predict_layers; }
+};
+
+// `file` names config.json in error messages.
+Result<ModelConfig> parse_model_config(const nlohmann::json& config, const std::string& file);
+
+struct CheckpointConfig {
+  std::filesystem::path path;  // <checkpoint>/config.json
+  std::string sha256;          // of config.json's bytes
+  ModelConfig model;
+  std::optional<nlohmann::json> scales_field;  // nvfp4_ds_mla_outer_scales, unvalidated
+};
+
+// Reads and strictly parses <checkpoint_dir>/config.json.
+Result<CheckpointConfig> read_checkpoint_config(const std::filesystem::path& checkpoint_dir);
+
+}  // namespace jitcache

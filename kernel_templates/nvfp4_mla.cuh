@@ -8,8 +8,8 @@
 //     which runs the same lane bodies on the CPU.
 // Every arithmetic step is a correctly rounded fp32 operation (division and
 // multiplication through div_rn/mul_rn, no FMA contraction, no approximate reciprocal),
-// so the CPU result is bit-identical to the GPU's. The file includes no header, because
-// NVRTC compiles it without the host's standard library.
+// so the CPU result is bit-identical to the GPU's. The file includes no CUDA header, because
+// NVRTC compiles it without the host's standard library (only <cstdint> on the host).
 //
 // Record layout (brief, "The nvfp4_ds_mla KV record"), per token:
 //   [0,256)    E2M1 latent, element 2i = low nibble of byte i
@@ -30,14 +30,31 @@
 #define JC_UNROLL
 #endif
 
+#if !defined(__CUDACC_RTC__)
+#include <cstdint>
+#endif
+
 namespace jc {
 
+#if defined(__CUDACC_RTC__)
+// NVRTC has no standard headers here; these have the same sizes as the <cstdint> types
+// the host side uses, so the parameter structs have one layout on both sides.
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef int i32;
 typedef long long i64;
 typedef unsigned long long u64;
+#else
+typedef std::uint8_t u8;
+typedef std::uint16_t u16;
+typedef std::uint32_t u32;
+typedef std::int32_t i32;
+typedef std::int64_t i64;
+typedef std::uint64_t u64;
+#endif
+static_assert(sizeof(i64) == 8 && sizeof(u32) == 4 && sizeof(u16) == 2 && sizeof(void*) == 8,
+              "the kernel ABI assumes LP64");
 
 // 16 bytes moved as one vector load/store (ld.global.v4.u32 on the GPU).
 struct alignas(16) Vec16 {

@@ -44,7 +44,8 @@ inline std::unexpected<Error> make_error(ErrorCode code, std::string message,
 }  // namespace jitcache
 
 // Propagates an error from an expression returning Result/Status, else yields its value.
-// GCC/Clang statement expression: keeps call sites one line, like LLVM's cantFail-free style.
+// A GCC/Clang statement expression, so call sites stay one line. Its value is copied
+// out, so for move-only values test the Result explicitly instead.
 #define JC_TRY(expr)                                              \
   __extension__({                                                        \
     auto jc_try_result_ = (expr);                                 \

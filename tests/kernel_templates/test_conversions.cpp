@@ -1,0 +1,189 @@
+// The element conversions of nvfp4_mla.cuh against NVIDIA's own host conversions
+// (cuda_fp8.h, cuda_fp4.h, cuda_bf16.h) and against a value-table reference written
+// here from the brief's definitions.
+#include <cuda_bf16.h>
+#include <cuda_fp4.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernel_templates/nvfp4_mla.cuh"
+#include "reference_nvfp4.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using jitcache::testing::test_seed;
+using namespace jitcache::reference;
+
+float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+std::uint32_t to_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// --- NVIDIA's conversions --------------------------------------------------------------
+std::uint8_t nv_e4m3(float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
+float nv_e4m3_value(std::uint8_t code) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(code, __NV_E4M3);
+  return __half2float(__half(h));
+}
+std::uint8_t nv_e2m1(float x) { return __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest); }
+float nv_e2m1_value(std::uint8_t code) {
+  const __half_raw h = __nv_cvt_fp4_to_halfraw(code, __NV_E2M1);
+  return __half2float(__half(h));
+}
+std::uint16_t nv_bf16(float x) {
+  const __nv_bfloat16 b = __float2bfloat16_rn(x);
+  std::uint16_t u;
+  std::memcpy(&u, &b, 2);
+  return u;
+}
+
+// Random fp32 values spread over every exponent the formats care about, plus specials.
+std::vector<float> sample_floats(std::uint64_t seed, int count) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> xs;
+  for (std::uint32_t u : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                          0xffc00000u, 0x7f800001u, 0x00000001u, 0x807fffffu, 0x43e00000u,
+                          0x43e80000u, 0x3c800000u, 0x3b000000u, 0x3a800000u})
+    xs.push_back(from_bits(u));
+  std::uniform_int_distribution<std::uint32_t> exponent(95, 160), mantissa(0, 0x7fffff);
+  std::uniform_int_distribution<std::uint32_t> any;
+  for (int i = 0; i < count; ++i) {
+    const std::uint32_t sign = (any(rng) & 1u) << 31;
+    std::uint32_t man = mantissa(rng);
+    // One in four mantissas is cut to few bits so exact ties and exact values are common.
+    if (i % 4 == 0) man &= 0x7f0000u;
+    xs.push_back(from_bits(sign | (exponent(rng) << 23) | man));
+    if (i % 16 == 0) xs.push_back(from_bits(any(rng)));  // anything, NaNs included
+  }
+  return xs;
+}
+
+TEST(E4m3, AllCodesDecodeLikeNvidiaAndRoundTrip) {
+  for (int code = 0; code < 256; ++code) {
+    const auto c = static_cast<std::uint8_t>(code);
+    const float ours = jc::e4m3_to_float(c);
+    const double ref = ref_e4m3_value(code);
+    if ((code & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(ours)) << code;
+      EXPECT_TRUE(std::isnan(nv_e4m3_value(c))) << code;
+      EXPECT_EQ(jc::float_to_e4m3_satfinite(ours), 0x7f) << code;
+      continue;
+    }
+    EXPECT_EQ(static_cast<double>(ours), ref) << "code " << code;
+    EXPECT_EQ(to_bits(ours), to_bits(nv_e4m3_value(c))) << "code " << code;
+    EXPECT_EQ(jc::float_to_e4m3_satfinite(ours), c) << "code " << code;
+  }
+}
+
+TEST(E2m1, AllCodesDecodeLikeNvidiaAndRoundTrip) {
+  const float magnitudes[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  for (int code = 0; code < 16; ++code) {
+    const auto c = static_cast<std::uint8_t>(code);
+    const float ours = jc::e2m1_to_float(c);
+    const float expected = (code & 8) ? -magnitudes[code & 7] : magnitudes[code & 7];
+    EXPECT_EQ(to_bits(ours), to_bits(expected)) << "code " << code;
+    EXPECT_EQ(to_bits(ours), to_bits(nv_e2m1_value(c))) << "code " << code;
+    EXPECT_EQ(jc::float_to_e2m1_satfinite(ours), c) << "code " << code;
+  }
+}
+
+TEST(E4m3, EncodeMatchesNvidiaAndReference) {
+  const auto xs = sample_floats(test_seed("E4m3.EncodeMatchesNvidiaAndReference"), 400000);
+  int mismatches = 0;
+  for (float x : xs) {
+    const std::uint8_t ours = jc::float_to_e4m3_satfinite(x);
+    if (ours != nv_e4m3(x) || ours != ref_e4m3(x)) {
+      if (++mismatches <= 10)
+        ADD_FAILURE() << "x=" << x << " bits=0x" << std::hex << to_bits(x) << " ours=0x"
+                      << int(ours) << " nvidia=0x" << int(nv_e4m3(x)) << " ref=0x"
+                      << int(ref_e4m3(x));
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(E4m3, EdgeCases) {
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(448.0f), 0x7e);
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(463.9f), 0x7e);  // would round to 448 anyway
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(1e30f), 0x7e);   // saturates, never NaN
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(-1e30f), 0xfe);
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(INFINITY), 0x7e);
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(NAN), 0x7f);
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(std::ldexp(1.0f, -6)), 0x08);  // min normal
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(std::ldexp(1.0f, -9)), 0x01);  // min subnormal
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(std::ldexp(1.0f, -10)), 0x00);  // tie -> even (0)
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(std::ldexp(3.0f, -10)), 0x02);  // 1.5 ulp tie -> 2
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(std::ldexp(15.0f, -10)), 0x08);  // 7.5 ulp -> 8 = 2^-6
+  EXPECT_EQ(jc::float_to_e4m3_satfinite(-0.0f), 0x80);
+}
+
+TEST(E2m1, EncodeMatchesNvidiaAndReference) {
+  const auto xs = sample_floats(test_seed("E2m1.EncodeMatchesNvidiaAndReference"), 400000);
+  int mismatches = 0;
+  for (float x : xs) {
+    const std::uint8_t ours = jc::float_to_e2m1_satfinite(x);
+    if (ours != nv_e2m1(x) || ours != ref_e2m1(x)) {
+      if (++mismatches <= 10)
+        ADD_FAILURE() << "x=" << x << " ours=" << int(ours) << " nvidia=" << int(nv_e2m1(x))
+                      << " ref=" << int(ref_e2m1(x));
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(E2m1, TiesRoundToEven) {
+  const struct {
+    float x;
+    int code;
+  } cases[] = {{0.25f, 0}, {0.75f, 2}, {1.25f, 2}, {1.75f, 4}, {2.5f, 4},
+               {3.5f, 6},  {5.0f, 6},  {6.5f, 7},  {1e9f, 7},  {-0.25f, 8},
+               {-0.75f, 10}, {-5.0f, 14}, {-1e9f, 15}};
+  for (const auto& c : cases) {
+    EXPECT_EQ(jc::float_to_e2m1_satfinite(c.x), c.code) << c.x;
+    EXPECT_EQ(nv_e2m1(c.x), c.code) << "NVIDIA disagrees with the table at " << c.x;
+  }
+  // Just off the ties, the nearer value wins.
+  EXPECT_EQ(jc::float_to_e2m1_satfinite(std::nextafter(0.25f, 1.0f)), 1);
+  EXPECT_EQ(jc::float_to_e2m1_satfinite(std::nextafter(0.75f, 0.0f)), 1);
+  EXPECT_EQ(jc::float_to_e2m1_satfinite(std::nextafter(5.0f, 6.0f)), 7);
+  // NaN saturates to +6 and infinities to +-6, as cuda_fp4.h does.
+  EXPECT_EQ(jc::float_to_e2m1_satfinite(NAN), 7);
+  EXPECT_EQ(jc::float_to_e2m1_satfinite(-INFINITY), 15);
+}
+
+TEST(Bf16, RoundingMatchesNvidia) {
+  const auto xs = sample_floats(test_seed("Bf16.RoundingMatchesNvidia"), 400000);
+  int mismatches = 0;
+  for (float x : xs) {
+    if (jc::float_to_bf16(x) != nv_bf16(x) && ++mismatches <= 10)
+      ADD_FAILURE() << "x bits=0x" << std::hex << to_bits(x) << " ours=0x" << jc::float_to_bf16(x)
+                    << " nvidia=0x" << nv_bf16(x);
+  }
+  EXPECT_EQ(mismatches, 0);
+  // Widening is exact.
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+    const float f = jc::bf16_to_float(static_cast<std::uint16_t>(h));
+    if (!std::isnan(f)) ASSERT_EQ(jc::float_to_bf16(f), h);
+  }
+}
+
+TEST(MaxNum, IgnoresNan) {
+  EXPECT_EQ(jc::max_num(NAN, 2.0f), 2.0f);
+  EXPECT_EQ(jc::max_num(2.0f, NAN), 2.0f);
+  EXPECT_EQ(jc::max_num(1.0f, 3.0f), 3.0f);
+  EXPECT_TRUE(std::isnan(jc::max_num(NAN, NAN)));
+}
+
+}  // namespace

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -22,7 +23,8 @@ bool is_continuation(unsigned char byte) { return (byte & 0xC0) == 0x80; }
 // can be refused at the point they appear; returning false stops the parser at once.
 class StrictDomBuilder final : public nlohmann::json_sax<json> {
  public:
-  explicit StrictDomBuilder(std::size_t max_depth) : m_max_depth(max_depth) {}
+  StrictDomBuilder(std::string_view text, std::size_t max_depth)
+      : m_text(text), m_max_depth(max_depth) {}
 
   bool null() override { return place(json(nullptr)); }
   bool boolean(bool value) override { return place(json(value)); }
@@ -55,16 +57,20 @@ class StrictDomBuilder final : public nlohmann::json_sax<json> {
   bool end_object() override { return close(); }
   bool end_array() override { return close(); }
 
-  bool parse_error(std::size_t, const std::string& last_token,
+  bool parse_error(std::size_t position, const std::string&,
                    const nlohmann::detail::exception& error) override {
     std::string what = error.what();
     // Drop nlohmann's "[json.exception.parse_error.101] " tag: users need the position.
     if (const auto tag_end = what.find("] "); what.starts_with("[json.") && tag_end != std::string::npos)
       what.erase(0, tag_end + 2);
     m_error = "not valid JSON: " + what;
-    if (last_token.find("NaN") != std::string::npos || last_token.find("Inf") != std::string::npos ||
-        last_token.find("nan") != std::string::npos || last_token.find("inf") != std::string::npos)
-      m_error += " (NaN and Infinity are not JSON numbers)";
+    // The lexer stops one character into a bad literal; look at what was written there.
+    if (position >= 1 && position <= m_text.size()) {
+      std::string word(m_text.substr(position - 1, 3));
+      for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (word == "nan" || word == "inf")
+        m_error += " (NaN and Infinity are not JSON numbers)";
+    }
     return false;
   }
 
@@ -125,6 +131,7 @@ class StrictDomBuilder final : public nlohmann::json_sax<json> {
     return true;
   }
 
+  std::string_view m_text;
   std::size_t m_max_depth;
   json m_root;
   std::vector<Frame> m_stack;
@@ -175,7 +182,7 @@ Result<json> parse_json_strict(std::string_view text, const std::string& file,
                       file + ": not valid UTF-8 (first bad byte at offset " +
                           std::to_string(*bad) + ")");
   }
-  StrictDomBuilder builder(max_depth);
+  StrictDomBuilder builder(text, max_depth);
   bool ok = false;
   try {
     ok = json::sax_parse(text.begin(), text.end(), &builder, json::input_format_t::json,
@@ -192,8 +199,9 @@ Result<json> parse_json_strict(std::string_view text, const std::string& file,
   return builder.take_root();
 }
 
-Result<std::string> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes) {
-  const std::string name = path.string();
+Result<std::string> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes,
+                                      std::string_view display_name) {
+  const std::string name = display_name.empty() ? path.string() : std::string(display_name);
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {

@@ -36,8 +36,9 @@ Result<nlohmann::json> parse_json_strict(std::string_view text, const std::strin
                                          std::size_t max_depth = k_max_json_depth);
 
 // Reads a whole regular file of at most `max_bytes` bytes. FIFOs, devices and directories
-// are refused without blocking.
-Result<std::string> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes);
+// are refused without blocking. Errors name `display_name`, else the path.
+Result<std::string> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes,
+                                      std::string_view display_name = {});
 
 // Shortest text that reads back as the same double ("0.5", "1e-05").
 std::string format_number(double value);

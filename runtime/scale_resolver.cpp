@@ -259,7 +259,7 @@ Result<ResolvedScales> resolve_checkpoint(const ResolveOptions& options,
     const fs::path path =
         JC_TRY(resolve_sidecar_path(options.checkpoint_dir, reference.file, config_name));
     const std::string name = (options.checkpoint_dir / reference.file).string();
-    std::string bytes = JC_TRY(read_file_bounded(path, k_max_scales_file_bytes));
+    std::string bytes = JC_TRY(read_file_bounded(path, k_max_scales_file_bytes, name));
     const std::string digest = sha256_hex(bytes);
     if (digest != reference.sha256) {
       return make_error(ErrorCode::invalid_input,

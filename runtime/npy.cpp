@@ -471,20 +471,22 @@ std::string describe_descr(std::string_view descr) {
     order = rest[0] == '<' ? "little-endian " : rest[0] == '>' ? "big-endian " : "";
     rest.remove_prefix(1);
   }
-  if (rest.size() < 2) return "unknown dtype";
+  if (rest.empty()) return "unknown dtype";
   const std::string_view digits = rest.substr(1);
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) ||
+      digits.size() > 4)
     return "unknown dtype";
-  const int bytes = std::atoi(std::string(digits).c_str());
-  const std::string bits = std::to_string(bytes * 8);
+  const std::string bits = digits.empty() ? "" : std::to_string(std::atoi(std::string(digits).c_str()) * 8);
   switch (rest[0]) {
     case 'f': return order + "float" + bits;
     case 'i': return order + "int" + bits;
     case 'u': return order + "uint" + bits;
     case 'c': return order + "complex" + bits;
-    case 'b': return "bool";
+    case 'b':
+    case '?': return "bool";
     case 'U': return "unicode string";
-    case 'S': return "byte string";
+    case 'S':
+    case 'a': return "byte string";
     case 'O': return "Python object";
     case 'V': return "raw bytes";
     case 'M': return order + "datetime64";

@@ -1,0 +1,218 @@
+#include "cache/blob_files.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "jitcache/log.hpp"
+
+namespace jitcache::cache {
+
+const char* to_string(PublishStep step) {
+  switch (step) {
+    case PublishStep::temp_written: return "temp_written";
+    case PublishStep::renamed: return "renamed";
+    case PublishStep::row_written: return "row_written";
+  }
+  return "?";
+}
+
+const char* to_string(BlobProblem problem) {
+  switch (problem) {
+    case BlobProblem::missing: return "missing";
+    case BlobProblem::not_regular: return "not a regular file";
+    case BlobProblem::wrong_size: return "wrong size";
+    case BlobProblem::altered: return "content does not match its digest";
+    case BlobProblem::unreadable: return "unreadable";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string shard_of(const std::string& hex) { return hex.substr(0, 2); }
+
+// Removes the temporary file unless it was renamed into place.
+class TempFileGuard {
+ public:
+  explicit TempFileGuard(std::string path) : m_path(std::move(path)) {}
+  ~TempFileGuard() {
+    if (!m_path.empty()) ::unlink(m_path.c_str());
+  }
+  void release() { m_path.clear(); }
+
+ private:
+  std::string m_path;
+};
+
+}  // namespace
+
+Result<BlobFiles> BlobFiles::open(int root_fd, const std::filesystem::path& root) {
+  BlobFiles files;
+  files.m_root = root;
+  files.m_blobs = JC_TRY(open_private_subdir(root_fd, "blobs", root / "blobs"));
+  files.m_tmp = JC_TRY(open_private_subdir(root_fd, "tmp", root / "tmp"));
+  files.m_quarantine = JC_TRY(open_private_subdir(root_fd, "quarantine", root / "quarantine"));
+  return files;
+}
+
+std::filesystem::path BlobFiles::path_of(const BlobDigest& digest) const {
+  const std::string hex = digest.to_hex();
+  return m_root / "blobs" / shard_of(hex) / hex;
+}
+
+Result<BlobDigest> BlobFiles::publish(std::span<const std::byte> data, Durability durability,
+                                      const std::function<void(PublishStep)>& step) const {
+  const BlobDigest digest = BlobDigest::of(data);
+  const std::string hex = digest.to_hex();
+
+  std::string temp = (m_root / "tmp" / "blob.XXXXXX").string();
+  const int raw_fd = ::mkostemp(temp.data(), O_CLOEXEC);
+  if (raw_fd < 0) return std::unexpected(errno_error("creating a temporary file in " +
+                                                      (m_root / "tmp").string(), errno));
+  UniqueFd fd(raw_fd);
+  TempFileGuard guard(temp);
+  // mkstemp's 0600 is still filtered by the umask; make it exact.
+  if (::fchmod(fd.get(), 0600) != 0) return std::unexpected(errno_error("chmod 600 " + temp, errno));
+  JC_TRY(write_all(fd.get(), data, temp));
+  if (durability == Durability::full) JC_TRY(fsync_fd(fd.get(), temp));
+  fd.reset();
+  if (step) step(PublishStep::temp_written);
+
+  const std::string shard = shard_of(hex);
+  struct stat st;
+  const bool shard_existed = ::fstatat(m_blobs.get(), shard.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  UniqueFd shard_fd = JC_TRY(open_private_subdir(m_blobs.get(), shard, m_root / "blobs" / shard));
+  // Renaming over an existing blob of the same digest is harmless (same bytes) and heals
+  // a damaged copy.
+  if (::renameat(AT_FDCWD, temp.c_str(), shard_fd.get(), hex.c_str()) != 0)
+    return std::unexpected(errno_error("renaming " + temp + " to " + path_of(digest).string(), errno));
+  guard.release();
+  if (durability == Durability::full) {
+    JC_TRY(fsync_fd(shard_fd.get(), m_root / "blobs" / shard));
+    if (!shard_existed) JC_TRY(fsync_fd(m_blobs.get(), m_root / "blobs"));
+  }
+  if (step) step(PublishStep::renamed);
+  return digest;
+}
+
+std::expected<Bytes, BlobFailure> BlobFiles::read_verified(const BlobDigest& digest,
+                                                           std::uint64_t expected_size) const {
+  const std::string hex = digest.to_hex();
+  const std::string shown = path_of(digest).string();
+  auto fail = [&](BlobProblem problem, std::string detail) {
+    return std::unexpected(BlobFailure{problem, shown + ": " + std::move(detail)});
+  };
+  const int shard_raw =
+      ::openat(m_blobs.get(), shard_of(hex).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (shard_raw < 0) {
+    const int e = errno;
+    if (e == ENOENT) return fail(BlobProblem::missing, "no such file");
+    return fail(BlobProblem::unreadable, std::string("shard directory: ") + std::strerror(e));
+  }
+  UniqueFd shard_fd(shard_raw);
+  const int raw = ::openat(shard_fd.get(), hex.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (raw < 0) {
+    const int e = errno;
+    if (e == ENOENT) return fail(BlobProblem::missing, "no such file");
+    if (e == ELOOP) return fail(BlobProblem::not_regular, "is a symbolic link");
+    return fail(BlobProblem::unreadable, std::strerror(e));
+  }
+  UniqueFd fd(raw);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return fail(BlobProblem::unreadable, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return fail(BlobProblem::not_regular, "not a regular file");
+  if (static_cast<std::uint64_t>(st.st_size) != expected_size)
+    return fail(BlobProblem::wrong_size, std::to_string(st.st_size) + " bytes, the index says " +
+                                             std::to_string(expected_size));
+  Bytes bytes(expected_size);
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(BlobProblem::unreadable, std::strerror(errno));
+    }
+    if (n == 0) return fail(BlobProblem::wrong_size, "shorter than its size while reading");
+    done += static_cast<std::size_t>(n);
+  }
+  const BlobDigest actual = BlobDigest::of(bytes);
+  if (actual != digest)
+    return fail(BlobProblem::altered, "content hashes to " + actual.to_hex());
+  return bytes;
+}
+
+void BlobFiles::quarantine(const BlobDigest& digest) const {
+  static std::atomic<std::uint64_t> sequence{0};
+  const std::string hex = digest.to_hex();
+  const int shard_raw =
+      ::openat(m_blobs.get(), shard_of(hex).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (shard_raw < 0) return;
+  UniqueFd shard_fd(shard_raw);
+  const std::string target = hex + "." + std::to_string(unix_now_ms()) + "." +
+                             std::to_string(::getpid()) + "." + std::to_string(sequence++);
+  if (::renameat(shard_fd.get(), hex.c_str(), m_quarantine.get(), target.c_str()) != 0 &&
+      errno != ENOENT) {
+    log_warning("cache: could not move " + path_of(digest).string() + " to quarantine: " +
+                std::strerror(errno) + "; removing it");
+    ::unlinkat(shard_fd.get(), hex.c_str(), 0);
+  }
+}
+
+Status BlobFiles::remove(const BlobDigest& digest) const {
+  const std::string hex = digest.to_hex();
+  const int shard_raw =
+      ::openat(m_blobs.get(), shard_of(hex).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (shard_raw < 0) return {};
+  UniqueFd shard_fd(shard_raw);
+  if (::unlinkat(shard_fd.get(), hex.c_str(), 0) != 0 && errno != ENOENT)
+    return std::unexpected(errno_error("removing " + path_of(digest).string(), errno));
+  return {};
+}
+
+Result<std::vector<StoredBlob>> BlobFiles::list() const {
+  std::vector<StoredBlob> blobs;
+  const auto shards = JC_TRY(list_dir(m_blobs.get(), m_root / "blobs"));
+  for (const DirEntry& shard : shards) {
+    if (!shard.directory || shard.name.size() != 2 || !detail::is_hex(shard.name)) continue;
+    const int raw =
+        ::openat(m_blobs.get(), shard.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (raw < 0) continue;
+    UniqueFd shard_fd(raw);
+    const auto files = JC_TRY(list_dir(shard_fd.get(), m_root / "blobs" / shard.name));
+    for (const DirEntry& file : files) {
+      if (!file.regular) continue;
+      auto digest = BlobDigest::from_hex(file.name);
+      // Only lowercase names in their own shard are names this store could have made.
+      if (!digest || digest->to_hex() != file.name || !file.name.starts_with(shard.name)) continue;
+      blobs.push_back(StoredBlob{*digest, file.mtime_ms, file.size});
+    }
+  }
+  return blobs;
+}
+
+Result<std::uint64_t> BlobFiles::sweep(int dir_fd, const std::filesystem::path& shown,
+                                       std::int64_t cutoff_ms) const {
+  std::uint64_t removed = 0;
+  const auto files = JC_TRY(list_dir(dir_fd, shown));
+  for (const DirEntry& file : files) {
+    if (file.directory || file.mtime_ms >= cutoff_ms) continue;
+    if (::unlinkat(dir_fd, file.name.c_str(), 0) == 0) ++removed;
+  }
+  return removed;
+}
+
+Result<std::uint64_t> BlobFiles::sweep_tmp(std::int64_t cutoff_ms) const {
+  return sweep(m_tmp.get(), m_root / "tmp", cutoff_ms);
+}
+
+Result<std::uint64_t> BlobFiles::sweep_quarantine(std::int64_t cutoff_ms) const {
+  return sweep(m_quarantine.get(), m_root / "quarantine", cutoff_ms);
+}
+
+}  // namespace jitcache::cache

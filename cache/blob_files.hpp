@@ -1,0 +1,90 @@
+// Content-addressed blob files below a cache root:
+//
+//   <root>/blobs/<d0d1>/<digest>   a published blob; <digest> is the 32-hex XXH3-128 of
+//                                  its content and <d0d1> its first two hex digits
+//   <root>/tmp/blob.XXXXXX         a blob being written (mkstemp); never read
+//   <root>/quarantine/...          blobs that failed verification, kept for inspection
+//
+// Only names derived from a digest are ever opened, always with O_NOFOLLOW. A blob is
+// written to a temporary file, synced and renamed into place, so a reader sees either
+// no file or the whole file; and every read re-hashes the content before returning it.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/files.hpp"
+#include "cache/hash.hpp"
+#include "jitcache/error.hpp"
+
+namespace jitcache::cache {
+
+using Bytes = std::vector<std::byte>;
+
+// full: fsync blobs and their directories, SQLite synchronous=NORMAL (survives a crash of
+// the process or the machine). relaxed: no fsync, synchronous=OFF; for throwaway caches in
+// tests and benchmarks only.
+enum class Durability { full, relaxed };
+
+// Points of publishing an entry, in order; a test seam (see StoreOptions::publish_hook).
+enum class PublishStep { temp_written, renamed, row_written };
+const char* to_string(PublishStep step);
+
+enum class BlobProblem { missing, not_regular, wrong_size, altered, unreadable };
+const char* to_string(BlobProblem problem);
+
+struct BlobFailure {
+  BlobProblem problem;
+  std::string detail;  // names the file and what was found
+};
+
+struct StoredBlob {
+  BlobDigest digest;
+  std::int64_t mtime_ms = 0;
+  std::uint64_t size = 0;
+};
+
+class BlobFiles {
+ public:
+  // Opens, creating as needed, blobs/, tmp/ and quarantine/ below an open private root.
+  static Result<BlobFiles> open(int root_fd, const std::filesystem::path& root);
+
+  std::filesystem::path path_of(const BlobDigest& digest) const;
+
+  // Temporary file (0600) -> write -> fsync -> rename -> fsync directory. `step`, when
+  // set, is called after the temporary file is written and after the rename.
+  Result<BlobDigest> publish(std::span<const std::byte> data, Durability durability,
+                             const std::function<void(PublishStep)>& step) const;
+
+  // The content of the blob, only if it has `expected_size` bytes and hashes to `digest`.
+  std::expected<Bytes, BlobFailure> read_verified(const BlobDigest& digest,
+                                                  std::uint64_t expected_size) const;
+
+  // Moves the blob (if still present) into quarantine/. Best effort: logs on failure.
+  void quarantine(const BlobDigest& digest) const;
+  Status remove(const BlobDigest& digest) const;
+
+  // Every file in blobs/ whose name is a digest in its right shard.
+  Result<std::vector<StoredBlob>> list() const;
+
+  // Removes files in tmp/ (abandoned writes) or quarantine/ older than `cutoff_ms`.
+  Result<std::uint64_t> sweep_tmp(std::int64_t cutoff_ms) const;
+  Result<std::uint64_t> sweep_quarantine(std::int64_t cutoff_ms) const;
+
+ private:
+  BlobFiles() = default;
+  Result<std::uint64_t> sweep(int dir_fd, const std::filesystem::path& shown,
+                              std::int64_t cutoff_ms) const;
+
+  std::filesystem::path m_root;
+  UniqueFd m_blobs;
+  UniqueFd m_tmp;
+  UniqueFd m_quarantine;
+};
+
+}  // namespace jitcache::cache

@@ -1,0 +1,80 @@
+// POSIX file helpers of the cache: an owning descriptor, private directories, whole-file
+// writes and reads. Everything below a verified root is reached through directory
+// descriptors and *at() calls, so a path component swapped for a symlink after the check
+// is never followed.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "jitcache/error.hpp"
+
+namespace jitcache::cache {
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : m_fd(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd();
+
+  int get() const { return m_fd; }
+  explicit operator bool() const { return m_fd >= 0; }
+  void reset();
+
+ private:
+  int m_fd = -1;
+};
+
+// "<what>: <strerror(errno)>" as an io error.
+Error errno_error(const std::string& what, int error_number);
+
+enum class CreateParents { no, yes };
+
+// Opens `path` as a private directory, creating it (and, on request, missing parents)
+// with mode 0700 whatever the umask. Refuses a symlink, a non-directory, a directory
+// owned by another user, a group- or world-writable one, and one on a network filesystem.
+Result<UniqueFd> open_private_dir(const std::filesystem::path& path, CreateParents parents);
+
+// The same checks for a subdirectory `name` of an open private directory.
+Result<UniqueFd> open_private_subdir(int parent_fd, const std::string& name,
+                                     const std::filesystem::path& shown_path);
+
+// Filesystems on which SQLite's locks and flock are unreliable.
+bool is_network_filesystem(std::int64_t statfs_type);
+
+// Writes all bytes, retrying short writes and EINTR.
+Status write_all(int fd, std::span<const std::byte> data, const std::filesystem::path& shown_path);
+Status fsync_fd(int fd, const std::filesystem::path& shown_path);
+
+std::int64_t unix_now_ms();
+
+// Identifies a file across renames: what a path named when it was looked at.
+struct FileId {
+  std::uint64_t dev = 0;
+  std::uint64_t ino = 0;
+  friend bool operator==(const FileId&, const FileId&) = default;
+};
+std::optional<FileId> file_id_of(const std::filesystem::path& path);
+
+// Regular files in a directory (not following symlinks), with their modification time.
+struct DirEntry {
+  std::string name;
+  std::int64_t mtime_ms = 0;
+  std::uint64_t size = 0;
+  bool regular = false;
+  bool directory = false;
+};
+Result<std::vector<DirEntry>> list_dir(int dir_fd, const std::filesystem::path& shown_path);
+
+}  // namespace jitcache::cache

@@ -1,0 +1,73 @@
+#include "cache/key_lock.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+
+namespace jitcache::cache {
+namespace {
+
+bool same_file(int fd, int dir_fd, const char* name) {
+  struct stat held, named;
+  if (::fstat(fd, &held) != 0) return false;
+  if (::fstatat(dir_fd, name, &named, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  return held.st_dev == named.st_dev && held.st_ino == named.st_ino;
+}
+
+bool is_lock_name(const std::string& name) {
+  constexpr std::string_view k_suffix = ".lock";
+  return name.size() == k_hash_hex_chars + k_suffix.size() && name.ends_with(k_suffix) &&
+         detail::is_hex(std::string_view(name).substr(0, k_hash_hex_chars));
+}
+
+}  // namespace
+
+Result<std::optional<KeyLock>> KeyLock::acquire(int locks_fd, const std::filesystem::path& locks_dir,
+                                                const CacheKey& key,
+                                                std::chrono::milliseconds timeout) {
+  const std::string name = key.to_hex() + ".lock";
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Polling with a short, growing sleep: a compile takes seconds, so waking a few
+  // milliseconds late costs nothing, and unlike a blocking flock it honours the timeout.
+  auto pause = std::chrono::microseconds(500);
+  for (;;) {
+    const int raw = ::openat(locks_fd, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (raw < 0) return std::unexpected(errno_error("opening lock " + (locks_dir / name).string(), errno));
+    UniqueFd fd(raw);
+    for (;;) {
+      if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) break;
+      if (errno != EWOULDBLOCK && errno != EINTR)
+        return std::unexpected(errno_error("flock " + (locks_dir / name).string(), errno));
+      if (std::chrono::steady_clock::now() >= deadline) return std::optional<KeyLock>();
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+    }
+    if (same_file(fd.get(), locks_fd, name.c_str())) return std::optional<KeyLock>(KeyLock(std::move(fd)));
+    // gc unlinked the file between our open and our lock: lock the current one instead.
+  }
+}
+
+Result<std::uint64_t> KeyLock::sweep(int locks_fd, const std::filesystem::path& locks_dir,
+                                     std::int64_t cutoff_ms) {
+  std::uint64_t removed = 0;
+  const auto files = JC_TRY(list_dir(locks_fd, locks_dir));
+  for (const DirEntry& file : files) {
+    if (!file.regular || !is_lock_name(file.name) || file.mtime_ms >= cutoff_ms) continue;
+    const int raw = ::openat(locks_fd, file.name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (raw < 0) continue;
+    UniqueFd fd(raw);
+    // Only unlink while holding the lock, so no holder is ever left on an unlinked inode.
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    if (same_file(fd.get(), locks_fd, file.name.c_str()) &&
+        ::unlinkat(locks_fd, file.name.c_str(), 0) == 0)
+      ++removed;
+  }
+  return removed;
+}
+
+}  // namespace jitcache::cache

@@ -1,0 +1,39 @@
+// One producer per key across processes: an exclusive flock on <root>/locks/<key>.lock.
+//
+// flock, not a lock file holding a PID: the kernel releases it when its holder dies, so
+// a killed producer never blocks the next one, and there is nothing stale to clean up.
+// gc may unlink an idle lock file; a waiter that then wins the lock on the unlinked inode
+// notices (the path no longer names its inode) and retries on the new file.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+
+#include "cache/files.hpp"
+#include "cache/hash.hpp"
+#include "jitcache/error.hpp"
+
+namespace jitcache::cache {
+
+class KeyLock {
+ public:
+  KeyLock(KeyLock&&) = default;
+  KeyLock& operator=(KeyLock&&) = default;
+  ~KeyLock() = default;  // closing the descriptor releases the lock
+
+  // Waits up to `timeout` for the lock; std::nullopt when it timed out.
+  static Result<std::optional<KeyLock>> acquire(int locks_fd, const std::filesystem::path& locks_dir,
+                                                const CacheKey& key,
+                                                std::chrono::milliseconds timeout);
+
+  // Removes lock files older than `cutoff_ms` that nobody holds. Returns how many.
+  static Result<std::uint64_t> sweep(int locks_fd, const std::filesystem::path& locks_dir,
+                                     std::int64_t cutoff_ms);
+
+ private:
+  explicit KeyLock(UniqueFd fd) : m_fd(std::move(fd)) {}
+  UniqueFd m_fd;
+};
+
+}  // namespace jitcache::cache

@@ -1,0 +1,118 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jitcache/log.hpp"
+#include "support/env.hpp"
+
+namespace jitcache::env {
+namespace {
+
+class ScopedVar {
+ public:
+  ScopedVar(const char* name, const char* value) : m_name(name) {
+    if (const char* old = std::getenv(name)) m_old = old;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedVar() {
+    if (m_old)
+      ::setenv(m_name.c_str(), m_old->c_str(), 1);
+    else
+      ::unsetenv(m_name.c_str());
+  }
+
+ private:
+  std::string m_name;
+  std::optional<std::string> m_old;
+};
+
+TEST(EnvRegistry, DeclaresTheIssueVariablesOnceEach) {
+  std::vector<std::string> names;
+  for (const EnvVar* var : registry()) {
+    names.emplace_back(var->name);
+    EXPECT_FALSE(var->doc.empty()) << var->name;
+  }
+  for (const char* required :
+       {"JITCACHE_DIR", "JITCACHE_LOG_LEVEL", "JITCACHE_STRICT", "VLLM_NVFP4_MLA_SCALES_FILE"})
+    EXPECT_EQ(std::count(names.begin(), names.end(), required), 1) << required;
+}
+
+TEST(EnvRegistry, BlankValuesReadAsAbsentAndValuesAreTrimmed) {
+  ScopedVar blank("VLLM_NVFP4_MLA_SCALES_FILE", " \t ");
+  EXPECT_EQ(get(vllm_nvfp4_mla_scales_file), std::nullopt);
+  ScopedVar padded("JITCACHE_DIR", "  /tmp/x  ");
+  EXPECT_EQ(get(jitcache_dir), "/tmp/x");
+}
+
+TEST(EnvRegistry, BooleansParseAndBadOnesAreErrors) {
+  for (const char* yes : {"1", "true", "YES", "On"}) {
+    ScopedVar v("JITCACHE_STRICT", yes);
+    EXPECT_EQ(get_bool(jitcache_strict), true) << yes;
+    EXPECT_TRUE(strict_mode());
+  }
+  for (const char* no : {"0", "false", "No", "off"}) {
+    ScopedVar v("JITCACHE_STRICT", no);
+    EXPECT_EQ(get_bool(jitcache_strict), false) << no;
+  }
+  ScopedVar bad("JITCACHE_STRICT", "maybe");
+  const auto parsed = get_bool(jitcache_strict);
+  ASSERT_FALSE(parsed);
+  EXPECT_EQ(parsed.error().message, "JITCACHE_STRICT=maybe: expected a boolean (1/0, true/false)");
+  EXPECT_FALSE(strict_mode());
+  EXPECT_FALSE(check_value(jitcache_strict));
+}
+
+TEST(EnvRegistry, LogLevelValuesAreChecked) {
+  ScopedVar good("JITCACHE_LOG_LEVEL", "warning");
+  EXPECT_TRUE(check_value(jitcache_log_level));
+  ScopedVar bad("JITCACHE_LOG_LEVEL", "loud");
+  const auto checked = check_value(jitcache_log_level);
+  ASSERT_FALSE(checked);
+  EXPECT_NE(checked.error().message.find("JITCACHE_LOG_LEVEL=loud"), std::string::npos);
+}
+
+TEST(EnvRegistry, UnknownPrefixedVariablesGetSuggestions) {
+  const std::vector<std::string> entries = {
+      "PATH=/usr/bin",           "JITCACHE_DIR=/x",        "JITCACHE_DIRR=/y",
+      "JITCACHE_STRCT=1",        "JITCACHE_LOGLEVEL=info", "JITCACHE_SOMETHING_ELSE=1",
+      "VLLM_NVFP4_MLA_SCALE_FILE=/s", "VLLM_OTHER=1"};
+  const auto unknown = unknown_prefixed_vars(entries);
+  ASSERT_EQ(unknown.size(), 5u);
+  EXPECT_EQ(unknown[0].name, "JITCACHE_DIRR");
+  EXPECT_EQ(unknown[0].suggestion, "JITCACHE_DIR");
+  EXPECT_EQ(unknown[1].suggestion, "JITCACHE_STRICT");
+  EXPECT_EQ(unknown[2].suggestion, "JITCACHE_LOG_LEVEL");
+  EXPECT_EQ(unknown[3].name, "JITCACHE_SOMETHING_ELSE");
+  EXPECT_EQ(unknown[3].suggestion, "");  // nothing close: no guess
+  EXPECT_EQ(unknown[4].suggestion, "VLLM_NVFP4_MLA_SCALES_FILE");
+}
+
+TEST(EnvRegistry, UnknownVariableWarnsOnceOrFailsInStrictMode) {
+  ScopedVar typo("JITCACHE_DIRECTORY_X", "1");
+  ScopedVar strict_off("JITCACHE_STRICT", nullptr);
+  std::vector<std::string> warnings;
+  set_log_sink([&](LogLevel level, std::string_view m) {
+    if (level == LogLevel::warning) warnings.emplace_back(m);
+  });
+  EXPECT_TRUE(check_unknown_vars());
+  EXPECT_TRUE(check_unknown_vars());
+  set_log_sink(nullptr);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("JITCACHE_DIRECTORY_X is not a declared jitcache variable"), std::string::npos);
+
+  ScopedVar strict("JITCACHE_STRICT", "1");
+  const auto checked = check_unknown_vars();
+  ASSERT_FALSE(checked);
+  EXPECT_NE(checked.error().message.find("JITCACHE_DIRECTORY_X"), std::string::npos);
+  EXPECT_NE(checked.error().message.find("strict mode"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace jitcache::env

@@ -166,8 +166,9 @@ std::expected<std::unique_ptr<Index>, Index::OpenFailure> Index::open(
 
   if ((rc = exec("BEGIN IMMEDIATE")) != SQLITE_OK) return fail("starting the schema transaction", rc);
   auto rollback_and_fail = [&](const std::string& what, int code) {
+    auto failure = fail(what, code);  // before ROLLBACK replaces SQLite's message
     exec("ROLLBACK");
-    return fail(what, code);
+    return failure;
   };
   int version = 0;
   {

@@ -39,6 +39,8 @@ Result<std::optional<KeyLock>> KeyLock::acquire(int locks_fd, const std::filesys
     const int raw = ::openat(locks_fd, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (raw < 0) return std::unexpected(errno_error("opening lock " + (locks_dir / name).string(), errno));
     UniqueFd fd(raw);
+    // The creation mode passed through the umask; lock files are 0600 like every file.
+    ::fchmod(fd.get(), 0600);
     for (;;) {
       if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) break;
       if (errno != EWOULDBLOCK && errno != EINTR)

@@ -95,8 +95,11 @@ Store::Store(std::filesystem::path root, StoreOptions options, UniqueFd root_fd,
       m_locks_fd(std::move(locks_fd)) {}
 
 Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& root, StoreOptions options) {
-  const std::filesystem::path absolute =
-      (root.is_absolute() ? root : std::filesystem::absolute(root)).lexically_normal();
+  if (root.empty()) return make_error(ErrorCode::invalid_argument, "cache directory: empty path");
+  std::error_code ec;
+  const std::filesystem::path cwd_relative = std::filesystem::absolute(root, ec);
+  if (ec) return make_error(ErrorCode::io, root.string() + ": " + ec.message());
+  const std::filesystem::path absolute = cwd_relative.lexically_normal();
   std::filesystem::path clean = absolute;
   if (clean.has_relative_path() && clean.filename().empty()) clean = clean.parent_path();
   UniqueFd root_fd = JC_TRY(open_private_dir(clean, CreateParents::yes));

@@ -94,7 +94,7 @@ class LogCapture {
 inline std::vector<std::string> sql_query(const std::filesystem::path& db, const std::string& sql) {
   sqlite3* handle = nullptr;
   std::vector<std::string> rows;
-  if (sqlite3_open_v2(db.c_str(), &handle, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(db.c_str(), &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
     rows.push_back(std::string("ERROR: ") + sqlite3_errmsg(handle));
     sqlite3_close(handle);
     return rows;

@@ -41,6 +41,10 @@ class Compiler {
   virtual std::string name() const = 0;
   // Exact version, e.g. "13.0".
   virtual std::string version() const = 0;
+  // A digest of what this compiler build emits for a fixed empty program: two builds
+  // that share a version number but generate different code get different keys.
+  // Computed once per Compiler object.
+  virtual Result<std::string> fingerprint() const = 0;
   // The normalized options used for a spec (part of the cache key).
   virtual std::vector<std::string> options(const KernelSpec& spec) const = 0;
   // Compiles. A compile error returns ErrorCode::compile with the options and the full

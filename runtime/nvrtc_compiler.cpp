@@ -1,11 +1,16 @@
 #include <nvrtc.h>
 
+#include <xxhash.h>
+
 #include <chrono>
+#include <cstdio>
+#include <mutex>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "runtime/compiler.hpp"
+#include "support/env.hpp"
 
 namespace jitcache {
 namespace {
@@ -41,16 +46,25 @@ class NvrtcCompiler final : public Compiler {
     return std::to_string(major) + "." + std::to_string(minor);
   }
 
+  Result<std::string> fingerprint() const override {
+    std::call_once(m_fingerprint_once, [this] { m_fingerprint = compute_fingerprint(); });
+    return m_fingerprint;
+  }
+
   std::vector<std::string> options(const KernelSpec& spec) const override {
     // IEEE-exact numerics are part of the contract with the host executor: no FMA
     // contraction, correctly rounded division and square root, denormals kept.
-    return {"--gpu-architecture=" + spec.target.arch_option(),
-            "--std=c++17",
-            "--fmad=false",
-            "--prec-div=true",
-            "--prec-sqrt=true",
-            "--ftz=false",
-            "--ptxas-options=-v"};
+    std::vector<std::string> options = {"--gpu-architecture=" + spec.target.arch_option(),
+                                        "--std=c++17",
+                                        "--fmad=false",
+                                        "--prec-div=true",
+                                        "--prec-sqrt=true",
+                                        "--ftz=false",
+                                        "--ptxas-options=-v"};
+    // Line information changes the binary, never the numerics; an unparsable value is
+    // treated as off (env::get_bool reports it where the registry is checked).
+    if (env::get_bool(env::jitcache_lineinfo).value_or(false)) options.push_back("--generate-line-info");
+    return options;
   }
 
   Result<CompiledArtifact> compile(const GeneratedSource& source) const override {
@@ -113,6 +127,38 @@ class NvrtcCompiler final : public Compiler {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
     return artifact;
   }
+
+ private:
+  // PTX of a tiny fixed program for a fixed virtual target, plus the architectures this
+  // NVRTC supports: what distinguishes builds that report the same version.
+  static Result<std::string> compute_fingerprint() {
+    const char* source = "extern \"C\" __global__ void jc_fingerprint(float* p, float s) { p[0] = __fdiv_rn(p[1], s); }\n";
+    nvrtcProgram raw = nullptr;
+    if (nvrtcCreateProgram(&raw, source, "fingerprint.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS)
+      return make_error(ErrorCode::compile, "NVRTC could not create the fingerprint program");
+    Program program(raw);
+    const char* opts[] = {"--gpu-architecture=compute_90"};
+    if (nvrtcCompileProgram(program.get(), 1, opts) != NVRTC_SUCCESS)
+      return make_error(ErrorCode::compile, "NVRTC could not compile the fingerprint program");
+    std::size_t size = 0;
+    nvrtcGetPTXSize(program.get(), &size);
+    std::string text(size, '\0');
+    nvrtcGetPTX(program.get(), text.data());
+    int count = 0;
+    if (nvrtcGetNumSupportedArchs(&count) == NVRTC_SUCCESS && count > 0) {
+      std::vector<int> archs(static_cast<std::size_t>(count));
+      nvrtcGetSupportedArchs(archs.data());
+      for (int a : archs) text += " sm" + std::to_string(a);
+    }
+    const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+    char hex[33];
+    std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                  static_cast<unsigned long long>(h.low64));
+    return std::string(hex);
+  }
+
+  mutable std::once_flag m_fingerprint_once;
+  mutable Result<std::string> m_fingerprint = std::string();
 };
 
 }  // namespace

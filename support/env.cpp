@@ -26,10 +26,15 @@ const EnvVar vllm_nvfp4_mla_scales_file{
 const EnvVar xdg_cache_home{"XDG_CACHE_HOME", EnvType::path, "",
                             "Base of the default cache directory ($XDG_CACHE_HOME/jitcache)."};
 const EnvVar home{"HOME", EnvType::path, "", "Fallback base of the cache directory (~/.cache/jitcache)."};
+const EnvVar jitcache_lineinfo{"JITCACHE_LINEINFO", EnvType::boolean, "0",
+                               "Compile kernels with line information (-lineinfo) for profilers; "
+                               "recorded in every kernel's cache key.",
+                               true};
 
 namespace {
 const EnvVar* const k_registry[] = {&jitcache_dir, &jitcache_log_level, &jitcache_strict,
-                                    &vllm_nvfp4_mla_scales_file, &xdg_cache_home, &home};
+                                    &vllm_nvfp4_mla_scales_file, &xdg_cache_home, &home,
+                                    &jitcache_lineinfo};
 
 // VLLM_NVFP4_MLA_ is owned too: a misspelt VLLM_NVFP4_MLA_SCALES_FILE silently drops the
 // override, the very mistake the registry exists to catch.

@@ -20,6 +20,9 @@ struct EnvVar {
   EnvType type;
   std::string_view default_value;  // "" = no default
   std::string_view doc;
+  // The variable changes what a compile produces, so its effective value is a fact of
+  // every kernel's cache key (runtime/kernel_cache.cpp).
+  bool affects_compilation = false;
 };
 
 const char* to_string(EnvType type);
@@ -31,6 +34,7 @@ extern const EnvVar jitcache_strict;
 extern const EnvVar vllm_nvfp4_mla_scales_file;
 extern const EnvVar xdg_cache_home;
 extern const EnvVar home;
+extern const EnvVar jitcache_lineinfo;
 
 std::span<const EnvVar* const> registry();
 

@@ -570,6 +570,7 @@ Result<GcReport> Store::gc(const GcOptions& options) {
   JC_TRY(flush());
   GcReport report;
   const std::uint64_t cap = options.max_bytes.value_or(m_options.max_bytes);
+  report.max_bytes = cap;
   const Removed removed = JC_TRY(with_index([&](Index& index) { return index.evict(cap, std::nullopt); }));
   remove_blobs(removed.unreferenced);
   report.evicted_entries = removed.entries.size();

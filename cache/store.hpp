@@ -128,6 +128,7 @@ struct GcReport {
   std::uint64_t lock_files = 0;
   std::uint64_t quarantine_files = 0;
   std::uint64_t bytes_after = 0;
+  std::uint64_t max_bytes = 0;  // the cap applied
 };
 
 enum class DryRun { no, yes };

@@ -1,0 +1,73 @@
+#include "cache/report.hpp"
+
+#include <ctime>
+
+namespace jitcache::cache {
+
+std::string format_time(std::int64_t unix_ms, TimeFormat format) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm utc{};
+  if (::gmtime_r(&seconds, &utc) == nullptr) return "?";
+  char buffer[40];
+  if (format == TimeFormat::human) {
+    std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &utc);
+    return buffer;
+  }
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &utc);
+  char millis[8];
+  std::snprintf(millis, sizeof millis, ".%03dZ", static_cast<int>(unix_ms % 1000));
+  return std::string(buffer) + millis;
+}
+
+nlohmann::ordered_json to_json(const EntryInfo& entry) {
+  nlohmann::ordered_json facts = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : entry.facts.fields()) facts[name] = value;
+  return {{"key", entry.key.to_hex()},
+          {"digest", entry.digest.to_hex()},
+          {"size", entry.size},
+          {"key_schema", entry.key_schema},
+          {"created", format_time(entry.created_ms, TimeFormat::iso)},
+          {"last_used", format_time(entry.last_used_ms, TimeFormat::iso)},
+          {"hits", entry.hits},
+          {"compile_ms", entry.compile_ms},
+          {"facts", facts}};
+}
+
+nlohmann::ordered_json to_json(const Stats& stats) {
+  const Counters& t = stats.totals;
+  return {{"entries", stats.entries},
+          {"bytes", stats.bytes},
+          {"max_bytes", stats.max_bytes},
+          {"hits", {{"memory", t.memory_hits}, {"disk", t.disk_hits}}},
+          {"coalesced", t.coalesced},
+          {"misses", t.misses},
+          {"compiles", t.produces},
+          {"compile_failures", t.produce_failures},
+          {"compile_ms", {{"spent", t.compile_ms_spent}, {"saved", t.compile_ms_saved}}},
+          {"quarantined", t.quarantined},
+          {"evicted", t.evicted}};
+}
+
+nlohmann::ordered_json to_json(const VerifyReport& report) {
+  nlohmann::ordered_json bad = nlohmann::ordered_json::array();
+  for (const VerifyFinding& f : report.bad)
+    bad.push_back({{"key", f.key.to_hex()}, {"digest", f.digest.to_hex()}, {"problem", f.problem}});
+  return {{"clean", report.clean()},
+          {"checked", report.checked},
+          {"bad", bad},
+          {"integrity", report.integrity_problems},
+          {"orphan_blobs", report.orphan_blobs}};
+}
+
+nlohmann::ordered_json to_json(const GcReport& report) {
+  return {{"evicted_entries", report.evicted_entries},
+          {"evicted_bytes", report.evicted_bytes},
+          {"orphan_blobs", report.orphan_blobs},
+          {"temp_files", report.temp_files},
+          {"lock_files", report.lock_files},
+          {"quarantine_files", report.quarantine_files},
+          {"bytes_after", report.bytes_after},
+          {"max_bytes", report.max_bytes}};
+}
+
+}  // namespace jitcache::cache

@@ -1,0 +1,29 @@
+// Stable JSON and text forms of the store's value types, shared by the CLI and by anyone
+// who reports on a cache. Field names here are a public contract for scripts that read
+// `jitcache ... --json`; add fields, never rename them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cache/entry.hpp"
+#include "cache/store.hpp"
+
+namespace jitcache::cache {
+
+enum class TimeFormat { human, iso };
+// Unix milliseconds as UTC: "2026-11-29 14:02:11" (human) or "2026-11-29T14:02:11.123Z".
+std::string format_time(std::int64_t unix_ms, TimeFormat format);
+
+// {"key", "digest", "size", "key_schema", "created", "last_used", "hits", "compile_ms", "facts"}
+nlohmann::ordered_json to_json(const EntryInfo& entry);
+// {"entries", "bytes", "max_bytes", "hits": {"memory", "disk"}, "coalesced", "misses",
+//  "compiles", "compile_failures", "compile_ms": {"spent", "saved"}, "quarantined", "evicted"}
+nlohmann::ordered_json to_json(const Stats& stats);
+// {"clean", "checked", "bad": [{"key", "digest", "problem"}], "integrity": [...], "orphan_blobs"}
+nlohmann::ordered_json to_json(const VerifyReport& report);
+nlohmann::ordered_json to_json(const GcReport& report);
+
+}  // namespace jitcache::cache

@@ -1,0 +1,308 @@
+// `jitcache inspect | stats | clear | verify | gc` run as a user runs them, on a cache
+// filled through the library: exit codes (0 ok, 1 findings or invalid input, 2 usage or
+// environment), one JSON document on stdout with --json, errors on stderr naming the file.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cache/store.hpp"
+#include "test_support.hpp"
+
+extern char** environ;
+
+namespace jitcache {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Outcome {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+cache::Facts entry_facts(const std::string& kernel, const std::string& target, const std::string& scale,
+                         const std::string& rope) {
+  return cache::Facts{{"kernel", kernel},         {"target", target},   {"latent_scale", scale},
+                      {"rope", rope},             {"nvrtc_version", "12.8"}, {"generator_version", "1"}};
+}
+
+class CliCacheTest : public testing::TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    m_root = dir() / "cache";
+    auto store = cache::Store::open(m_root);
+    ASSERT_OK(store);
+    m_entries = {entry_facts("kv_write", "sm_120a", "identity", "bf16"),
+                 entry_facts("kv_write", "sm_120a", "dynamic", "bf16"),
+                 entry_facts("kv_gather", "sm_120a", "dynamic", "fp8"),
+                 entry_facts("kv_write", "sm_100a", "dynamic", "fp8")};
+    for (std::size_t i = 0; i < m_entries.size(); ++i) {
+      cache::Bytes bytes(1000 * (i + 1), static_cast<std::byte>(i + 1));
+      ASSERT_OK((*store)->put(m_entries[i].key(), m_entries[i], bytes, 100.0 * (i + 1)));
+    }
+  }
+
+  Outcome jitcache(std::vector<std::string> args, const std::vector<std::string>& extra_env = {}) {
+    args.insert(args.begin(), JITCACHE_CLI_PATH);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      if (!entry.starts_with("JITCACHE_DIR=") && !entry.starts_with("XDG_CACHE_HOME=")) env_strings.push_back(entry);
+    }
+    for (const std::string& e : extra_env) env_strings.push_back(e);
+    std::vector<char*> envp;
+    for (std::string& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    const fs::path out = dir() / ".stdout", err = dir() / ".stderr";
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&files);
+    Outcome outcome;
+    if (rc != 0) {
+      ADD_FAILURE() << "cannot start " << argv[0] << ": " << std::strerror(rc);
+      return outcome;
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status)) << "the CLI died of signal " << WTERMSIG(status);
+    outcome.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    outcome.out = read_text(out);
+    outcome.err = read_text(err);
+    return outcome;
+  }
+
+  Outcome run(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--cache-dir", m_root.string()});
+    return jitcache(std::move(args));
+  }
+
+  static json parse(const Outcome& o) {
+    json doc = json::parse(o.out, nullptr, false);
+    EXPECT_FALSE(doc.is_discarded()) << "stdout is not one JSON document:\n" << o.out;
+    return doc;
+  }
+
+  fs::path blob_of(std::size_t i) const {
+    const cache::Bytes bytes(1000 * (i + 1), static_cast<std::byte>(i + 1));
+    const std::string hex = cache::BlobDigest::of(bytes).to_hex();
+    return m_root / "blobs" / hex.substr(0, 2) / hex;
+  }
+
+  fs::path m_root;
+  std::vector<cache::Facts> m_entries;
+};
+
+TEST_F(CliCacheTest, InspectListsEveryEntryWithItsFacts) {
+  const Outcome o = run({"inspect"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.err, "");
+  for (const char* column : {"KEY", "KERNEL", "TARGET", "LATENT_SCALE", "ROPE", "SIZE", "CREATED", "LAST USED", "HITS"})
+    EXPECT_NE(o.out.find(column), std::string::npos) << column;
+  for (const auto& facts : m_entries) EXPECT_NE(o.out.find(facts.key().to_hex().substr(0, 16)), std::string::npos);
+  EXPECT_NE(o.out.find("kv_gather"), std::string::npos);
+  EXPECT_NE(o.out.find("sm_100a"), std::string::npos);
+}
+
+TEST_F(CliCacheTest, InspectJsonIsOneDocument) {
+  const Outcome o = run({"inspect", "--json"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  const json doc = parse(o);
+  ASSERT_EQ(doc["entries"].size(), 4u);
+  EXPECT_EQ(doc["cache_dir"], m_root.string());
+  for (const auto& e : doc["entries"]) {
+    for (const char* field : {"key", "digest", "size", "key_schema", "created", "last_used", "hits", "compile_ms", "facts"})
+      EXPECT_TRUE(e.contains(field)) << field;
+    cache::Facts facts;
+    for (const auto& [name, value] : e["facts"].items()) facts.set(name, value.get<std::string>());
+    EXPECT_EQ(facts.key().to_hex(), e["key"]) << "the printed facts are the facts of the key";
+  }
+}
+
+TEST_F(CliCacheTest, InspectFiltersByLatentScaleArchAndKernel) {
+  Outcome o = run({"inspect", "--json", "--latent-scale", "identity"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  json doc = parse(o);
+  ASSERT_EQ(doc["entries"].size(), 1u);
+  EXPECT_EQ(doc["entries"][0]["key"], m_entries[0].key().to_hex());
+
+  o = run({"inspect", "--json", "--arch", "sm_120a", "--kernel", "kv_write"});
+  doc = parse(o);
+  EXPECT_EQ(doc["entries"].size(), 2u);
+
+  o = run({"inspect", "--json", "--arch", "sm_120"});
+  ASSERT_EQ(o.code, 0);
+  EXPECT_EQ(parse(o)["entries"].size(), 0u) << "targets match exactly: sm_120 is not sm_120a";
+}
+
+TEST_F(CliCacheTest, InspectKeyPrefixShowsAllFacts) {
+  const std::string key = m_entries[2].key().to_hex();
+  const Outcome o = run({"inspect", key.substr(0, 10)});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find(key), std::string::npos);
+  for (const auto& [name, value] : m_entries[2].fields()) {
+    EXPECT_NE(o.out.find(name), std::string::npos) << name;
+    EXPECT_NE(o.out.find(value), std::string::npos) << value;
+  }
+  const Outcome j = run({"inspect", key, "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_EQ(parse(j)["entries"][0]["facts"]["generator_version"], "1");
+}
+
+TEST_F(CliCacheTest, InspectUnknownKeyIsAFinding) {
+  std::string key = m_entries[0].key().to_hex();
+  key[0] = key[0] == '0' ? '1' : '0';
+  const Outcome o = run({"inspect", key});
+  EXPECT_EQ(o.code, 1);
+  EXPECT_EQ(o.out, "");
+  EXPECT_NE(o.err.find("index.db"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("no entry matches"), std::string::npos) << o.err;
+}
+
+TEST_F(CliCacheTest, InspectAmbiguousPrefixIsAFinding) {
+  // With four keys, some one-digit prefix may be shared; the empty-ish prefix of a
+  // single hex digit that matches two entries is found by trying all sixteen.
+  for (char digit : std::string("0123456789abcdef")) {
+    int matches = 0;
+    for (const auto& f : m_entries) matches += f.key().to_hex()[0] == digit;
+    if (matches < 2) continue;
+    const Outcome o = run({"inspect", std::string(1, digit)});
+    EXPECT_EQ(o.code, 1);
+    EXPECT_NE(o.err.find("entries match"), std::string::npos) << o.err;
+    return;
+  }
+  GTEST_SKIP() << "no two keys share a first digit in this data set";
+}
+
+TEST_F(CliCacheTest, UsageErrorsExitTwo) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"inspect", "not-hex"}, {"inspect", "--latent-scale", "half"},
+        {"inspect", "0123456789abcdef0123456789abcdef0"}, {"clear"}, {"clear", "--all", "--kernel", "kv_write"},
+        {"gc", "--max-size", "lots"}, {"gc", "--max-size", "-5G"}, {"stats", "--bogus"}}) {
+    const Outcome o = run(args);
+    EXPECT_EQ(o.code, 2) << args[0] << " " << (args.size() > 1 ? args[1] : "") << ": " << o.err;
+    EXPECT_NE(o.err, "");
+  }
+}
+
+TEST_F(CliCacheTest, StatsJson) {
+  const Outcome o = run({"stats", "--json"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  const json doc = parse(o);
+  EXPECT_EQ(doc["entries"], 4);
+  EXPECT_EQ(doc["bytes"], 10000);
+  EXPECT_EQ(doc["max_bytes"], 2147483648ull);
+  for (const char* field : {"hits", "misses", "compiles", "compile_ms", "quarantined", "evicted", "coalesced"})
+    EXPECT_TRUE(doc.contains(field)) << field;
+  const Outcome text = run({"stats"});
+  ASSERT_EQ(text.code, 0);
+  EXPECT_NE(text.out.find("entries          4"), std::string::npos) << text.out;
+}
+
+TEST_F(CliCacheTest, ClearDryRunRemovesNothing) {
+  const Outcome o = run({"clear", "--latent-scale", "identity", "--dry-run"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("would remove 1 entries"), std::string::npos) << o.out;
+  EXPECT_EQ(parse(run({"inspect", "--json"}))["entries"].size(), 4u);
+}
+
+TEST_F(CliCacheTest, ClearByFilterRemovesOnlyMatches) {
+  const Outcome o = run({"clear", "--latent-scale", "identity"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("removed 1 entries"), std::string::npos) << o.out;
+  const json doc = parse(run({"inspect", "--json"}));
+  ASSERT_EQ(doc["entries"].size(), 3u);
+  for (const auto& e : doc["entries"]) EXPECT_EQ(e["facts"]["latent_scale"], "dynamic");
+  EXPECT_FALSE(fs::exists(blob_of(0)));
+}
+
+TEST_F(CliCacheTest, ClearAllEmptiesTheCache) {
+  const Outcome o = run({"clear", "--all"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("removed 4 entries"), std::string::npos) << o.out;
+  EXPECT_EQ(parse(run({"stats", "--json"}))["entries"], 0);
+}
+
+TEST_F(CliCacheTest, VerifyCleanExitsZero) {
+  const Outcome o = run({"verify", "--json"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  const json doc = parse(o);
+  EXPECT_EQ(doc["clean"], true);
+  EXPECT_EQ(doc["checked"], 4);
+  EXPECT_EQ(doc["bad"].size(), 0u);
+}
+
+TEST_F(CliCacheTest, VerifyFindsDamageExitsOneThenQuarantined) {
+  fs::resize_file(blob_of(1), 10);
+  const Outcome o = run({"verify", "--json"});
+  EXPECT_EQ(o.code, 1) << o.err;
+  const json doc = parse(o);
+  EXPECT_EQ(doc["clean"], false);
+  ASSERT_EQ(doc["bad"].size(), 1u);
+  EXPECT_EQ(doc["bad"][0]["key"], m_entries[1].key().to_hex());
+  EXPECT_NE(doc["bad"][0]["problem"].get<std::string>().find(blob_of(1).string()), std::string::npos);
+  const Outcome text = run({"verify"});
+  EXPECT_EQ(text.code, 0) << "the bad entry was quarantined by the first run: " << text.out;
+  EXPECT_NE(text.out.find("checked 3 entries: 0 bad"), std::string::npos) << text.out;
+}
+
+TEST_F(CliCacheTest, GcShrinksToMaxSize) {
+  const Outcome o = run({"gc", "--max-size", "5K"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("evicted"), std::string::npos);
+  const json stats = parse(run({"stats", "--json"}));
+  EXPECT_LE(stats["bytes"].get<std::uint64_t>(), 5120u);
+  EXPECT_GT(stats["evicted"].get<std::uint64_t>(), 0u);
+}
+
+TEST_F(CliCacheTest, HostileCacheDirectoryIsAnEnvironmentError) {
+  ::chmod(m_root.c_str(), 0777);
+  const Outcome o = run({"stats"});
+  EXPECT_EQ(o.code, 2);
+  EXPECT_EQ(o.out, "");
+  EXPECT_NE(o.err.find(m_root.string()), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("world-writable"), std::string::npos) << o.err;
+  ::chmod(m_root.c_str(), 0700);
+}
+
+TEST_F(CliCacheTest, CacheDirectoryComesFromTheEnvironmentWithoutOption) {
+  const Outcome o = jitcache({"stats", "--json"}, {"JITCACHE_DIR=" + m_root.string()});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(parse(o)["cache_dir"], m_root.string());
+  EXPECT_EQ(parse(o)["entries"], 4);
+  const Outcome xdg = jitcache({"stats", "--json"}, {"XDG_CACHE_HOME=" + (dir() / "xdg").string()});
+  ASSERT_EQ(xdg.code, 0) << xdg.err;
+  EXPECT_EQ(parse(xdg)["cache_dir"], (dir() / "xdg" / "jitcache").string());
+  const Outcome both = jitcache({"--cache-dir", m_root.string(), "stats", "--json"},
+                                {"JITCACHE_DIR=" + (dir() / "other").string()});
+  ASSERT_EQ(both.code, 0) << both.err;
+  EXPECT_EQ(parse(both)["cache_dir"], m_root.string()) << "--cache-dir wins over JITCACHE_DIR";
+}
+
+}  // namespace
+}  // namespace jitcache

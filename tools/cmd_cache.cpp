@@ -1,0 +1,337 @@
+// `jitcache inspect | stats | clear | verify | gc`: look into and maintain the kernel cache.
+// Parsing and printing only; the store (cache/store.hpp) does the work.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cache/report.hpp"
+#include "cache/store.hpp"
+#include "runtime/cache_dir.hpp"
+#include "tools/cli.hpp"
+
+namespace jitcache::cli {
+namespace {
+
+using cache::EntryFilter;
+using cache::EntryInfo;
+using cache::Store;
+
+// The facts shown as columns; the store itself knows no fact by meaning.
+constexpr const char* k_column_facts[] = {"kernel", "target", "latent_scale", "rope"};
+constexpr std::size_t k_key_prefix_chars = 16;
+
+struct FilterArgs {
+  std::string key;
+  std::string kernel;
+  std::string arch;
+  std::string latent_scale;
+  std::string rope;
+
+  bool any() const {
+    return !key.empty() || !kernel.empty() || !arch.empty() || !latent_scale.empty() || !rope.empty();
+  }
+  EntryFilter filter() const {
+    EntryFilter f;
+    if (!key.empty()) f.key_prefix = key;
+    if (!kernel.empty()) f.facts.emplace_back("kernel", kernel);
+    if (!arch.empty()) f.facts.emplace_back("target", arch);
+    if (!latent_scale.empty()) f.facts.emplace_back("latent_scale", latent_scale);
+    if (!rope.empty()) f.facts.emplace_back("rope", rope);
+    return f;
+  }
+};
+
+void add_filter_options(CLI::App* command, FilterArgs& args) {
+  command->add_option("--kernel", args.kernel, "Only entries whose fact 'kernel' is K");
+  command->add_option("--arch", args.arch, "Only entries whose fact 'target' is A (exact: sm_120a != sm_120)");
+  command->add_option("--latent-scale", args.latent_scale, "Only entries built for identity or dynamic scales")
+      ->check(CLI::IsMember({"identity", "dynamic"}));
+  command->add_option("--rope", args.rope, "Only entries whose fact 'rope' is R")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
+}
+
+CLI::Validator hex_prefix_validator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const bool hex = !text.empty() && text.size() <= cache::k_hash_hex_chars &&
+                         std::all_of(text.begin(), text.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+        return hex ? std::string() : "KEY must be 1 to 32 hex digits (a key or a unique prefix of one)";
+      },
+      "HEX");
+}
+
+CLI::Validator size_validator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        auto size = cache::parse_size(text);
+        return size ? std::string() : size.error().message;
+      },
+      "SIZE");
+}
+
+// Resolves the cache directory and opens the store; prints the error and sets the exit
+// code on failure.
+std::unique_ptr<Store> open_store(const Context& context, int& exit_code) {
+  auto dir = runtime::resolve_cache_dir(
+      context.global.cache_dir.empty() ? std::nullopt : std::optional<std::filesystem::path>(context.global.cache_dir));
+  if (!dir) {
+    exit_code = report(dir.error());
+    return nullptr;
+  }
+  auto store = Store::open(dir->path);
+  if (!store) {
+    // An unusable cache directory is an environment problem, whatever the cause.
+    std::fprintf(stderr, "jitcache: error: %s\n", store.error().to_string().c_str());
+    exit_code = k_exit_usage;
+    return nullptr;
+  }
+  return std::move(*store);
+}
+
+std::string fact_or_dash(const EntryInfo& e, const char* name) {
+  auto value = e.facts.get(name);
+  return value && !value->empty() ? std::string(*value) : "-";
+}
+
+void print_table(const std::vector<EntryInfo>& entries) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"KEY", "KERNEL", "TARGET", "LATENT_SCALE", "ROPE", "SIZE", "CREATED", "LAST USED", "HITS"});
+  for (const EntryInfo& e : entries) {
+    std::vector<std::string> row{e.key.to_hex().substr(0, k_key_prefix_chars)};
+    for (const char* name : k_column_facts) row.push_back(fact_or_dash(e, name));
+    row.push_back(cache::format_size(e.size));
+    row.push_back(cache::format_time(e.created_ms, cache::TimeFormat::human));
+    row.push_back(cache::format_time(e.last_used_ms, cache::TimeFormat::human));
+    row.push_back(std::to_string(e.hits));
+    rows.push_back(std::move(row));
+  }
+  std::vector<std::size_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows)
+    for (std::size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+void print_entry(const Store& store, const EntryInfo& e) {
+  auto row = [](const char* name, const std::string& value) { std::printf("%-12s %s\n", name, value.c_str()); };
+  row("key", e.key.to_hex());
+  row("digest", e.digest.to_hex());
+  row("blob", store.blob_path(e.digest).string());
+  row("size", cache::format_size(e.size) + " (" + std::to_string(e.size) + " bytes)");
+  row("created", cache::format_time(e.created_ms, cache::TimeFormat::human) + " UTC");
+  row("last used", cache::format_time(e.last_used_ms, cache::TimeFormat::human) + " UTC");
+  row("hits", std::to_string(e.hits));
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.1f ms", e.compile_ms);
+  row("compile", ms);
+  row("key schema", std::to_string(e.key_schema));
+  std::printf("facts\n");
+  if (e.facts.empty()) std::printf("  (unreadable: %s)\n", e.facts_json.c_str());
+  std::size_t width = 0;
+  for (const auto& [name, value] : e.facts.fields()) width = std::max(width, name.size());
+  for (const auto& [name, value] : e.facts.fields())
+    std::printf("  %-*s  %s\n", static_cast<int>(width), name.c_str(), value.c_str());
+}
+
+struct InspectArgs {
+  FilterArgs filter;
+  bool json = false;
+};
+
+int run_inspect(const Context& context, const InspectArgs& args) {
+  int exit_code = k_exit_ok;
+  auto store = open_store(context, exit_code);
+  if (!store) return exit_code;
+  auto entries = store->list(args.filter.filter());
+  if (!entries) return report(entries.error());
+  if (!args.filter.key.empty() && entries->size() != 1) {
+    const std::string what = entries->empty() ? "no entry matches" : std::to_string(entries->size()) + " entries match";
+    std::fprintf(stderr, "jitcache: error: %s: %s key prefix %s%s\n", store->index_path().c_str(), what.c_str(),
+                 args.filter.key.c_str(), entries->empty() ? "" : "; give more digits");
+    return k_exit_findings;
+  }
+  if (args.json) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const EntryInfo& e : *entries) list.push_back(cache::to_json(e));
+    std::cout << nlohmann::ordered_json{{"cache_dir", store->root().string()}, {"entries", list}}.dump(2) << "\n";
+    return k_exit_ok;
+  }
+  if (!args.filter.key.empty()) {
+    print_entry(*store, entries->front());
+    return k_exit_ok;
+  }
+  if (entries->empty()) {
+    std::printf("no entries%s in %s\n", args.filter.any() ? " match" : "", store->root().c_str());
+    return k_exit_ok;
+  }
+  print_table(*entries);
+  return k_exit_ok;
+}
+
+struct StatsArgs {
+  bool json = false;
+};
+
+int run_stats(const Context& context, const StatsArgs& args) {
+  int exit_code = k_exit_ok;
+  auto store = open_store(context, exit_code);
+  if (!store) return exit_code;
+  auto stats = store->stats();
+  if (!stats) return report(stats.error());
+  if (args.json) {
+    nlohmann::ordered_json doc{{"cache_dir", store->root().string()}};
+    doc.update(cache::to_json(*stats));
+    std::cout << doc.dump(2) << "\n";
+    return k_exit_ok;
+  }
+  const cache::Counters& t = stats->totals;
+  auto row = [](const char* name, const std::string& value) { std::printf("%-16s %s\n", name, value.c_str()); };
+  char buffer[128];
+  row("cache directory", store->root().string());
+  row("entries", std::to_string(stats->entries));
+  row("size", cache::format_size(stats->bytes) + " of " + cache::format_size(stats->max_bytes));
+  row("hits", "memory " + std::to_string(t.memory_hits) + ", disk " + std::to_string(t.disk_hits) +
+                  ", waited for a thread " + std::to_string(t.coalesced));
+  row("misses", std::to_string(t.misses));
+  row("compiles", std::to_string(t.produces) + " (" + std::to_string(t.produce_failures) + " failed)");
+  std::snprintf(buffer, sizeof buffer, "spent %.1f s, saved %.1f s", t.compile_ms_spent / 1000, t.compile_ms_saved / 1000);
+  row("compile time", buffer);
+  row("quarantined", std::to_string(t.quarantined));
+  row("evicted", std::to_string(t.evicted));
+  return k_exit_ok;
+}
+
+struct ClearArgs {
+  FilterArgs filter;
+  bool all = false;
+  bool dry_run = false;
+};
+
+int run_clear(const Context& context, const ClearArgs& args) {
+  if (args.all == args.filter.any()) {
+    std::fprintf(stderr, "jitcache: error: clear: give either --all or at least one filter (KEY, --kernel, "
+                         "--arch, --latent-scale, --rope)\n");
+    return k_exit_usage;
+  }
+  int exit_code = k_exit_ok;
+  auto store = open_store(context, exit_code);
+  if (!store) return exit_code;
+  auto removed = store->remove(args.all ? EntryFilter{} : args.filter.filter(),
+                               args.dry_run ? cache::DryRun::yes : cache::DryRun::no);
+  if (!removed) return report(removed.error());
+  std::uint64_t bytes = 0;
+  for (const EntryInfo& e : *removed) bytes += e.size;
+  if (args.dry_run) {
+    if (!removed->empty()) print_table(*removed);
+    std::printf("would remove %zu entries (%s)\n", removed->size(), cache::format_size(bytes).c_str());
+  } else {
+    std::printf("removed %zu entries (%s)\n", removed->size(), cache::format_size(bytes).c_str());
+  }
+  return k_exit_ok;
+}
+
+struct VerifyArgs {
+  bool json = false;
+};
+
+int run_verify(const Context& context, const VerifyArgs& args) {
+  int exit_code = k_exit_ok;
+  auto store = open_store(context, exit_code);
+  if (!store) return exit_code;
+  auto verified = store->verify();
+  if (!verified) return report(verified.error());
+  const int code = verified->clean() ? k_exit_ok : k_exit_findings;
+  if (args.json) {
+    nlohmann::ordered_json doc{{"cache_dir", store->root().string()}};
+    doc.update(cache::to_json(*verified));
+    std::cout << doc.dump(2) << "\n";
+    return code;
+  }
+  for (const cache::VerifyFinding& f : verified->bad)
+    std::printf("bad  %s  %s (quarantined)\n", f.key.to_hex().substr(0, k_key_prefix_chars).c_str(), f.problem.c_str());
+  for (const std::string& problem : verified->integrity_problems)
+    std::printf("index  %s: %s\n", store->index_path().c_str(), problem.c_str());
+  std::printf("checked %llu entries: %zu bad%s", static_cast<unsigned long long>(verified->checked),
+              verified->bad.size(), verified->integrity_problems.empty() ? ", index ok" : ", index DAMAGED");
+  if (verified->orphan_blobs > 0)
+    std::printf("; %llu orphan blob files (run jitcache gc)", static_cast<unsigned long long>(verified->orphan_blobs));
+  std::printf("\n");
+  return code;
+}
+
+struct GcArgs {
+  std::string max_size;
+};
+
+int run_gc(const Context& context, const GcArgs& args) {
+  int exit_code = k_exit_ok;
+  auto store = open_store(context, exit_code);
+  if (!store) return exit_code;
+  cache::GcOptions options;
+  if (!args.max_size.empty()) {
+    auto size = cache::parse_size(args.max_size);
+    if (!size) return report(size.error());
+    options.max_bytes = *size;
+  }
+  auto collected = store->gc(options);
+  if (!collected) return report(collected.error());
+  std::printf("evicted %llu entries (%s); removed %llu orphan blobs, %llu temporary files, %llu lock files, "
+              "%llu quarantined files; cache now %s of %s\n",
+              static_cast<unsigned long long>(collected->evicted_entries), cache::format_size(collected->evicted_bytes).c_str(),
+              static_cast<unsigned long long>(collected->orphan_blobs), static_cast<unsigned long long>(collected->temp_files),
+              static_cast<unsigned long long>(collected->lock_files),
+              static_cast<unsigned long long>(collected->quarantine_files), cache::format_size(collected->bytes_after).c_str(),
+              cache::format_size(collected->max_bytes).c_str());
+  return k_exit_ok;
+}
+
+void register_cache(CLI::App& root, Context& context) {
+  auto inspect_args = std::make_shared<InspectArgs>();
+  CLI::App* inspect = root.add_subcommand("inspect", "List cache entries, or show every fact of one");
+  inspect->add_option("KEY", inspect_args->filter.key, "A key or a unique prefix of one: show all its facts")
+      ->check(hex_prefix_validator());
+  add_filter_options(inspect, inspect_args->filter);
+  inspect->add_flag("--json", inspect_args->json, "One JSON document on stdout");
+  context.bind(inspect, [&context, inspect_args] { return run_inspect(context, *inspect_args); });
+
+  auto stats_args = std::make_shared<StatsArgs>();
+  CLI::App* stats = root.add_subcommand("stats", "Entries, size, hits by tier, misses, compiles, time spent and saved");
+  stats->add_flag("--json", stats_args->json, "One JSON document on stdout");
+  context.bind(stats, [&context, stats_args] { return run_stats(context, *stats_args); });
+
+  auto clear_args = std::make_shared<ClearArgs>();
+  CLI::App* clear = root.add_subcommand("clear", "Remove every entry (--all) or the entries matching filters");
+  clear->add_option("KEY", clear_args->filter.key, "A key or a key prefix")->check(hex_prefix_validator());
+  clear->add_flag("--all", clear_args->all, "Remove every entry");
+  add_filter_options(clear, clear_args->filter);
+  clear->add_flag("--dry-run", clear_args->dry_run, "Show what would be removed; remove nothing");
+  context.bind(clear, [&context, clear_args] { return run_clear(context, *clear_args); });
+
+  auto verify_args = std::make_shared<VerifyArgs>();
+  CLI::App* verify = root.add_subcommand(
+      "verify", "Re-hash every blob and check the index; quarantine bad entries (exit 1 if any)");
+  verify->add_flag("--json", verify_args->json, "One JSON document on stdout");
+  context.bind(verify, [&context, verify_args] { return run_verify(context, *verify_args); });
+
+  auto gc_args = std::make_shared<GcArgs>();
+  CLI::App* gc = root.add_subcommand(
+      "gc", "Evict least recently used entries down to the size cap; remove leftovers of crashed writers");
+  gc->add_option("--max-size", gc_args->max_size, "Size cap such as 500M or 2G (default 2G)")->check(size_validator());
+  context.bind(gc, [&context, gc_args] { return run_gc(context, *gc_args); });
+}
+
+const Registrar k_registrar(20, register_cache);
+
+}  // namespace
+}  // namespace jitcache::cli

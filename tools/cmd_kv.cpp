@@ -130,7 +130,12 @@ void add_common(CLI::App* cmd, KvArgs& args) {
 }
 
 void register_kv(CLI::App& root, Context& context) {
-  CLI::App* kv = root.add_subcommand("kv", "Quantize, dequantize and measure KV data on the CPU (host executor)");
+  // Other commands (`kv study`) hang under `kv` too; whoever registers first creates it.
+  CLI::App* kv = nullptr;
+  for (CLI::App* existing : root.get_subcommands([](const CLI::App* app) { return app->get_name() == "kv"; }))
+    kv = existing;
+  if (kv == nullptr) kv = root.add_subcommand("kv");
+  kv->description("Quantize, dequantize and measure KV data on the CPU (host executor)");
   kv->require_subcommand(1);
 
   auto quantize = std::make_shared<KvArgs>();

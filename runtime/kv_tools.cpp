@@ -73,8 +73,9 @@ Result<jc::u32> run_chunked(std::int64_t tokens, unsigned requested, const Run& 
 
 Status check_status(jc::u32 status, const char* kernel) {
   if (status == 0) return {};
-  return make_error(ErrorCode::internal, std::string("host ") + kernel +
-                                             " reported kernel status bits " + std::to_string(status));
+  return make_error(
+      ErrorCode::internal,
+      std::string("host ") + kernel + " reported kernel status bits " + std::to_string(status));
 }
 
 // bf16 rows [T, 576] -> records, token t into slot t.
@@ -85,25 +86,27 @@ Result<std::vector<std::uint8_t>> write_records(std::span<const std::uint16_t> r
   std::vector<std::uint8_t> cache(static_cast<std::size_t>(tokens) * bytes);
   std::vector<jc::i64> slots(static_cast<std::size_t>(tokens));
   std::iota(slots.begin(), slots.end(), jc::i64{0});
-  const jc::u32 status = JC_TRY(run_chunked(tokens, options.threads, [&](std::int64_t begin, std::int64_t end) {
-    jc::WriterParams params{};
-    params.kv_c = rows.data() + begin * k_row_dim;
-    params.kv_c_stride = k_row_dim;
-    params.k_pe = rows.data() + begin * k_row_dim + k_latent_dim;
-    params.k_pe_stride = k_row_dim;
-    params.slot_mapping = slots.data() + begin;
-    params.num_tokens = end - begin;
-    params.cache = cache.data();
-    params.num_slots = tokens;
-    return host_run_writer(options.scale.variant, options.rope, params, options.scale.value);
-  }));
+  const jc::u32 status =
+      JC_TRY(run_chunked(tokens, options.threads, [&](std::int64_t begin, std::int64_t end) {
+        jc::WriterParams params{};
+        params.kv_c = rows.data() + begin * k_row_dim;
+        params.kv_c_stride = k_row_dim;
+        params.k_pe = rows.data() + begin * k_row_dim + k_latent_dim;
+        params.k_pe_stride = k_row_dim;
+        params.slot_mapping = slots.data() + begin;
+        params.num_tokens = end - begin;
+        params.cache = cache.data();
+        params.num_slots = tokens;
+        return host_run_writer(options.scale.variant, options.rope, params, options.scale.value);
+      }));
   JC_TRY(check_status(status, "writer"));
   return cache;
 }
 
 // records -> bf16 rows [T, 576], slot t into row t. `name` stands for the records in errors.
 Result<std::vector<std::uint16_t>> gather_records(std::span<const std::uint8_t> records,
-                                                  const RecordOptions& options, std::string_view name) {
+                                                  const RecordOptions& options,
+                                                  std::string_view name) {
   const auto bytes = static_cast<std::size_t>(record_bytes(options.rope));
   if (records.size() % bytes != 0) {
     std::string hint;
@@ -118,8 +121,9 @@ Result<std::vector<std::uint16_t>> gather_records(std::span<const std::uint8_t> 
   }
   const std::size_t tokens = records.size() / bytes;
   if (tokens > static_cast<std::size_t>(std::numeric_limits<jc::i32>::max()))
-    return make_error(ErrorCode::invalid_input, std::string(name) + ": " + std::to_string(tokens) +
-                                                    " records exceed the gather kernel's int32 slot range");
+    return make_error(ErrorCode::invalid_input,
+                      std::string(name) + ": " + std::to_string(tokens) +
+                          " records exceed the gather kernel's int32 slot range");
   // The kernel needs 16-byte aligned records; a caller's span may start anywhere.
   std::vector<std::uint8_t> aligned_copy;
   if (reinterpret_cast<std::uintptr_t>(records.data()) % 16 != 0) {
@@ -130,29 +134,32 @@ Result<std::vector<std::uint16_t>> gather_records(std::span<const std::uint8_t> 
   std::iota(slots.begin(), slots.end(), jc::i32{0});
   std::vector<std::uint16_t> rows(tokens * k_row_dim);
   const auto count = static_cast<std::int64_t>(tokens);
-  const jc::u32 status = JC_TRY(run_chunked(count, options.threads, [&](std::int64_t begin, std::int64_t end) {
-    jc::GatherParams params{};
-    params.cache = records.data();
-    params.num_slots = count;
-    params.slots = slots.data() + begin;
-    params.num_rows = end - begin;
-    params.out = rows.data() + begin * k_row_dim;
-    params.out_stride = k_row_dim;
-    return host_run_gather(options.scale.variant, options.rope, params, options.scale.value);
-  }));
+  const jc::u32 status =
+      JC_TRY(run_chunked(count, options.threads, [&](std::int64_t begin, std::int64_t end) {
+        jc::GatherParams params{};
+        params.cache = records.data();
+        params.num_slots = count;
+        params.slots = slots.data() + begin;
+        params.num_rows = end - begin;
+        params.out = rows.data() + begin * k_row_dim;
+        params.out_stride = k_row_dim;
+        return host_run_gather(options.scale.variant, options.rope, params, options.scale.value);
+      }));
   JC_TRY(check_status(status, "gather"));
   return rows;
 }
 
 Status check_columns(std::span<const std::uint64_t> shape, std::string_view name) {
   if (shape[1] == k_row_dim || shape[1] == k_latent_dim) return {};
-  return make_error(ErrorCode::invalid_input, std::string(name) +
-                                                  ": field 'shape': expected (T, 576) or (T, 512) float32 "
-                                                  "(latent then RoPE per token), found " +
-                                                  npy::format_shape(shape));
+  return make_error(ErrorCode::invalid_input,
+                    std::string(name) +
+                        ": field 'shape': expected (T, 576) or (T, 512) float32 "
+                        "(latent then RoPE per token), found " +
+                        npy::format_shape(shape));
 }
 
-void accumulate(ErrorStats& stats, double& sum_err, double& sum_ref, std::uint16_t in, std::uint16_t out) {
+void accumulate(ErrorStats& stats, double& sum_err, double& sum_ref, std::uint16_t in,
+                std::uint16_t out) {
   const float x = jc::bf16_to_float(in);
   const float y = jc::bf16_to_float(out);
   if (!std::isfinite(x)) {
@@ -188,11 +195,13 @@ const char* to_string(ScaleSource source) {
 Result<LatentScaleChoice> choose_latent_scale(double scale, std::string_view field) {
   if (!std::isfinite(scale) || scale <= 0.0)
     return make_error(ErrorCode::invalid_argument,
-                      std::string(field) + ": the latent scale must be a finite number > 0, got " + number(scale));
+                      std::string(field) + ": the latent scale must be a finite number > 0, got " +
+                          number(scale));
   const auto value = static_cast<float>(scale);
   if (!std::isfinite(value) || value <= 0.0f)
-    return make_error(ErrorCode::invalid_argument, std::string(field) + ": the latent scale " + number(scale) +
-                                                       " is not representable as a positive finite float32");
+    return make_error(ErrorCode::invalid_argument,
+                      std::string(field) + ": the latent scale " + number(scale) +
+                          " is not representable as a positive finite float32");
   return LatentScaleChoice{value, value == 1.0f ? LatentScale::identity : LatentScale::dynamic};
 }
 
@@ -202,13 +211,16 @@ LatentScaleChoice calibrated_latent_scale(float max_abs) {
   return LatentScaleChoice{value, value == 1.0f ? LatentScale::identity : LatentScale::dynamic};
 }
 
-Result<std::vector<std::uint16_t>> round_to_bf16_rows(std::span<const float> values, std::size_t columns) {
+Result<std::vector<std::uint16_t>> round_to_bf16_rows(std::span<const float> values,
+                                                      std::size_t columns) {
   if (columns != k_row_dim && columns != k_latent_dim)
-    return make_error(ErrorCode::invalid_argument,
-                      "token matrix: expected 576 or 512 columns, given " + std::to_string(columns));
+    return make_error(
+        ErrorCode::invalid_argument,
+        "token matrix: expected 576 or 512 columns, given " + std::to_string(columns));
   if (values.size() % columns != 0)
-    return make_error(ErrorCode::invalid_argument, "token matrix: " + std::to_string(values.size()) +
-                                                       " values do not fill rows of " + std::to_string(columns));
+    return make_error(ErrorCode::invalid_argument,
+                      "token matrix: " + std::to_string(values.size()) +
+                          " values do not fill rows of " + std::to_string(columns));
   const std::size_t tokens = values.size() / columns;
   std::vector<std::uint16_t> rows(tokens * k_row_dim, 0);  // [T, 512] input: RoPE stays zero
   for (std::size_t t = 0; t < tokens; ++t)
@@ -223,7 +235,8 @@ Result<std::vector<std::uint8_t>> quantize(std::span<const float> values, std::s
   return write_records(rows, options);
 }
 
-Result<std::vector<float>> dequantize(std::span<const std::uint8_t> records, const RecordOptions& options) {
+Result<std::vector<float>> dequantize(std::span<const std::uint8_t> records,
+                                      const RecordOptions& options) {
   const std::vector<std::uint16_t> rows = JC_TRY(gather_records(records, options, "records"));
   std::vector<float> out(rows.size());
   std::transform(rows.begin(), rows.end(), out.begin(), jc::bf16_to_float);
@@ -254,7 +267,8 @@ Result<ErrorReport> measure_error(std::span<const float> values, std::size_t col
   }
   const RecordOptions record_options{report.scale, options.rope, options.threads};
   const std::vector<std::uint8_t> records = JC_TRY(write_records(rows, record_options));
-  const std::vector<std::uint16_t> round_trip = JC_TRY(gather_records(records, record_options, "records"));
+  const std::vector<std::uint16_t> round_trip =
+      JC_TRY(gather_records(records, record_options, "records"));
   double latent_err = 0, latent_ref = 0, rope_err = 0, rope_ref = 0;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (i % k_row_dim < k_latent_dim)
@@ -267,7 +281,8 @@ Result<ErrorReport> measure_error(std::span<const float> values, std::size_t col
   return report;
 }
 
-Result<FileSummary> quantize_file(const std::filesystem::path& input, const std::filesystem::path& output,
+Result<FileSummary> quantize_file(const std::filesystem::path& input,
+                                  const std::filesystem::path& output,
                                   const RecordOptions& options) {
   const npy::Array<float> array = JC_TRY(npy::read_float32(input, 2));
   JC_TRY(check_columns(array.shape, display(input)));
@@ -277,7 +292,8 @@ Result<FileSummary> quantize_file(const std::filesystem::path& input, const std:
   return FileSummary{array.shape[0], static_cast<std::size_t>(array.shape[1]), records.size()};
 }
 
-Result<FileSummary> dequantize_file(const std::filesystem::path& input, const std::filesystem::path& output,
+Result<FileSummary> dequantize_file(const std::filesystem::path& input,
+                                    const std::filesystem::path& output,
                                     const RecordOptions& options) {
   const std::vector<std::uint8_t> records = JC_TRY(read_file(input));
   const std::vector<std::uint16_t> rows = JC_TRY(gather_records(records, options, display(input)));
@@ -288,7 +304,8 @@ Result<FileSummary> dequantize_file(const std::filesystem::path& input, const st
   return FileSummary{shape[0], k_row_dim, values.size() * sizeof(float)};
 }
 
-Result<ErrorReport> measure_error_file(const std::filesystem::path& input, const ErrorOptions& options) {
+Result<ErrorReport> measure_error_file(const std::filesystem::path& input,
+                                       const ErrorOptions& options) {
   const npy::Array<float> array = JC_TRY(npy::read_float32(input, 2));
   JC_TRY(check_columns(array.shape, display(input)));
   return measure_error(array.values, array.shape[1], options);

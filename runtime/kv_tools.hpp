@@ -52,14 +52,16 @@ struct RecordOptions {
 };
 
 // float32 [T, columns] (columns 576 or 512) -> bf16 bits [T, 576], RoPE zero for 512.
-Result<std::vector<std::uint16_t>> round_to_bf16_rows(std::span<const float> values, std::size_t columns);
+Result<std::vector<std::uint16_t>> round_to_bf16_rows(std::span<const float> values,
+                                                      std::size_t columns);
 
 // Token matrix -> T x record_bytes(rope) bytes.
 Result<std::vector<std::uint8_t>> quantize(std::span<const float> values, std::size_t columns,
                                            const RecordOptions& options);
 // T x record_bytes(rope) bytes -> float32 [T, 576]. The size must be a multiple of the
 // record size.
-Result<std::vector<float>> dequantize(std::span<const std::uint8_t> records, const RecordOptions& options);
+Result<std::vector<float>> dequantize(std::span<const std::uint8_t> records,
+                                      const RecordOptions& options);
 
 // Error of one part (latent or RoPE) of the round trip. Elements whose bf16 input is
 // not finite are counted and left out of the sums, as are finite inputs whose output is
@@ -103,10 +105,13 @@ struct FileSummary {
   std::size_t input_columns = k_row_dim;
   std::uint64_t bytes_written = 0;  // records, or the float32 data of the .npy
 };
-Result<FileSummary> quantize_file(const std::filesystem::path& input, const std::filesystem::path& output,
+Result<FileSummary> quantize_file(const std::filesystem::path& input,
+                                  const std::filesystem::path& output,
                                   const RecordOptions& options);
-Result<FileSummary> dequantize_file(const std::filesystem::path& input, const std::filesystem::path& output,
+Result<FileSummary> dequantize_file(const std::filesystem::path& input,
+                                    const std::filesystem::path& output,
                                     const RecordOptions& options);
-Result<ErrorReport> measure_error_file(const std::filesystem::path& input, const ErrorOptions& options);
+Result<ErrorReport> measure_error_file(const std::filesystem::path& input,
+                                       const ErrorOptions& options);
 
 }  // namespace jitcache::kv

@@ -99,7 +99,8 @@ class AtomicFile {
     const std::filesystem::path dir =
         m_target.has_parent_path() ? m_target.parent_path() : std::filesystem::path(".");
     for (int attempt = 0; attempt < 16; ++attempt) {
-      std::filesystem::path tmp = dir / ("." + m_target.filename().string() + ".tmp-" + unique_suffix());
+      std::filesystem::path tmp =
+          dir / ("." + m_target.filename().string() + ".tmp-" + unique_suffix());
       const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd >= 0) {
         m_fd = std::make_unique<Fd>(fd);
@@ -107,7 +108,8 @@ class AtomicFile {
         return {};
       }
       if (errno != EEXIST)
-        return make_error(ErrorCode::io, m_target.string() + ": cannot create a temporary file in '" +
+        return make_error(ErrorCode::io, m_target.string() +
+                                             ": cannot create a temporary file in '" +
                                              dir.string() + "': " + errno_text(errno));
     }
     return make_error(ErrorCode::io, m_target.string() + ": cannot create a unique temporary file");
@@ -120,7 +122,8 @@ class AtomicFile {
       const ssize_t n = ::write(m_fd->get(), p, std::min<std::size_t>(left, std::size_t{1} << 30));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return make_error(ErrorCode::io, m_target.string() + ": write failed: " + errno_text(errno));
+        return make_error(ErrorCode::io,
+                          m_target.string() + ": write failed: " + errno_text(errno));
       }
       p += n;
       left -= static_cast<std::size_t>(n);
@@ -134,8 +137,9 @@ class AtomicFile {
     if (m_fd->close() != 0)
       return make_error(ErrorCode::io, m_target.string() + ": close failed: " + errno_text(errno));
     if (::rename(m_tmp.c_str(), m_target.c_str()) != 0)
-      return make_error(ErrorCode::io, m_target.string() + ": cannot rename the temporary file into place: " +
-                                           errno_text(errno));
+      return make_error(ErrorCode::io,
+                        m_target.string() +
+                            ": cannot rename the temporary file into place: " + errno_text(errno));
     m_committed = true;
     return {};
   }
@@ -249,7 +253,8 @@ std::unexpected<Error> invalid(std::string_view name, std::string what) {
   return make_error(ErrorCode::invalid_input, std::string(name) + ": " + std::move(what));
 }
 
-std::unexpected<Error> field_error(std::string_view name, std::string_view field, std::string what) {
+std::unexpected<Error> field_error(std::string_view name, std::string_view field,
+                                   std::string what) {
   return invalid(name, "field '" + std::string(field) + "': " + std::move(what));
 }
 
@@ -313,7 +318,8 @@ class HeaderParser {
     return true;
   }
   void skip_ws() {
-    while (!at_end() && (peek() == ' ' || peek() == '\t' || peek() == '\r' || peek() == '\n')) ++m_pos;
+    while (!at_end() && (peek() == ' ' || peek() == '\t' || peek() == '\r' || peek() == '\n'))
+      ++m_pos;
   }
 
   std::string found() const {
@@ -331,8 +337,8 @@ class HeaderParser {
                                " (header: " + escape(m_text) + ")");
   }
   std::unexpected<Error> missing(std::string_view key) const {
-    return invalid(m_name, "malformed header: missing key '" + std::string(key) + "' (header: " +
-                               escape(m_text) + ")");
+    return invalid(m_name, "malformed header: missing key '" + std::string(key) +
+                               "' (header: " + escape(m_text) + ")");
   }
 
   Result<std::string> parse_string(std::string_view expected) {
@@ -353,15 +359,18 @@ class HeaderParser {
 
   std::string_view identifier() {
     const std::size_t start = m_pos;
-    while (!at_end() && (std::isalnum(static_cast<unsigned char>(peek())) || peek() == '_')) ++m_pos;
+    while (!at_end() && (std::isalnum(static_cast<unsigned char>(peek())) || peek() == '_'))
+      ++m_pos;
     return m_text.substr(start, m_pos - start);
   }
 
   Status parse_descr(std::string& out) {
     if (peek() == '[')
-      return fail_field("descr", "structured dtypes (a list of fields) are not supported; expected a "
-                                 "dtype string such as '<f4'");
-    if (peek() != '\'' && peek() != '"') return fail_field("descr", "expected a dtype string such as '<f4'");
+      return fail_field("descr",
+                        "structured dtypes (a list of fields) are not supported; expected a "
+                        "dtype string such as '<f4'");
+    if (peek() != '\'' && peek() != '"')
+      return fail_field("descr", "expected a dtype string such as '<f4'");
     out = JC_TRY(parse_string("a dtype string"));
     return {};
   }
@@ -430,8 +439,9 @@ Result<Header> read_header(Source& source, std::string_view name) {
   const std::size_t magic_have = std::min<std::size_t>(have, sizeof k_magic);
   if (size == 0) return invalid(name, "empty file: not a NumPy .npy file");
   if (std::memcmp(pre, k_magic, magic_have) != 0) {
-    return invalid(name, "not a NumPy .npy file: bad magic: expected '\\x93NUMPY', found '" +
-                             escape(std::string_view(reinterpret_cast<const char*>(pre), magic_have)) + "'");
+    return invalid(
+        name, "not a NumPy .npy file: bad magic: expected '\\x93NUMPY', found '" +
+                  escape(std::string_view(reinterpret_cast<const char*>(pre), magic_have)) + "'");
   }
   if (have < 8)
     return invalid(name, "truncated: " + std::to_string(size) +
@@ -451,12 +461,14 @@ Result<Header> read_header(Source& source, std::string_view name) {
   std::uint64_t header_len = 0;
   for (std::size_t i = 0; i < len_bytes; ++i) header_len |= std::uint64_t{pre[8 + i]} << (8 * i);
   if (header_len > k_max_header_bytes)
-    return field_error(name, "header_len", std::to_string(header_len) + " bytes is absurd (the limit is " +
-                                               std::to_string(k_max_header_bytes) + ")");
+    return field_error(name, "header_len",
+                       std::to_string(header_len) + " bytes is absurd (the limit is " +
+                           std::to_string(k_max_header_bytes) + ")");
   header.data_offset = 8 + len_bytes + header_len;
   if (header.data_offset > size)
     return invalid(name, "header is truncated: header_len declares " + std::to_string(header_len) +
-                             " bytes, only " + std::to_string(size - 8 - len_bytes) + " follow the preamble");
+                             " bytes, only " + std::to_string(size - 8 - len_bytes) +
+                             " follow the preamble");
   std::string text(static_cast<std::size_t>(header_len), '\0');
   JC_TRY(source.read(8 + len_bytes, text.data(), text.size()));
   JC_TRY(HeaderParser(text, name).parse(header));
@@ -473,25 +485,39 @@ std::string describe_descr(std::string_view descr) {
   }
   if (rest.empty()) return "unknown dtype";
   const std::string_view digits = rest.substr(1);
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) ||
+  if (!std::all_of(digits.begin(), digits.end(),
+                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) ||
       digits.size() > 4)
     return "unknown dtype";
-  const std::string bits = digits.empty() ? "" : std::to_string(std::atoi(std::string(digits).c_str()) * 8);
+  const std::string bits =
+      digits.empty() ? "" : std::to_string(std::atoi(std::string(digits).c_str()) * 8);
   switch (rest[0]) {
-    case 'f': return order + "float" + bits;
-    case 'i': return order + "int" + bits;
-    case 'u': return order + "uint" + bits;
-    case 'c': return order + "complex" + bits;
+    case 'f':
+      return order + "float" + bits;
+    case 'i':
+      return order + "int" + bits;
+    case 'u':
+      return order + "uint" + bits;
+    case 'c':
+      return order + "complex" + bits;
     case 'b':
-    case '?': return "bool";
-    case 'U': return "unicode string";
+    case '?':
+      return "bool";
+    case 'U':
+      return "unicode string";
     case 'S':
-    case 'a': return "byte string";
-    case 'O': return "Python object";
-    case 'V': return "raw bytes";
-    case 'M': return order + "datetime64";
-    case 'm': return order + "timedelta64";
-    default: return "unknown dtype";
+    case 'a':
+      return "byte string";
+    case 'O':
+      return "Python object";
+    case 'V':
+      return "raw bytes";
+    case 'M':
+      return order + "datetime64";
+    case 'm':
+      return order + "timedelta64";
+    default:
+      return "unknown dtype";
   }
 }
 
@@ -510,37 +536,44 @@ Result<Array<T>> read_array(Source& source, std::string_view name, DType dtype,
                             std::optional<std::size_t> rank) {
   const Header header = JC_TRY(read_header(source, name));
   if (!descr_matches(header.descr, dtype))
-    return field_error(name, "descr", "dtype '" + escape(header.descr) + "' (" +
-                                          describe_descr(header.descr) + ") is not supported; expected '" +
-                                          descr(dtype) + "' (" + dtype_label(dtype) + ")");
+    return field_error(name, "descr",
+                       "dtype '" + escape(header.descr) + "' (" + describe_descr(header.descr) +
+                           ") is not supported; expected '" + descr(dtype) + "' (" +
+                           dtype_label(dtype) + ")");
   if (header.fortran_order)
     return field_error(name, "fortran_order",
                        "True (column-major) is not supported; expected False (C order); "
                        "save with numpy.ascontiguousarray first");
   if (rank && header.shape.size() != *rank)
-    return field_error(name, "shape", "expected " + std::to_string(*rank) + " dimensions, found " +
-                                          format_shape(header.shape));
+    return field_error(
+        name, "shape",
+        "expected " + std::to_string(*rank) + " dimensions, found " + format_shape(header.shape));
   std::uint64_t count = 1;
   for (const std::uint64_t dim : header.shape) {
     if (dim != 0 && count > std::numeric_limits<std::uint64_t>::max() / dim)
-      return field_error(name, "shape", format_shape(header.shape) + " holds more elements than 2^64: absurd size");
+      return field_error(
+          name, "shape",
+          format_shape(header.shape) + " holds more elements than 2^64: absurd size");
     count *= dim;
   }
   const std::uint64_t item = item_size(dtype);
   if (count > std::numeric_limits<std::uint64_t>::max() / item ||
       count * item > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
-    return field_error(name, "shape", format_shape(header.shape) + " needs more bytes than memory can address: absurd size");
+    return field_error(
+        name, "shape",
+        format_shape(header.shape) + " needs more bytes than memory can address: absurd size");
   const std::uint64_t need = count * item;
   const std::uint64_t have = source.size() - header.data_offset;
   if (have < need)
-    return invalid(name, "data is truncated: shape " + format_shape(header.shape) + " of '" + header.descr +
-                             "' needs " + std::to_string(need) + " bytes after the " +
-                             std::to_string(header.data_offset) + "-byte header, the file has " +
-                             std::to_string(have));
+    return invalid(name, "data is truncated: shape " + format_shape(header.shape) + " of '" +
+                             header.descr + "' needs " + std::to_string(need) +
+                             " bytes after the " + std::to_string(header.data_offset) +
+                             "-byte header, the file has " + std::to_string(have));
   if (have > need)
     return invalid(name, "trailing garbage: " + std::to_string(have - need) +
-                             " bytes after the data (shape " + format_shape(header.shape) + " of '" +
-                             header.descr + "' ends at byte " + std::to_string(header.data_offset + need) + ")");
+                             " bytes after the data (shape " + format_shape(header.shape) +
+                             " of '" + header.descr + "' ends at byte " +
+                             std::to_string(header.data_offset + need) + ")");
   Array<T> array;
   array.shape = header.shape;
   array.values.resize(static_cast<std::size_t>(count));
@@ -549,21 +582,23 @@ Result<Array<T>> read_array(Source& source, std::string_view name, DType dtype,
 }
 
 template <class T>
-Result<Array<T>> read_path(const std::filesystem::path& path, DType dtype, std::optional<std::size_t> rank) {
+Result<Array<T>> read_path(const std::filesystem::path& path, DType dtype,
+                           std::optional<std::size_t> rank) {
   auto source = JC_TRY(open_source(path));
   return read_array<T>(*source, path.string(), dtype, rank);
 }
 
 template <class T>
-Status write_array(const std::filesystem::path& path, DType dtype, std::span<const std::uint64_t> shape,
-                   std::span<const T> values) {
+Status write_array(const std::filesystem::path& path, DType dtype,
+                   std::span<const std::uint64_t> shape, std::span<const T> values) {
   const std::vector<std::uint8_t> header = JC_TRY(encode_header(dtype, shape));
   std::uint64_t count = 1;
   for (const std::uint64_t dim : shape) count *= dim;  // encode_header checked overflow
   if (count != values.size())
-    return make_error(ErrorCode::invalid_argument,
-                      path.string() + ": shape " + format_shape(shape) + " needs " + std::to_string(count) +
-                          " values, given " + std::to_string(values.size()));
+    return make_error(ErrorCode::invalid_argument, path.string() + ": shape " +
+                                                       format_shape(shape) + " needs " +
+                                                       std::to_string(count) + " values, given " +
+                                                       std::to_string(values.size()));
   const std::span<const std::uint8_t> parts[] = {
       header, {reinterpret_cast<const std::uint8_t*>(values.data()), values.size_bytes()}};
   return write_file_atomic(path, parts);
@@ -590,11 +625,13 @@ Result<Header> parse_header(std::span<const std::uint8_t> bytes, std::string_vie
   return read_header(source, name);
 }
 
-Result<Array<float>> read_float32(const std::filesystem::path& path, std::optional<std::size_t> rank) {
+Result<Array<float>> read_float32(const std::filesystem::path& path,
+                                  std::optional<std::size_t> rank) {
   return read_path<float>(path, DType::float32, rank);
 }
 
-Result<Array<std::uint8_t>> read_uint8(const std::filesystem::path& path, std::optional<std::size_t> rank) {
+Result<Array<std::uint8_t>> read_uint8(const std::filesystem::path& path,
+                                       std::optional<std::size_t> rank) {
   return read_path<std::uint8_t>(path, DType::uint8, rank);
 }
 
@@ -619,10 +656,11 @@ Result<std::vector<std::uint8_t>> encode_header(DType dtype, std::span<const std
     count *= dim;
   }
   // numpy's own spelling, trailing ", }" included, so files diff cleanly against numpy.save.
-  std::string dict = std::string("{'descr': '") + descr(dtype) + "', 'fortran_order': False, 'shape': " +
-                     format_shape(shape) + ", }";
+  std::string dict = std::string("{'descr': '") + descr(dtype) +
+                     "', 'fortran_order': False, 'shape': " + format_shape(shape) + ", }";
   const std::size_t unpadded = 10 + dict.size() + 1;  // preamble + dict + '\n'
-  const std::size_t padded = (unpadded + k_header_alignment - 1) / k_header_alignment * k_header_alignment;
+  const std::size_t padded =
+      (unpadded + k_header_alignment - 1) / k_header_alignment * k_header_alignment;
   dict.append(padded - unpadded, ' ');
   dict += '\n';
   if (dict.size() > 0xffff)

@@ -77,8 +77,7 @@ Result<Array<std::uint8_t>> read_uint8(const std::filesystem::path& path,
 // The same from bytes already in memory; `name` stands for the file in errors.
 Result<Array<float>> parse_float32(std::span<const std::uint8_t> bytes, std::string_view name,
                                    std::optional<std::size_t> rank = std::nullopt);
-Result<Array<std::uint8_t>> parse_uint8(std::span<const std::uint8_t> bytes,
-                                        std::string_view name,
+Result<Array<std::uint8_t>> parse_uint8(std::span<const std::uint8_t> bytes, std::string_view name,
                                         std::optional<std::size_t> rank = std::nullopt);
 
 // A version 1.0 preamble + header, padded so that the data starts 64-byte aligned.

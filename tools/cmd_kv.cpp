@@ -26,7 +26,8 @@ struct KvArgs {
 
 std::string variant_text(const kv::LatentScaleChoice& scale) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%.9g (%s)", static_cast<double>(scale.value), to_string(scale.variant));
+  std::snprintf(buf, sizeof buf, "%.9g (%s)", static_cast<double>(scale.value),
+                to_string(scale.variant));
   return buf;
 }
 
@@ -34,7 +35,9 @@ std::string variant_text(const kv::LatentScaleChoice& scale) {
 Result<kv::RecordOptions> record_options(const KvArgs& args) {
   const kv::LatentScaleChoice scale = JC_TRY(kv::choose_latent_scale(args.scale, "--scale"));
   const auto rope = parse_rope_format(args.rope);
-  if (!rope) return make_error(ErrorCode::invalid_argument, "--rope: expected bf16 or fp8, got '" + args.rope + "'");
+  if (!rope)
+    return make_error(ErrorCode::invalid_argument,
+                      "--rope: expected bf16 or fp8, got '" + args.rope + "'");
   return kv::RecordOptions{scale, *rope, args.threads};
 }
 
@@ -43,12 +46,14 @@ int run_quantize(const KvArgs& args) {
   if (!options) return report(options.error());
   const auto summary = kv::quantize_file(args.input, args.out, *options);
   if (!summary) return report(summary.error());
-  std::printf("%s: %llu tokens x %zu columns -> %s: %llu bytes (%llu nvfp4_ds_mla records of %d bytes, %s RoPE), "
-              "latent scale %s\n",
-              args.input.c_str(), static_cast<unsigned long long>(summary->tokens), summary->input_columns,
-              args.out.c_str(), static_cast<unsigned long long>(summary->bytes_written),
-              static_cast<unsigned long long>(summary->tokens), record_bytes(options->rope),
-              to_string(options->rope), variant_text(options->scale).c_str());
+  std::printf(
+      "%s: %llu tokens x %zu columns -> %s: %llu bytes (%llu nvfp4_ds_mla records of %d bytes, %s "
+      "RoPE), "
+      "latent scale %s\n",
+      args.input.c_str(), static_cast<unsigned long long>(summary->tokens), summary->input_columns,
+      args.out.c_str(), static_cast<unsigned long long>(summary->bytes_written),
+      static_cast<unsigned long long>(summary->tokens), record_bytes(options->rope),
+      to_string(options->rope), variant_text(options->scale).c_str());
   return k_exit_ok;
 }
 
@@ -57,10 +62,11 @@ int run_dequantize(const KvArgs& args) {
   if (!options) return report(options.error());
   const auto summary = kv::dequantize_file(args.input, args.out, *options);
   if (!summary) return report(summary.error());
-  std::printf("%s: %llu nvfp4_ds_mla records (%s RoPE) -> %s: float32 (%llu, 576), latent scale %s\n",
-              args.input.c_str(), static_cast<unsigned long long>(summary->tokens), to_string(options->rope),
-              args.out.c_str(), static_cast<unsigned long long>(summary->tokens),
-              variant_text(options->scale).c_str());
+  std::printf(
+      "%s: %llu nvfp4_ds_mla records (%s RoPE) -> %s: float32 (%llu, 576), latent scale %s\n",
+      args.input.c_str(), static_cast<unsigned long long>(summary->tokens),
+      to_string(options->rope), args.out.c_str(), static_cast<unsigned long long>(summary->tokens),
+      variant_text(options->scale).c_str());
   return k_exit_ok;
 }
 
@@ -79,52 +85,59 @@ nlohmann::json stats_json(const kv::ErrorStats& s) {
 }
 
 void print_stats(const char* part, const kv::ErrorStats& s) {
-  std::printf("  %-14s rel RMS %-12.6g max abs error %-12.6g max |x| %-12.6g (%llu elements)\n", part,
-              s.rel_rms, s.max_abs_error, s.max_abs, static_cast<unsigned long long>(s.elements));
+  std::printf("  %-14s rel RMS %-12.6g max abs error %-12.6g max |x| %-12.6g (%llu elements)\n",
+              part, s.rel_rms, s.max_abs_error, s.max_abs,
+              static_cast<unsigned long long>(s.elements));
 }
 
 int run_error(const KvArgs& args) {
   auto base = record_options(args);
   if (!base) return report(base.error());
-  const kv::ErrorOptions options{args.calibrated ? kv::ScaleSource::calibrated : kv::ScaleSource::given,
-                                 base->scale, base->rope, base->threads};
+  const kv::ErrorOptions options{
+      args.calibrated ? kv::ScaleSource::calibrated : kv::ScaleSource::given, base->scale,
+      base->rope, base->threads};
   const auto r = kv::measure_error_file(args.input, options);
   if (!r) return report(r.error());
   const std::uint64_t nonfinite_in = r->latent.nonfinite_inputs + r->rope_part.nonfinite_inputs;
   const std::uint64_t nonfinite_out = r->latent.nonfinite_outputs + r->rope_part.nonfinite_outputs;
   if (nonfinite_in + nonfinite_out > 0)
-    std::fprintf(stderr,
-                 "jitcache: warning: %s: %llu non-finite inputs and %llu non-finite outputs are left out of "
-                 "the error sums\n",
-                 args.input.c_str(), static_cast<unsigned long long>(nonfinite_in),
-                 static_cast<unsigned long long>(nonfinite_out));
+    std::fprintf(
+        stderr,
+        "jitcache: warning: %s: %llu non-finite inputs and %llu non-finite outputs are left out of "
+        "the error sums\n",
+        args.input.c_str(), static_cast<unsigned long long>(nonfinite_in),
+        static_cast<unsigned long long>(nonfinite_out));
   if (args.json) {
-    const nlohmann::json doc = {
-        {"input", args.input},
-        {"tokens", r->tokens},
-        {"input_columns", r->input_columns},
-        {"rope_format", to_string(r->rope)},
-        {"record_bytes", record_bytes(r->rope)},
-        {"latent_scale",
-         {{"value", r->scale.value}, {"variant", to_string(r->scale.variant)}, {"source", to_string(r->source)}}},
-        {"latent", stats_json(r->latent)},
-        {"rope", stats_json(r->rope_part)}};
+    const nlohmann::json doc = {{"input", args.input},
+                                {"tokens", r->tokens},
+                                {"input_columns", r->input_columns},
+                                {"rope_format", to_string(r->rope)},
+                                {"record_bytes", record_bytes(r->rope)},
+                                {"latent_scale",
+                                 {{"value", r->scale.value},
+                                  {"variant", to_string(r->scale.variant)},
+                                  {"source", to_string(r->source)}}},
+                                {"latent", stats_json(r->latent)},
+                                {"rope", stats_json(r->rope_part)}};
     std::printf("%s\n", doc.dump(2).c_str());
     return k_exit_ok;
   }
-  std::printf("%s: %llu tokens x %zu columns, nvfp4_ds_mla with %s RoPE (%d bytes per token)\n", args.input.c_str(),
-              static_cast<unsigned long long>(r->tokens), r->input_columns, to_string(r->rope),
-              record_bytes(r->rope));
-  std::printf("  %-14s %s, %s\n", "latent scale", variant_text(r->scale).c_str(), to_string(r->source));
+  std::printf("%s: %llu tokens x %zu columns, nvfp4_ds_mla with %s RoPE (%d bytes per token)\n",
+              args.input.c_str(), static_cast<unsigned long long>(r->tokens), r->input_columns,
+              to_string(r->rope), record_bytes(r->rope));
+  std::printf("  %-14s %s, %s\n", "latent scale", variant_text(r->scale).c_str(),
+              to_string(r->source));
   print_stats("latent", r->latent);
   print_stats("rope", r->rope_part);
-  std::printf("  %-14s %llu inputs, %llu outputs\n", "non-finite", static_cast<unsigned long long>(nonfinite_in),
+  std::printf("  %-14s %llu inputs, %llu outputs\n", "non-finite",
+              static_cast<unsigned long long>(nonfinite_in),
               static_cast<unsigned long long>(nonfinite_out));
   return k_exit_ok;
 }
 
 void add_common(CLI::App* cmd, KvArgs& args) {
-  cmd->add_option("--rope", args.rope, "RoPE layout of the record: bf16 (432 bytes) or fp8 (368 bytes)")
+  cmd->add_option("--rope", args.rope,
+                  "RoPE layout of the record: bf16 (432 bytes) or fp8 (368 bytes)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--threads", args.threads, "Host threads (0: one per core for large inputs)");
 }
@@ -132,15 +145,19 @@ void add_common(CLI::App* cmd, KvArgs& args) {
 void register_kv(CLI::App& root, Context& context) {
   // Other commands (`kv study`) hang under `kv` too; whoever registers first creates it.
   CLI::App* kv = nullptr;
-  for (CLI::App* existing : root.get_subcommands([](const CLI::App* app) { return app->get_name() == "kv"; }))
+  for (CLI::App* existing :
+       root.get_subcommands([](const CLI::App* app) { return app->get_name() == "kv"; }))
     kv = existing;
   if (kv == nullptr) kv = root.add_subcommand("kv");
   kv->description("Quantize, dequantize and measure KV data on the CPU (host executor)");
   kv->require_subcommand(1);
 
   auto quantize = std::make_shared<KvArgs>();
-  CLI::App* q = kv->add_subcommand("quantize", "float32 [T, 576] or [T, 512] .npy -> nvfp4_ds_mla records");
-  q->add_option("--input", quantize->input, "Input .npy (float32 [T, 576], or [T, 512] with zero RoPE)")->required();
+  CLI::App* q =
+      kv->add_subcommand("quantize", "float32 [T, 576] or [T, 512] .npy -> nvfp4_ds_mla records");
+  q->add_option("--input", quantize->input,
+                "Input .npy (float32 [T, 576], or [T, 512] with zero RoPE)")
+      ->required();
   q->add_option("--scale", quantize->scale, "Latent scale s_l (1.0: identity variant)");
   q->add_option("--out", quantize->out, "Output records file (T x record bytes)")->required();
   add_common(q, *quantize);
@@ -155,10 +172,13 @@ void register_kv(CLI::App& root, Context& context) {
   context.bind(d, [dequantize] { return run_dequantize(*dequantize); });
 
   auto error = std::make_shared<KvArgs>();
-  CLI::App* e = kv->add_subcommand("error", "Relative RMS error of the quantize/dequantize round trip");
+  CLI::App* e =
+      kv->add_subcommand("error", "Relative RMS error of the quantize/dequantize round trip");
   e->add_option("--input", error->input, "Input .npy (float32 [T, 576] or [T, 512])")->required();
-  CLI::Option* scale = e->add_option("--scale", error->scale, "Latent scale s_l (default 1.0: identity)");
-  e->add_flag("--calibrated", error->calibrated, "Use s_l = max_abs(latent) / 2688")->excludes(scale);
+  CLI::Option* scale =
+      e->add_option("--scale", error->scale, "Latent scale s_l (default 1.0: identity)");
+  e->add_flag("--calibrated", error->calibrated, "Use s_l = max_abs(latent) / 2688")
+      ->excludes(scale);
   e->add_flag("--json", error->json, "One JSON document on stdout");
   add_common(e, *error);
   context.bind(e, [error] { return run_error(*error); });

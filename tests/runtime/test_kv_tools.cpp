@@ -28,7 +28,8 @@ float as_bf16(float x) { return reference::ref_bf16_to_float(reference::ref_floa
 
 // Post-RMSNorm-like latents: Gaussian rows rescaled so that the whole matrix has
 // max |latent| == latent_max; RoPE Gaussian with sd 2.
-std::vector<float> random_tokens(std::mt19937_64& rng, std::size_t tokens, std::size_t columns, float latent_max) {
+std::vector<float> random_tokens(std::mt19937_64& rng, std::size_t tokens, std::size_t columns,
+                                 float latent_max) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> values(tokens * columns);
   float max_abs = 0.0f;
@@ -70,8 +71,8 @@ double rope_bound(double x, double amax) {
          std::ldexp(1.0, -8) * (std::fabs(x) * 1.07 + rs);
 }
 
-void expect_within_bounds(const std::vector<float>& input, std::size_t columns, const std::vector<float>& output,
-                          float s, RopeFormat rope) {
+void expect_within_bounds(const std::vector<float>& input, std::size_t columns,
+                          const std::vector<float>& output, float s, RopeFormat rope) {
   const std::size_t tokens = input.size() / columns;
   ASSERT_EQ(output.size(), tokens * k_row_dim);
   double err2 = 0.0, ref2 = 0.0;
@@ -83,16 +84,19 @@ void expect_within_bounds(const std::vector<float>& input, std::size_t columns, 
       const double bound = latent_bound(&x[16 * b], s);
       for (std::size_t i = 16 * b; i < 16 * b + 16; ++i) {
         const double e = std::fabs(static_cast<double>(y[i]) - x[i]);
-        ASSERT_LE(e, bound) << "token " << t << " element " << i << " x " << x[i] << " y " << y[i] << " s " << s;
+        ASSERT_LE(e, bound) << "token " << t << " element " << i << " x " << x[i] << " y " << y[i]
+                            << " s " << s;
         err2 += e * e;
         ref2 += static_cast<double>(x[i]) * x[i];
       }
     }
     double rope_amax = 0.0;
-    for (std::size_t i = k_latent_dim; i < k_row_dim; ++i) rope_amax = std::max(rope_amax, std::fabs(double{x[i]}));
+    for (std::size_t i = k_latent_dim; i < k_row_dim; ++i)
+      rope_amax = std::max(rope_amax, std::fabs(double{x[i]}));
     for (std::size_t i = k_latent_dim; i < k_row_dim; ++i) {
       if (rope == RopeFormat::bf16) {
-        ASSERT_EQ(bits(y[i]), bits(x[i])) << "bf16 RoPE is stored verbatim; token " << t << " element " << i;
+        ASSERT_EQ(bits(y[i]), bits(x[i]))
+            << "bf16 RoPE is stored verbatim; token " << t << " element " << i;
       } else {
         ASSERT_LE(std::fabs(static_cast<double>(y[i]) - x[i]), rope_bound(x[i], rope_amax))
             << "token " << t << " element " << i;
@@ -118,9 +122,11 @@ TEST(KvTools, RoundTripStaysWithinTheNvfp4ErrorBound) {
       const std::size_t tokens = 1 + rng() % 48;
       const float latent_max = std::exp(log_magnitude(rng));
       const std::vector<float> input = random_tokens(rng, tokens, k_row_dim, latent_max);
-      const float s = scale_kind == 0 ? 1.0f : scale_kind == 1 ? as_bf16(latent_max) / 2688.0f : 0.37f;
-      SCOPED_TRACE(std::string("rope ") + to_string(rope) + ", scale " + std::to_string(s) + ", max " +
-                   std::to_string(latent_max) + ", tokens " + std::to_string(tokens));
+      const float s = scale_kind == 0   ? 1.0f
+                      : scale_kind == 1 ? as_bf16(latent_max) / 2688.0f
+                                        : 0.37f;
+      SCOPED_TRACE(std::string("rope ") + to_string(rope) + ", scale " + std::to_string(s) +
+                   ", max " + std::to_string(latent_max) + ", tokens " + std::to_string(tokens));
       const auto records = kv::quantize(input, k_row_dim, options(s, rope));
       ASSERT_OK(records);
       ASSERT_EQ(records->size(), tokens * static_cast<std::size_t>(record_bytes(rope)));
@@ -136,7 +142,8 @@ TEST(KvTools, MatchesTheIndependentReferenceBitForBit) {
   for (const RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
     for (const float s : {1.0f, 0.0013f, 3.5f}) {
       const std::size_t tokens = 1 + rng() % 16;
-      const std::vector<float> input = random_tokens(rng, tokens, k_row_dim, 0.02f + (rng() % 500) / 100.0f);
+      const std::vector<float> input =
+          random_tokens(rng, tokens, k_row_dim, 0.02f + (rng() % 500) / 100.0f);
       const auto records = kv::quantize(input, k_row_dim, options(s, rope));
       ASSERT_OK(records);
       const auto output = kv::dequantize(*records, options(s, rope));
@@ -145,12 +152,16 @@ TEST(KvTools, MatchesTheIndependentReferenceBitForBit) {
       const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
       for (std::size_t t = 0; t < tokens; ++t) {
         std::uint16_t row[k_row_dim];
-        for (std::size_t c = 0; c < k_row_dim; ++c) row[c] = reference::ref_float_to_bf16(input[t * k_row_dim + c]);
-        const auto expected = reference::ref_write_record(row, row + k_latent_dim, s, s != 1.0f, fp8);
-        ASSERT_EQ(std::memcmp(expected.data(), records->data() + t * rb, rb), 0) << "record of token " << t;
+        for (std::size_t c = 0; c < k_row_dim; ++c)
+          row[c] = reference::ref_float_to_bf16(input[t * k_row_dim + c]);
+        const auto expected =
+            reference::ref_write_record(row, row + k_latent_dim, s, s != 1.0f, fp8);
+        ASSERT_EQ(std::memcmp(expected.data(), records->data() + t * rb, rb), 0)
+            << "record of token " << t;
         const auto expected_row = reference::ref_gather_row(expected.data(), s, s != 1.0f, fp8);
         for (std::size_t c = 0; c < k_row_dim; ++c)
-          ASSERT_EQ(bits((*output)[t * k_row_dim + c]), bits(reference::ref_bf16_to_float(expected_row[c])))
+          ASSERT_EQ(bits((*output)[t * k_row_dim + c]),
+                    bits(reference::ref_bf16_to_float(expected_row[c])))
               << "token " << t << " column " << c;
       }
     }
@@ -168,7 +179,8 @@ TEST(KvTools, ExactlyRepresentableInputsRoundTripExactly) {
       for (std::size_t t = 0; t < tokens; ++t) {
         for (std::size_t b = 0; b < k_latent_dim / 16; ++b) {
           // Block scale: any E4M3 normal value m/8 * 2^e; an element at +-6 makes amax = 6 sf.
-          const float sf = std::ldexp(static_cast<float>(8 + rng() % 8) / 8.0f, static_cast<int>(rng() % 12) - 6);
+          const float sf = std::ldexp(static_cast<float>(8 + rng() % 8) / 8.0f,
+                                      static_cast<int>(rng() % 12) - 6);
           for (std::size_t i = 0; i < 16; ++i) {
             const float q = (i == rng() % 16 || i == 15) ? 6.0f : e2m1[rng() % 8];
             input[t * k_row_dim + 16 * b + i] = (rng() & 1 ? -q : q) * sf * s;
@@ -177,7 +189,9 @@ TEST(KvTools, ExactlyRepresentableInputsRoundTripExactly) {
         // RoPE: amax 448 * 2^k, so rope_scale = 2^k; values E4M3-exact multiples of it.
         const int k = static_cast<int>(rng() % 6) - 4;
         for (std::size_t i = 0; i < k_rope_dim; ++i) {
-          const float m = i == 0 ? 448.0f : std::ldexp(static_cast<float>(8 + rng() % 8), static_cast<int>(rng() % 8) - 3);
+          const float m = i == 0 ? 448.0f
+                                 : std::ldexp(static_cast<float>(8 + rng() % 8),
+                                              static_cast<int>(rng() % 8) - 3);
           input[t * k_row_dim + k_latent_dim + i] = (rng() & 1 ? -m : m) * std::ldexp(1.0f, k);
         }
       }
@@ -186,13 +200,14 @@ TEST(KvTools, ExactlyRepresentableInputsRoundTripExactly) {
       const auto output = kv::dequantize(*records, options(s, rope));
       ASSERT_OK(output);
       for (std::size_t i = 0; i < input.size(); ++i)
-        ASSERT_EQ((*output)[i], input[i]) << "element " << i << " scale " << s << " rope " << to_string(rope);
+        ASSERT_EQ((*output)[i], input[i])
+            << "element " << i << " scale " << s << " rope " << to_string(rope);
     }
   }
 }
 
 TEST(KvTools, InputsAreRoundedToBf16FirstNearestEven) {
-  const float halfway_down = 1.0f + std::ldexp(1.0f, -8);      // tie between 1 and 1 + 2^-7: even is 1
+  const float halfway_down = 1.0f + std::ldexp(1.0f, -8);  // tie between 1 and 1 + 2^-7: even is 1
   const float halfway_up = 1.0f + 3.0f * std::ldexp(1.0f, -8);  // tie: even is 1 + 2^-6
   const float above = 1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20);
   std::vector<float> row(k_latent_dim, 0.0f);
@@ -253,7 +268,8 @@ TEST(KvTools, ThreadCountNeverChangesTheBytes) {
       EXPECT_EQ(*multi, *single) << threads << " threads";
       const auto multi_out = kv::dequantize(*single, options(0.002f, rope, threads));
       ASSERT_OK(multi_out);
-      EXPECT_EQ(std::memcmp(multi_out->data(), single_out->data(), single_out->size() * 4), 0) << threads;
+      EXPECT_EQ(std::memcmp(multi_out->data(), single_out->data(), single_out->size() * 4), 0)
+          << threads;
     }
   }
   // More threads than tokens is fine.
@@ -263,10 +279,12 @@ TEST(KvTools, ThreadCountNeverChangesTheBytes) {
 }
 
 TEST(KvTools, EmptyInputsGiveEmptyOutputs) {
-  const auto records = kv::quantize(std::span<const float>{}, k_row_dim, options(1.0f, RopeFormat::bf16));
+  const auto records =
+      kv::quantize(std::span<const float>{}, k_row_dim, options(1.0f, RopeFormat::bf16));
   ASSERT_OK(records);
   EXPECT_TRUE(records->empty());
-  const auto output = kv::dequantize(std::span<const std::uint8_t>{}, options(1.0f, RopeFormat::fp8));
+  const auto output =
+      kv::dequantize(std::span<const std::uint8_t>{}, options(1.0f, RopeFormat::fp8));
   ASSERT_OK(output);
   EXPECT_TRUE(output->empty());
 }
@@ -278,7 +296,8 @@ TEST(KvTools, MisalignedRecordSpanIsHandled) {
   ASSERT_OK(records);
   std::vector<std::uint8_t> shifted(records->size() + 1);
   std::copy(records->begin(), records->end(), shifted.begin() + 1);
-  const auto from_shifted = kv::dequantize(std::span(shifted).subspan(1), options(1.0f, RopeFormat::bf16));
+  const auto from_shifted =
+      kv::dequantize(std::span(shifted).subspan(1), options(1.0f, RopeFormat::bf16));
   ASSERT_OK(from_shifted);
   EXPECT_EQ(*from_shifted, kv::dequantize(*records, options(1.0f, RopeFormat::bf16)).value());
 }
@@ -300,7 +319,8 @@ TEST(KvTools, ScaleSelectsIdentityOrDynamic) {
   EXPECT_EQ(kv::calibrated_latent_scale(2688.0f).variant, LatentScale::identity);
   EXPECT_EQ(kv::calibrated_latent_scale(0.0f).value, 1.0f);
   EXPECT_EQ(kv::calibrated_latent_scale(0.0f).variant, LatentScale::identity);
-  EXPECT_EQ(kv::calibrated_latent_scale(std::numeric_limits<float>::infinity()).variant, LatentScale::identity);
+  EXPECT_EQ(kv::calibrated_latent_scale(std::numeric_limits<float>::infinity()).variant,
+            LatentScale::identity);
 }
 
 TEST(KvTools, DynamicScaleDividesOnWriteAndMultipliesOnRead) {
@@ -319,7 +339,8 @@ TEST(KvTools, DynamicScaleDividesOnWriteAndMultipliesOnRead) {
   ASSERT_OK(restored);
   ASSERT_OK(unrestored);
   for (std::size_t i = 0; i < restored->size(); ++i) {
-    const float expected = i % k_row_dim < k_latent_dim ? 2.0f * (*unrestored)[i] : (*unrestored)[i];
+    const float expected =
+        i % k_row_dim < k_latent_dim ? 2.0f * (*unrestored)[i] : (*unrestored)[i];
     ASSERT_EQ((*restored)[i], expected) << i;
   }
 }
@@ -333,11 +354,14 @@ TEST(KvTools, BadScalesAreRejected) {
       {0.0, "--scale: the latent scale must be a finite number > 0, got 0"},
       {-1.0, "--scale: the latent scale must be a finite number > 0, got -1"},
       {std::nan(""), "--scale: the latent scale must be a finite number > 0, got nan"},
-      {std::numeric_limits<double>::infinity(), "--scale: the latent scale must be a finite number > 0, got inf"},
-      {-std::numeric_limits<double>::infinity(), "--scale: the latent scale must be a finite number > 0, got -inf"},
+      {std::numeric_limits<double>::infinity(),
+       "--scale: the latent scale must be a finite number > 0, got inf"},
+      {-std::numeric_limits<double>::infinity(),
+       "--scale: the latent scale must be a finite number > 0, got -inf"},
       {1e-50, "--scale: the latent scale 1e-50 is not representable as a positive finite float32"},
       {1e39, "--scale: the latent scale 1e+39 is not representable as a positive finite float32"},
-      {std::numeric_limits<double>::denorm_min(), "is not representable as a positive finite float32"},
+      {std::numeric_limits<double>::denorm_min(),
+       "is not representable as a positive finite float32"},
   };
   for (const Case& c : cases) {
     const auto r = kv::choose_latent_scale(c.scale, "--scale");
@@ -356,18 +380,21 @@ TEST(KvTools, RecordBufferOfWrongLengthIsRejected) {
     const auto r = kv::dequantize(records, options(1.0f, RopeFormat::bf16));
     ASSERT_FALSE(r) << size;
     EXPECT_EQ(r.error().code, ErrorCode::invalid_input);
-    EXPECT_EQ(r.error().message.find("records: field 'size': " + std::to_string(size) +
-                                     " bytes is not a multiple of the 432-byte nvfp4_ds_mla record (bf16 RoPE)"),
+    EXPECT_EQ(r.error().message.find(
+                  "records: field 'size': " + std::to_string(size) +
+                  " bytes is not a multiple of the 432-byte nvfp4_ds_mla record (bf16 RoPE)"),
               0u)
         << r.error().message;
   }
   // A file of the other layout is named as such.
-  const auto fp8_file_read_as_bf16 = kv::dequantize(std::vector<std::uint8_t>(368 * 5), options(1.0f, RopeFormat::bf16));
+  const auto fp8_file_read_as_bf16 =
+      kv::dequantize(std::vector<std::uint8_t>(368 * 5), options(1.0f, RopeFormat::bf16));
   ASSERT_FALSE(fp8_file_read_as_bf16);
   EXPECT_NE(fp8_file_read_as_bf16.error().message.find(
                 "(it is a multiple of the 368-byte fp8 RoPE record: is --rope fp8 meant?)"),
             std::string::npos);
-  const auto bf16_file_read_as_fp8 = kv::dequantize(std::vector<std::uint8_t>(432), options(1.0f, RopeFormat::fp8));
+  const auto bf16_file_read_as_fp8 =
+      kv::dequantize(std::vector<std::uint8_t>(432), options(1.0f, RopeFormat::fp8));
   ASSERT_FALSE(bf16_file_read_as_fp8);
   EXPECT_NE(bf16_file_read_as_fp8.error().message.find("is --rope bf16 meant?"), std::string::npos);
 }
@@ -389,8 +416,8 @@ TEST(KvTools, TokenMatrixOfWrongWidthIsRejected) {
 // ---------------------------------------------------------------------------------------
 // The error metric
 
-double reference_rel_rms(const std::vector<float>& input, const std::vector<float>& output, std::size_t begin,
-                         std::size_t end, double* max_error) {
+double reference_rel_rms(const std::vector<float>& input, const std::vector<float>& output,
+                         std::size_t begin, std::size_t end, double* max_error) {
   double e2 = 0.0, x2 = 0.0;
   *max_error = 0.0;
   for (std::size_t t = 0; t < input.size() / k_row_dim; ++t)
@@ -409,10 +436,13 @@ TEST(KvTools, ErrorMetricFollowsItsDefinition) {
   const std::size_t tokens = 1 + rng() % 40;
   const std::vector<float> input = random_tokens(rng, tokens, k_row_dim, 0.7f);
   const auto report = kv::measure_error(
-      input, k_row_dim, kv::ErrorOptions{kv::ScaleSource::given, kv::choose_latent_scale(0.01).value(), RopeFormat::fp8, 1});
+      input, k_row_dim,
+      kv::ErrorOptions{kv::ScaleSource::given, kv::choose_latent_scale(0.01).value(),
+                       RopeFormat::fp8, 1});
   ASSERT_OK(report);
   const auto output =
-      kv::dequantize(kv::quantize(input, k_row_dim, options(0.01f, RopeFormat::fp8)).value(), options(0.01f, RopeFormat::fp8))
+      kv::dequantize(kv::quantize(input, k_row_dim, options(0.01f, RopeFormat::fp8)).value(),
+                     options(0.01f, RopeFormat::fp8))
           .value();
   double latent_max = 0.0, rope_max = 0.0;
   const double latent_rms = reference_rel_rms(input, output, 0, k_latent_dim, &latent_max);
@@ -430,7 +460,9 @@ TEST(KvTools, ErrorMetricFollowsItsDefinition) {
   EXPECT_GT(report->rope_part.rel_rms, 0.0);
   // Threads do not change a single bit of the report.
   const auto threaded = kv::measure_error(
-      input, k_row_dim, kv::ErrorOptions{kv::ScaleSource::given, kv::choose_latent_scale(0.01).value(), RopeFormat::fp8, 5});
+      input, k_row_dim,
+      kv::ErrorOptions{kv::ScaleSource::given, kv::choose_latent_scale(0.01).value(),
+                       RopeFormat::fp8, 5});
   ASSERT_OK(threaded);
   EXPECT_EQ(threaded->latent.rel_rms, report->latent.rel_rms);
   EXPECT_EQ(threaded->rope_part.rel_rms, report->rope_part.rel_rms);
@@ -441,7 +473,8 @@ TEST(KvTools, CalibrationRescuesShallowLayers) {
   const auto measure = [&](float latent_max, kv::ScaleSource source) {
     std::mt19937_64 same(rng());
     const std::vector<float> input = random_tokens(same, 64, k_latent_dim, latent_max);
-    return kv::measure_error(input, k_latent_dim, kv::ErrorOptions{source, {}, RopeFormat::bf16, 0}).value();
+    return kv::measure_error(input, k_latent_dim, kv::ErrorOptions{source, {}, RopeFormat::bf16, 0})
+        .value();
   };
   const std::uint64_t pick = rng();
   rng.seed(pick);
@@ -458,8 +491,10 @@ TEST(KvTools, CalibrationRescuesShallowLayers) {
   // identity error was 1.3x to 5x the calibrated one (the 1.5x compares against
   // deep layers, in test_outer_scale_study.cpp).
   EXPECT_GE(shallow_identity.latent.rel_rms, 1.2 * shallow_calibrated.latent.rel_rms)
-      << "identity " << shallow_identity.latent.rel_rms << " calibrated " << shallow_calibrated.latent.rel_rms;
-  EXPECT_NEAR(shallow_calibrated.latent.rel_rms, deep_calibrated.latent.rel_rms, 0.02 * deep_calibrated.latent.rel_rms);
+      << "identity " << shallow_identity.latent.rel_rms << " calibrated "
+      << shallow_calibrated.latent.rel_rms;
+  EXPECT_NEAR(shallow_calibrated.latent.rel_rms, deep_calibrated.latent.rel_rms,
+              0.02 * deep_calibrated.latent.rel_rms);
   // [T, 512] input: the RoPE part is all zeros and exactly reproduced.
   EXPECT_EQ(shallow_identity.rope_part.rel_rms, 0.0);
   EXPECT_EQ(shallow_identity.rope_part.max_abs_error, 0.0);
@@ -474,9 +509,11 @@ TEST(KvTools, NonFiniteInputsAreCountedNotPropagated) {
   input[3 * k_row_dim + 520] = std::numeric_limits<float>::quiet_NaN();
   float finite_max = 0.0f;
   for (std::size_t i = 0; i < input.size(); ++i)
-    if (i % k_row_dim < k_latent_dim && std::isfinite(input[i])) finite_max = std::max(finite_max, std::fabs(as_bf16(input[i])));
+    if (i % k_row_dim < k_latent_dim && std::isfinite(input[i]))
+      finite_max = std::max(finite_max, std::fabs(as_bf16(input[i])));
   for (const kv::ScaleSource source : {kv::ScaleSource::given, kv::ScaleSource::calibrated}) {
-    const auto report = kv::measure_error(input, k_row_dim, kv::ErrorOptions{source, {}, RopeFormat::fp8, 1});
+    const auto report =
+        kv::measure_error(input, k_row_dim, kv::ErrorOptions{source, {}, RopeFormat::fp8, 1});
     ASSERT_OK(report);
     EXPECT_EQ(report->latent.nonfinite_inputs, 3u);
     EXPECT_EQ(report->rope_part.nonfinite_inputs, 1u);
@@ -505,7 +542,8 @@ TEST(KvTools, OverflowingRestoreIsCountedAsNonFiniteOutput) {
   for (int i = 0; i < 16; ++i) input[i] = largest;
   const auto report = kv::measure_error(
       input, k_row_dim,
-      kv::ErrorOptions{kv::ScaleSource::given, kv::choose_latent_scale(std::ldexp(1.0, 120)).value(), RopeFormat::bf16, 1});
+      kv::ErrorOptions{kv::ScaleSource::given,
+                       kv::choose_latent_scale(std::ldexp(1.0, 120)).value(), RopeFormat::bf16, 1});
   ASSERT_OK(report);
   EXPECT_EQ(report->latent.nonfinite_inputs, 0u);
   EXPECT_EQ(report->latent.nonfinite_outputs, 16u);
@@ -514,7 +552,8 @@ TEST(KvTools, OverflowingRestoreIsCountedAsNonFiniteOutput) {
 
 TEST(KvTools, AllZeroInputHasZeroErrorNotNaN) {
   const std::vector<float> zeros(3 * k_row_dim, 0.0f);
-  const auto report = kv::measure_error(zeros, k_row_dim, kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RopeFormat::fp8, 1});
+  const auto report = kv::measure_error(
+      zeros, k_row_dim, kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RopeFormat::fp8, 1});
   ASSERT_OK(report);
   EXPECT_EQ(report->latent.rel_rms, 0.0);
   EXPECT_EQ(report->rope_part.rel_rms, 0.0);
@@ -546,8 +585,10 @@ TEST_F(KvFileTest, FileRoundTrip) {
   const auto y = npy::read_float32(dir() / "y.npy", 2);
   ASSERT_OK(y);
   EXPECT_EQ(y->shape, (std::vector<std::uint64_t>{tokens, k_row_dim}));
-  EXPECT_EQ(y->values, kv::dequantize(kv::quantize(input, k_latent_dim, opts).value(), opts).value());
-  const auto report = kv::measure_error_file(dir() / "x.npy", kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RopeFormat::fp8, 0});
+  EXPECT_EQ(y->values,
+            kv::dequantize(kv::quantize(input, k_latent_dim, opts).value(), opts).value());
+  const auto report = kv::measure_error_file(
+      dir() / "x.npy", kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RopeFormat::fp8, 0});
   ASSERT_OK(report);
   EXPECT_EQ(report->input_columns, k_latent_dim);
 }
@@ -556,26 +597,32 @@ TEST_F(KvFileTest, BadInputFilesAreNamedWithTheirField) {
   const std::vector<float> values(6 * 100);
   const std::uint64_t narrow[] = {6, 100};
   ASSERT_OK(npy::write_float32(dir() / "narrow.npy", narrow, values));
-  const auto r = kv::quantize_file(dir() / "narrow.npy", dir() / "out.bin", options(1.0f, RopeFormat::bf16));
+  const auto r =
+      kv::quantize_file(dir() / "narrow.npy", dir() / "out.bin", options(1.0f, RopeFormat::bf16));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::invalid_input);
-  EXPECT_EQ(r.error().message, (dir() / "narrow.npy").string() +
-                                   ": field 'shape': expected (T, 576) or (T, 512) float32 (latent then RoPE per "
-                                   "token), found (6, 100)");
+  EXPECT_EQ(r.error().message,
+            (dir() / "narrow.npy").string() +
+                ": field 'shape': expected (T, 576) or (T, 512) float32 (latent then RoPE per "
+                "token), found (6, 100)");
   const std::uint64_t cube[] = {2, 3, 100};
   ASSERT_OK(npy::write_float32(dir() / "cube.npy", cube, values));
   const auto e = kv::measure_error_file(dir() / "cube.npy", kv::ErrorOptions{});
   ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().message, (dir() / "cube.npy").string() + ": field 'shape': expected 2 dimensions, found (2, 3, 100)");
+  EXPECT_EQ(e.error().message, (dir() / "cube.npy").string() +
+                                   ": field 'shape': expected 2 dimensions, found (2, 3, 100)");
   std::ofstream(dir() / "short.bin", std::ios::binary) << std::string(500, 'x');
-  const auto d = kv::dequantize_file(dir() / "short.bin", dir() / "y.npy", options(1.0f, RopeFormat::bf16));
+  const auto d =
+      kv::dequantize_file(dir() / "short.bin", dir() / "y.npy", options(1.0f, RopeFormat::bf16));
   ASSERT_FALSE(d);
   EXPECT_EQ(d.error().code, ErrorCode::invalid_input);
-  EXPECT_EQ(d.error().message.find((dir() / "short.bin").string() + ": field 'size': 500 bytes"), 0u);
+  EXPECT_EQ(d.error().message.find((dir() / "short.bin").string() + ": field 'size': 500 bytes"),
+            0u);
   // Nothing was written by the failed commands.
   EXPECT_FALSE(std::filesystem::exists(dir() / "out.bin"));
   EXPECT_FALSE(std::filesystem::exists(dir() / "y.npy"));
-  const auto missing = kv::quantize_file(dir() / "absent.npy", dir() / "out.bin", options(1.0f, RopeFormat::bf16));
+  const auto missing =
+      kv::quantize_file(dir() / "absent.npy", dir() / "out.bin", options(1.0f, RopeFormat::bf16));
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, ErrorCode::not_found);
 }

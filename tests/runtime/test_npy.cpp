@@ -22,11 +22,20 @@ using Bytes = std::vector<std::uint8_t>;
 Bytes make_npy(std::string_view dict, std::size_t data_bytes = 0, int major = 1, int minor = 0) {
   std::string header(dict);
   header += '\n';
-  Bytes out = {0x93, 'N', 'U', 'M', 'P', 'Y', static_cast<std::uint8_t>(major), static_cast<std::uint8_t>(minor)};
+  Bytes out = {0x93,
+               'N',
+               'U',
+               'M',
+               'P',
+               'Y',
+               static_cast<std::uint8_t>(major),
+               static_cast<std::uint8_t>(minor)};
   const std::size_t len_bytes = major == 1 ? 2 : 4;
-  for (std::size_t i = 0; i < len_bytes; ++i) out.push_back(static_cast<std::uint8_t>(header.size() >> (8 * i)));
+  for (std::size_t i = 0; i < len_bytes; ++i)
+    out.push_back(static_cast<std::uint8_t>(header.size() >> (8 * i)));
   out.insert(out.end(), header.begin(), header.end());
-  for (std::size_t i = 0; i < data_bytes; ++i) out.push_back(static_cast<std::uint8_t>(i * 37 + 11));
+  for (std::size_t i = 0; i < data_bytes; ++i)
+    out.push_back(static_cast<std::uint8_t>(i * 37 + 11));
   return out;
 }
 
@@ -40,7 +49,8 @@ std::string error_of(const Result<npy::Array<float>>& r) {
 
 void write_bytes(const std::filesystem::path& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 Bytes slurp(const std::filesystem::path& path) {
@@ -61,7 +71,8 @@ TEST_F(NpyFileTest, Float32RoundTripIsBitExactAndHeaderIsAligned) {
   std::mt19937_64 rng(testing::test_seed("npy round trip"));
   const std::uint64_t rows = 1 + rng() % 40;
   std::vector<float> values(rows * 576);
-  for (float& v : values) v = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));  // NaNs included
+  for (float& v : values)
+    v = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));  // NaNs included
   const std::uint64_t shape[] = {rows, 576};
   const auto path = dir() / "x.npy";
   ASSERT_OK(npy::write_float32(path, shape, values));
@@ -144,7 +155,8 @@ TEST_F(NpyFileTest, Uint8RoundTripAndByteOrderFreeDescr) {
   ASSERT_OK(read);
   EXPECT_EQ(read->values, values);
   for (const char* descr : {"|u1", "<u1", "u1"}) {
-    const std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (5,), }";
+    const std::string dict =
+        std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (5,), }";
     EXPECT_OK(npy::parse_uint8(make_npy(dict, 5), "u.npy"));
   }
 }
@@ -200,17 +212,20 @@ TEST(NpyErrors, TruncatedPreamble) {
 TEST(NpyErrors, UnsupportedVersion) {
   EXPECT_EQ(error_of(npy::parse_float32(make_npy(f4_dict("(1,)"), 4, 4, 0), "v.npy")),
             "v.npy: unsupported .npy format version 4.0 (supported: 1.0, 2.0, 3.0)");
-  EXPECT_NE(error_of(npy::parse_float32(make_npy(f4_dict("(1,)"), 4, 1, 1), "v.npy")).find("version 1.1"),
-            std::string::npos);
-  EXPECT_NE(error_of(npy::parse_float32(make_npy(f4_dict("(1,)"), 4, 0, 0), "v.npy")).find("version 0.0"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(npy::parse_float32(make_npy(f4_dict("(1,)"), 4, 1, 1), "v.npy")).find("version 1.1"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of(npy::parse_float32(make_npy(f4_dict("(1,)"), 4, 0, 0), "v.npy")).find("version 0.0"),
+      std::string::npos);
 }
 
 TEST(NpyErrors, TruncatedHeader) {
   Bytes bytes = make_npy(f4_dict("(1,)"));
   bytes.resize(bytes.size() - 10);
-  EXPECT_EQ(error_of(npy::parse_float32(bytes, "h.npy")),
-            "h.npy: header is truncated: header_len declares 58 bytes, only 48 follow the preamble");
+  EXPECT_EQ(
+      error_of(npy::parse_float32(bytes, "h.npy")),
+      "h.npy: header is truncated: header_len declares 58 bytes, only 48 follow the preamble");
 }
 
 TEST(NpyErrors, AbsurdHeaderLength) {
@@ -227,29 +242,45 @@ TEST(NpyErrors, MalformedHeaders) {
   const Case cases[] = {
       {"['descr', '<f4']", "expected '{' at the start of the dictionary"},
       {"{'descr' '<f4', 'fortran_order': False, 'shape': (1,)}", "expected ':' after key 'descr'"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'extra': 1}", "unexpected key 'extra'"},
-      {"{'descr': '<f4', 'shape': (1,), 'fortran_order': False, 'shape': (1,)}", "duplicate key 'shape'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'extra': 1}",
+       "unexpected key 'extra'"},
+      {"{'descr': '<f4', 'shape': (1,), 'fortran_order': False, 'shape': (1,)}",
+       "duplicate key 'shape'"},
       {"{'descr': '<f4', 'fortran_order': False}", "missing key 'shape'"},
       {"{'fortran_order': False, 'shape': (1,)}", "missing key 'descr'"},
       {"{'descr': '<f4', 'shape': (1,)}", "missing key 'fortran_order'"},
-      {"{'descr': '<f4, 'fortran_order': False, 'shape': (1,)}", "expected ',' or '}' after the value of 'descr'"},
+      {"{'descr': '<f4, 'fortran_order': False, 'shape': (1,)}",
+       "expected ',' or '}' after the value of 'descr'"},
       {"{'descr': '<f4", "unterminated string"},
-      {"{'descr': '<f\\x34', 'fortran_order': False, 'shape': (1,)}", "escape sequences in strings are not supported"},
-      {"{'descr': '<f4', 'fortran_order': false, 'shape': (1,)}", "field 'fortran_order' at byte 34: expected True or False"},
-      {"{'descr': '<f4', 'fortran_order': 0, 'shape': (1,)}", "field 'fortran_order' at byte 34: expected True or False"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1)}", "a one-dimensional shape needs a trailing comma"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': [1, 2]}", "field 'shape' at byte 50: expected a tuple"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (-1, 2)}", "dimensions must be non-negative"},
+      {"{'descr': '<f\\x34', 'fortran_order': False, 'shape': (1,)}",
+       "escape sequences in strings are not supported"},
+      {"{'descr': '<f4', 'fortran_order': false, 'shape': (1,)}",
+       "field 'fortran_order' at byte 34: expected True or False"},
+      {"{'descr': '<f4', 'fortran_order': 0, 'shape': (1,)}",
+       "field 'fortran_order' at byte 34: expected True or False"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1)}",
+       "a one-dimensional shape needs a trailing comma"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': [1, 2]}",
+       "field 'shape' at byte 50: expected a tuple"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (-1, 2)}",
+       "dimensions must be non-negative"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (1.5, 2)}", "expected ',' or ')'"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1, , 2)}", "expected a non-negative integer or ')'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1, , 2)}",
+       "expected a non-negative integer or ')'"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (03,)}", "leading zeros"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}", "absurdly large"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,)} x", "unexpected text after the closing '}'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}",
+       "absurdly large"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,)} x",
+       "unexpected text after the closing '}'"},
       {"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,)}", "structured dtypes"},
-      {"{'descr': 4, 'fortran_order': False, 'shape': (1,)}", "field 'descr' at byte 10: expected a dtype string"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,)", "expected ',' or '}' after the value of 'shape'"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,),", "expected a key string or '}', found the end"},
-      {std::string("{'descr': '<f4',\0 'fortran_order': False, 'shape': (1,)}", 56), "expected a key string"},
+      {"{'descr': 4, 'fortran_order': False, 'shape': (1,)}",
+       "field 'descr' at byte 10: expected a dtype string"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,)",
+       "expected ',' or '}' after the value of 'shape'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,),",
+       "expected a key string or '}', found the end"},
+      {std::string("{'descr': '<f4',\0 'fortran_order': False, 'shape': (1,)}", 56),
+       "expected a key string"},
       {"", "expected '{' at the start of the dictionary, found the end of the header"},
   };
   for (const Case& c : cases) {
@@ -268,14 +299,18 @@ TEST(NpyErrors, WrongDtypeSaysWhatWasFoundAndWhatIsExpected) {
     const char* found;
   };
   const Case cases[] = {
-      {"<f8", "dtype '<f8' (little-endian float64)"}, {">f4", "dtype '>f4' (big-endian float32)"},
-      {"<i4", "dtype '<i4' (little-endian int32)"},   {"<f2", "dtype '<f2' (little-endian float16)"},
-      {"|b1", "dtype '|b1' (bool)"},                  {"|O", "dtype '|O' (Python object)"},
+      {"<f8", "dtype '<f8' (little-endian float64)"},
+      {">f4", "dtype '>f4' (big-endian float32)"},
+      {"<i4", "dtype '<i4' (little-endian int32)"},
+      {"<f2", "dtype '<f2' (little-endian float16)"},
+      {"|b1", "dtype '|b1' (bool)"},
+      {"|O", "dtype '|O' (Python object)"},
       {"<x9", "dtype '<x9' (unknown dtype)"},
       {"=f4", "dtype '=f4' (float32)"},
   };
   for (const Case& c : cases) {
-    const std::string dict = std::string("{'descr': '") + c.descr + "', 'fortran_order': False, 'shape': (1,), }";
+    const std::string dict =
+        std::string("{'descr': '") + c.descr + "', 'fortran_order': False, 'shape': (1,), }";
     EXPECT_EQ(error_of(npy::parse_float32(make_npy(dict, 8), "d.npy")),
               std::string("d.npy: field 'descr': ") + c.found +
                   " is not supported; expected '<f4' (little-endian float32)");
@@ -283,13 +318,16 @@ TEST(NpyErrors, WrongDtypeSaysWhatWasFoundAndWhatIsExpected) {
   const auto u8 = npy::parse_uint8(make_npy(f4_dict("(1,)"), 4), "d.npy");
   ASSERT_FALSE(u8);
   EXPECT_EQ(u8.error().message,
-            "d.npy: field 'descr': dtype '<f4' (little-endian float32) is not supported; expected '|u1' (uint8)");
+            "d.npy: field 'descr': dtype '<f4' (little-endian float32) is not supported; expected "
+            "'|u1' (uint8)");
 }
 
 TEST(NpyErrors, FortranOrder) {
-  const auto r = npy::parse_float32(make_npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24), "f.npy");
+  const auto r = npy::parse_float32(
+      make_npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24), "f.npy");
   EXPECT_EQ(error_of(r),
-            "f.npy: field 'fortran_order': True (column-major) is not supported; expected False (C order); "
+            "f.npy: field 'fortran_order': True (column-major) is not supported; expected False (C "
+            "order); "
             "save with numpy.ascontiguousarray first");
 }
 
@@ -304,24 +342,30 @@ TEST(NpyErrors, WrongRank) {
 
 TEST(NpyErrors, TruncatedData) {
   EXPECT_EQ(error_of(npy::parse_float32(make_npy(f4_dict("(2, 3)"), 20), "t.npy")),
-            "t.npy: data is truncated: shape (2, 3) of '<f4' needs 24 bytes after the 70-byte header, the file "
+            "t.npy: data is truncated: shape (2, 3) of '<f4' needs 24 bytes after the 70-byte "
+            "header, the file "
             "has 20");
   // A huge declared shape is refused from the file size, before any allocation.
   EXPECT_NE(error_of(npy::parse_float32(make_npy(f4_dict("(1000000000, 1000000)"), 16), "t.npy"))
-                .find("data is truncated: shape (1000000000, 1000000) of '<f4' needs 4000000000000000 bytes"),
+                .find("data is truncated: shape (1000000000, 1000000) of '<f4' needs "
+                      "4000000000000000 bytes"),
             std::string::npos);
 }
 
 TEST(NpyErrors, TrailingGarbage) {
-  EXPECT_EQ(error_of(npy::parse_float32(make_npy(f4_dict("(2, 3)"), 28), "g.npy")),
-            "g.npy: trailing garbage: 4 bytes after the data (shape (2, 3) of '<f4' ends at byte 94)");
+  EXPECT_EQ(
+      error_of(npy::parse_float32(make_npy(f4_dict("(2, 3)"), 28), "g.npy")),
+      "g.npy: trailing garbage: 4 bytes after the data (shape (2, 3) of '<f4' ends at byte 94)");
 }
 
 TEST(NpyErrors, ShapeProductOverflow) {
-  EXPECT_EQ(error_of(npy::parse_float32(make_npy(f4_dict("(4294967296, 4294967296, 2)"), 4), "o.npy")),
-            "o.npy: field 'shape': (4294967296, 4294967296, 2) holds more elements than 2^64: absurd size");
+  EXPECT_EQ(
+      error_of(npy::parse_float32(make_npy(f4_dict("(4294967296, 4294967296, 2)"), 4), "o.npy")),
+      "o.npy: field 'shape': (4294967296, 4294967296, 2) holds more elements than 2^64: absurd "
+      "size");
   EXPECT_EQ(error_of(npy::parse_float32(make_npy(f4_dict("(4611686018427387904, 2)"), 4), "o.npy")),
-            "o.npy: field 'shape': (4611686018427387904, 2) needs more bytes than memory can address: absurd size");
+            "o.npy: field 'shape': (4611686018427387904, 2) needs more bytes than memory can "
+            "address: absurd size");
   // A zero dimension makes any other dimension harmless.
   EXPECT_OK(npy::parse_float32(make_npy(f4_dict("(0, 4611686018427387904, 9)")), "o.npy"));
 }
@@ -376,7 +420,8 @@ TEST_F(NpyFileTest, ErrorsFromFilesNameThePath) {
   write_bytes(path, make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", 8));
   const auto r = npy::read_float32(path);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().message.rfind(path.string() + ": field 'descr': dtype '<f8'", 0), 0u) << r.error().message;
+  EXPECT_EQ(r.error().message.rfind(path.string() + ": field 'descr': dtype '<f8'", 0), 0u)
+      << r.error().message;
 }
 
 TEST_F(NpyFileTest, MissingFileAndDirectory) {
@@ -413,7 +458,8 @@ TEST_F(NpyFileTest, FailedWriteLeavesNoPartialOutput) {
   std::filesystem::create_directories(dir() / "taken" / "child");
   const auto taken = npy::write_float32(dir() / "taken", shape, values);
   ASSERT_FALSE(taken);
-  EXPECT_NE(taken.error().message.find("cannot rename the temporary file into place"), std::string::npos);
+  EXPECT_NE(taken.error().message.find("cannot rename the temporary file into place"),
+            std::string::npos);
   EXPECT_EQ(entries(dir()), 1u);
   EXPECT_TRUE(std::filesystem::is_directory(dir() / "taken" / "child"));
 }

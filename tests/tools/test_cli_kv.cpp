@@ -56,14 +56,16 @@ class CliKvTest : public testing::TempDirTest {
     m_input = write_npy("x.npy", {k_tokens, kv::k_row_dim}, m_values);
   }
 
-  fs::path write_npy(const char* name, std::vector<std::uint64_t> shape, const std::vector<float>& values) {
+  fs::path write_npy(const char* name, std::vector<std::uint64_t> shape,
+                     const std::vector<float>& values) {
     EXPECT_OK(npy::write_float32(dir() / name, shape, values));
     return dir() / name;
   }
 
   fs::path write_raw(const char* name, const std::vector<std::uint8_t>& bytes) {
     std::ofstream(dir() / name, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
     return dir() / name;
   }
 
@@ -112,16 +114,19 @@ kv::RecordOptions record_options(float scale, RopeFormat rope) {
 // Success: exit 0
 
 TEST_F(CliKvTest, QuantizeAndDequantizeWriteWhatTheLibraryComputes) {
-  const Outcome q = jitcache({"kv", "quantize", "--input", p(m_input), "--out", p(dir() / "r.bin")});
+  const Outcome q =
+      jitcache({"kv", "quantize", "--input", p(m_input), "--out", p(dir() / "r.bin")});
   ASSERT_EQ(q.code, 0) << q.err;
   EXPECT_EQ(q.err, "");
   EXPECT_NE(q.out.find("7 tokens x 576 columns"), std::string::npos) << q.out;
   EXPECT_NE(q.out.find("latent scale 1 (identity)"), std::string::npos) << q.out;
   const auto records = read_bytes(dir() / "r.bin");
   EXPECT_EQ(records.size(), k_tokens * 432);
-  EXPECT_EQ(records, kv::quantize(m_values, kv::k_row_dim, record_options(1.0f, RopeFormat::bf16)).value());
+  EXPECT_EQ(records,
+            kv::quantize(m_values, kv::k_row_dim, record_options(1.0f, RopeFormat::bf16)).value());
 
-  const Outcome d = jitcache({"kv", "dequantize", "--input", p(dir() / "r.bin"), "--out", p(dir() / "y.npy")});
+  const Outcome d =
+      jitcache({"kv", "dequantize", "--input", p(dir() / "r.bin"), "--out", p(dir() / "y.npy")});
   ASSERT_EQ(d.code, 0) << d.err;
   EXPECT_EQ(d.err, "");
   const auto y = npy::read_float32(dir() / "y.npy", 2);
@@ -131,15 +136,16 @@ TEST_F(CliKvTest, QuantizeAndDequantizeWriteWhatTheLibraryComputes) {
 }
 
 TEST_F(CliKvTest, Fp8RopeWithDynamicScale) {
-  const Outcome q = jitcache({"kv", "quantize", "--input", p(m_input), "--scale", "0.002", "--rope", "fp8", "--out",
-                              p(dir() / "r.bin")});
+  const Outcome q = jitcache({"kv", "quantize", "--input", p(m_input), "--scale", "0.002", "--rope",
+                              "fp8", "--out", p(dir() / "r.bin")});
   ASSERT_EQ(q.code, 0) << q.err;
   EXPECT_NE(q.out.find("(dynamic)"), std::string::npos) << q.out;
   const auto records = read_bytes(dir() / "r.bin");
   EXPECT_EQ(records.size(), k_tokens * 368);
-  EXPECT_EQ(records, kv::quantize(m_values, kv::k_row_dim, record_options(0.002f, RopeFormat::fp8)).value());
-  const Outcome d = jitcache({"kv", "dequantize", "--input", p(dir() / "r.bin"), "--scale", "0.002", "--rope", "fp8",
-                              "--threads", "3", "--out", p(dir() / "y.npy")});
+  EXPECT_EQ(records,
+            kv::quantize(m_values, kv::k_row_dim, record_options(0.002f, RopeFormat::fp8)).value());
+  const Outcome d = jitcache({"kv", "dequantize", "--input", p(dir() / "r.bin"), "--scale", "0.002",
+                              "--rope", "fp8", "--threads", "3", "--out", p(dir() / "y.npy")});
   ASSERT_EQ(d.code, 0) << d.err;
   EXPECT_EQ(npy::read_float32(dir() / "y.npy").value().values,
             kv::dequantize(records, record_options(0.002f, RopeFormat::fp8)).value());
@@ -149,7 +155,10 @@ TEST_F(CliKvTest, LatentOnlyInputDequantizesWithZeroRope) {
   const std::vector<float> latent(m_values.begin(), m_values.begin() + 3 * 512);
   const fs::path input = write_npy("latent.npy", {3, 512}, latent);
   ASSERT_EQ(jitcache({"kv", "quantize", "--input", p(input), "--out", p(dir() / "r.bin")}).code, 0);
-  ASSERT_EQ(jitcache({"kv", "dequantize", "--input", p(dir() / "r.bin"), "--out", p(dir() / "y.npy")}).code, 0);
+  ASSERT_EQ(
+      jitcache({"kv", "dequantize", "--input", p(dir() / "r.bin"), "--out", p(dir() / "y.npy")})
+          .code,
+      0);
   const auto y = npy::read_float32(dir() / "y.npy", 2);
   ASSERT_OK(y);
   ASSERT_EQ(y->values.size(), 3u * 576);
@@ -158,12 +167,14 @@ TEST_F(CliKvTest, LatentOnlyInputDequantizesWithZeroRope) {
 }
 
 TEST_F(CliKvTest, ErrorJsonIsOneDocumentWithTheLibrarysNumbers) {
-  const Outcome e = jitcache({"kv", "error", "--input", p(m_input), "--calibrated", "--rope", "fp8", "--json"});
+  const Outcome e =
+      jitcache({"kv", "error", "--input", p(m_input), "--calibrated", "--rope", "fp8", "--json"});
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_EQ(e.err, "");
   const nlohmann::json doc = nlohmann::json::parse(e.out);  // throws (fails) unless one document
-  const auto expected = kv::measure_error(
-      m_values, kv::k_row_dim, kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RopeFormat::fp8, 1});
+  const auto expected =
+      kv::measure_error(m_values, kv::k_row_dim,
+                        kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RopeFormat::fp8, 1});
   ASSERT_OK(expected);
   EXPECT_EQ(doc.at("input"), p(m_input));
   EXPECT_EQ(doc.at("tokens"), k_tokens);
@@ -186,7 +197,8 @@ TEST_F(CliKvTest, ErrorPrintsHumanTextByDefault) {
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_NE(e.out.find("latent scale   1 (identity), given"), std::string::npos) << e.out;
   EXPECT_NE(e.out.find("latent         rel RMS"), std::string::npos) << e.out;
-  EXPECT_NE(e.out.find("rope           rel RMS 0 "), std::string::npos) << "bf16 RoPE is exact\n" << e.out;
+  EXPECT_NE(e.out.find("rope           rel RMS 0 "), std::string::npos) << "bf16 RoPE is exact\n"
+                                                                        << e.out;
   EXPECT_EQ(e.out.find('{'), std::string::npos);
 }
 
@@ -197,7 +209,8 @@ TEST_F(CliKvTest, NonFiniteInputsAreReportedWithAWarning) {
   const fs::path input = write_npy("nan.npy", {k_tokens, 576}, values);
   const Outcome e = jitcache({"kv", "error", "--input", p(input), "--json"});
   ASSERT_EQ(e.code, 0) << e.err;
-  EXPECT_NE(e.err.find("warning: " + p(input) + ": 2 non-finite inputs"), std::string::npos) << e.err;
+  EXPECT_NE(e.err.find("warning: " + p(input) + ": 2 non-finite inputs"), std::string::npos)
+      << e.err;
   const nlohmann::json doc = nlohmann::json::parse(e.out);
   EXPECT_EQ(doc.at("latent").at("nonfinite_inputs"), 2);
   EXPECT_TRUE(doc.at("latent").at("rel_rms").is_number());
@@ -206,14 +219,16 @@ TEST_F(CliKvTest, NonFiniteInputsAreReportedWithAWarning) {
 TEST_F(CliKvTest, HelpListsTheSubcommands) {
   const Outcome h = jitcache({"kv", "--help"});
   EXPECT_EQ(h.code, 0);
-  for (const char* sub : {"quantize", "dequantize", "error"}) EXPECT_NE(h.out.find(sub), std::string::npos) << sub;
+  for (const char* sub : {"quantize", "dequantize", "error"})
+    EXPECT_NE(h.out.find(sub), std::string::npos) << sub;
 }
 
 // ---------------------------------------------------------------------------------------
 // Invalid input: exit 1, an error naming the file and the field, nothing written
 
 TEST_F(CliKvTest, MalformedNpyFilesExitOne) {
-  std::vector<std::uint8_t> wrong_dtype = npy::encode_header(npy::DType::uint8, std::vector<std::uint64_t>{2, 576}).value();
+  std::vector<std::uint8_t> wrong_dtype =
+      npy::encode_header(npy::DType::uint8, std::vector<std::uint64_t>{2, 576}).value();
   wrong_dtype.resize(wrong_dtype.size() + 2 * 576);
   std::vector<std::uint8_t> fortran;
   {
@@ -229,17 +244,22 @@ TEST_F(CliKvTest, MalformedNpyFilesExitOne) {
     const char* expected;
   };
   const Case cases[] = {
-      {write_raw("dtype.npy", wrong_dtype), "field 'descr': dtype '|u1' (uint8) is not supported; expected '<f4'"},
-      {write_raw("fortran.npy", fortran), "field 'fortran_order': True (column-major) is not supported"},
+      {write_raw("dtype.npy", wrong_dtype),
+       "field 'descr': dtype '|u1' (uint8) is not supported; expected '<f4'"},
+      {write_raw("fortran.npy", fortran),
+       "field 'fortran_order': True (column-major) is not supported"},
       {write_raw("truncated.npy", truncated), "data is truncated"},
       {write_raw("text.npy", {'h', 'i', '\n'}), "not a NumPy .npy file: bad magic"},
-      {write_npy("narrow.npy", {4, 100}, std::vector<float>(400)), "field 'shape': expected (T, 576) or (T, 512)"},
-      {write_npy("flat.npy", {576}, std::vector<float>(576)), "field 'shape': expected 2 dimensions, found (576,)"},
+      {write_npy("narrow.npy", {4, 100}, std::vector<float>(400)),
+       "field 'shape': expected (T, 576) or (T, 512)"},
+      {write_npy("flat.npy", {576}, std::vector<float>(576)),
+       "field 'shape': expected 2 dimensions, found (576,)"},
   };
   for (const Case& c : cases) {
     for (const char* command : {"quantize", "error"}) {
       std::vector<std::string> args = {"kv", command, "--input", p(c.file)};
-      if (std::string(command) == "quantize") args.insert(args.end(), {"--out", p(dir() / "out.bin")});
+      if (std::string(command) == "quantize")
+        args.insert(args.end(), {"--out", p(dir() / "out.bin")});
       const Outcome r = jitcache(args);
       EXPECT_EQ(r.code, 1) << command << " " << c.file << "\n" << r.err;
       EXPECT_NE(r.err.find("jitcache: error: " + p(c.file) + ": "), std::string::npos) << r.err;
@@ -252,13 +272,16 @@ TEST_F(CliKvTest, MalformedNpyFilesExitOne) {
 
 TEST_F(CliKvTest, RecordsOfWrongLengthExitOne) {
   const fs::path records = write_raw("r.bin", std::vector<std::uint8_t>(432 * 2 + 5));
-  const Outcome r = jitcache({"kv", "dequantize", "--input", p(records), "--out", p(dir() / "y.npy")});
+  const Outcome r =
+      jitcache({"kv", "dequantize", "--input", p(records), "--out", p(dir() / "y.npy")});
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find(p(records) + ": field 'size': 869 bytes is not a multiple of the 432-byte"), std::string::npos)
+  EXPECT_NE(r.err.find(p(records) + ": field 'size': 869 bytes is not a multiple of the 432-byte"),
+            std::string::npos)
       << r.err;
   EXPECT_FALSE(fs::exists(dir() / "y.npy"));
   const fs::path fp8 = write_raw("fp8.bin", std::vector<std::uint8_t>(368 * 3));
-  const Outcome hint = jitcache({"kv", "dequantize", "--input", p(fp8), "--out", p(dir() / "y.npy")});
+  const Outcome hint =
+      jitcache({"kv", "dequantize", "--input", p(fp8), "--out", p(dir() / "y.npy")});
   EXPECT_EQ(hint.code, 1);
   EXPECT_NE(hint.err.find("is --rope fp8 meant?"), std::string::npos) << hint.err;
 }
@@ -277,9 +300,11 @@ TEST_F(CliKvTest, UsageErrorsExitTwo) {
       {{"kv", "frobnicate"}, "subcommand"},
       {{"kv", "quantize", "--input", in}, "--out"},
       {{"kv", "quantize", "--out", out}, "--input"},
-      {{"kv", "quantize", "--input", in, "--out", out, "--scale", "0"}, "--scale: the latent scale must be a finite number > 0, got 0"},
+      {{"kv", "quantize", "--input", in, "--out", out, "--scale", "0"},
+       "--scale: the latent scale must be a finite number > 0, got 0"},
       {{"kv", "quantize", "--input", in, "--out", out, "--scale", "-2"}, "--scale"},
-      {{"kv", "quantize", "--input", in, "--out", out, "--scale", "1e39"}, "not representable as a positive finite float32"},
+      {{"kv", "quantize", "--input", in, "--out", out, "--scale", "1e39"},
+       "not representable as a positive finite float32"},
       {{"kv", "quantize", "--input", in, "--out", out, "--scale", "abc"}, "--scale"},
       {{"kv", "quantize", "--input", in, "--out", out, "--rope", "fp4"}, "--rope"},
       {{"kv", "dequantize", "--input", in, "--out", out, "--scale", "inf"}, "--scale"},

@@ -184,8 +184,6 @@ double relative_rms(double sum_err, double sum_ref) {
   return sum_err == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
 }
 
-std::string display(const std::filesystem::path& path) { return path.string(); }
-
 }  // namespace
 
 const char* to_string(ScaleSource source) {
@@ -285,7 +283,7 @@ Result<FileSummary> quantize_file(const std::filesystem::path& input,
                                   const std::filesystem::path& output,
                                   const RecordOptions& options) {
   const npy::Array<float> array = JC_TRY(npy::read_float32(input, 2));
-  JC_TRY(check_columns(array.shape, display(input)));
+  JC_TRY(check_columns(array.shape, input.string()));
   const std::vector<std::uint8_t> records = JC_TRY(quantize(array.values, array.shape[1], options));
   const std::span<const std::uint8_t> parts[] = {records};
   JC_TRY(write_file_atomic(output, parts));
@@ -296,7 +294,7 @@ Result<FileSummary> dequantize_file(const std::filesystem::path& input,
                                     const std::filesystem::path& output,
                                     const RecordOptions& options) {
   const std::vector<std::uint8_t> records = JC_TRY(read_file(input));
-  const std::vector<std::uint16_t> rows = JC_TRY(gather_records(records, options, display(input)));
+  const std::vector<std::uint16_t> rows = JC_TRY(gather_records(records, options, input.string()));
   std::vector<float> values(rows.size());
   std::transform(rows.begin(), rows.end(), values.begin(), jc::bf16_to_float);
   const std::uint64_t shape[] = {values.size() / k_row_dim, k_row_dim};
@@ -307,7 +305,7 @@ Result<FileSummary> dequantize_file(const std::filesystem::path& input,
 Result<ErrorReport> measure_error_file(const std::filesystem::path& input,
                                        const ErrorOptions& options) {
   const npy::Array<float> array = JC_TRY(npy::read_float32(input, 2));
-  JC_TRY(check_columns(array.shape, display(input)));
+  JC_TRY(check_columns(array.shape, input.string()));
   return measure_error(array.values, array.shape[1], options);
 }
 

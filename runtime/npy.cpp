@@ -103,7 +103,7 @@ class AtomicFile {
           dir / ("." + m_target.filename().string() + ".tmp-" + unique_suffix());
       const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd >= 0) {
-        m_fd = std::make_unique<Fd>(fd);
+        m_fd = Fd(fd);
         m_tmp = std::move(tmp);
         return {};
       }
@@ -119,7 +119,7 @@ class AtomicFile {
     const std::uint8_t* p = bytes.data();
     std::size_t left = bytes.size();
     while (left > 0) {
-      const ssize_t n = ::write(m_fd->get(), p, std::min<std::size_t>(left, std::size_t{1} << 30));
+      const ssize_t n = ::write(m_fd.get(), p, std::min<std::size_t>(left, std::size_t{1} << 30));
       if (n < 0) {
         if (errno == EINTR) continue;
         return make_error(ErrorCode::io,
@@ -132,9 +132,9 @@ class AtomicFile {
   }
 
   Status commit() {
-    if (::fsync(m_fd->get()) != 0)
+    if (::fsync(m_fd.get()) != 0)
       return make_error(ErrorCode::io, m_target.string() + ": fsync failed: " + errno_text(errno));
-    if (m_fd->close() != 0)
+    if (m_fd.close() != 0)
       return make_error(ErrorCode::io, m_target.string() + ": close failed: " + errno_text(errno));
     if (::rename(m_tmp.c_str(), m_target.c_str()) != 0)
       return make_error(ErrorCode::io,
@@ -147,7 +147,7 @@ class AtomicFile {
  private:
   std::filesystem::path m_target;
   std::filesystem::path m_tmp;
-  std::unique_ptr<Fd> m_fd;
+  Fd m_fd;
   bool m_committed = false;
 };
 

@@ -9,12 +9,9 @@
 #include <string_view>
 
 #include "jitcache/error.hpp"
+#include "jitcache/kernel_types.hpp"
 
 namespace jitcache {
-
-enum class KernelKind { writer, gather };
-enum class LatentScale { identity, dynamic };
-enum class RopeFormat { bf16, fp8 };
 
 // An exact compilation target. sm_120a, sm_120 and sm_121a are different targets: an
 // arch-specific ("a") cubin runs only on that exact chip.
@@ -32,9 +29,6 @@ std::span<const std::string_view> supported_targets();
 std::span<const std::string_view> default_targets();
 Result<Target> parse_target(std::string_view text);
 
-const char* to_string(KernelKind kind);
-const char* to_string(LatentScale scale);
-const char* to_string(RopeFormat rope);
 std::optional<KernelKind> parse_kernel_kind(std::string_view text);
 std::optional<LatentScale> parse_latent_scale(std::string_view text);
 std::optional<RopeFormat> parse_rope_format(std::string_view text);

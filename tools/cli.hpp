@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "jitcache/error.hpp"
@@ -27,6 +28,7 @@ using Action = std::function<int()>;
 struct Context {
   GlobalOptions global;
   int exit_code = k_exit_ok;
+  std::optional<Error> startup_error;  // set before any subcommand runs (strict mode)
   // Binds an action to a subcommand so that its return value becomes the exit code.
   void bind(CLI::App* command, Action action);
 };

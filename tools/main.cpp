@@ -3,6 +3,7 @@
 #include <map>
 
 #include "jitcache/log.hpp"
+#include "support/env.hpp"
 #include "tools/cli.hpp"
 
 namespace jitcache::cli {
@@ -42,12 +43,26 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", context.global.log_level, "debug|info|warning|error|off")
       ->check(CLI::IsMember({"debug", "info", "warning", "error", "off"}, CLI::ignore_case));
   app.parse_complete_callback([&context] {
-    if (auto level = jitcache::parse_log_level(context.global.log_level))
-      jitcache::set_log_level(*level);
+    // --log-level beats JITCACHE_LOG_LEVEL, which beats the default (info).
+    std::string level = context.global.log_level;
+    if (level.empty()) level = jitcache::env::get(jitcache::env::jitcache_log_level).value_or("");
+    if (auto parsed = jitcache::parse_log_level(level)) {
+      jitcache::set_log_level(*parsed);
+    } else if (!level.empty()) {
+      jitcache::log_warning("JITCACHE_LOG_LEVEL=" + level + " is not a log level; using info");
+    }
+    // Misspelt JITCACHE_* variables: a warning, or in strict mode an error before any work.
+    if (auto checked = jitcache::env::check_unknown_vars(); !checked) {
+      context.startup_error = checked.error();
+      throw CLI::Success();  // stop parsing; main reports the error
+    }
   });
   for (auto& [order, registration] : registrations()) registration(app, context);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::Success&) {
+    if (context.startup_error) return report(*context.startup_error);
+    return k_exit_ok;
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? k_exit_ok : k_exit_usage;

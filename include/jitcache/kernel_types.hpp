@@ -1,0 +1,17 @@
+// The names of what a kernel is specialized for, shared by the public API and the
+// internals (kernel_templates/kernel_spec.hpp builds on them).
+#pragma once
+
+namespace jitcache {
+
+enum class KernelKind { writer, gather };
+// identity: built for scale 1.0, no scale arithmetic at all. dynamic: takes the layer's
+// scale as a launch argument and applies it.
+enum class LatentScale { identity, dynamic };
+enum class RopeFormat { bf16, fp8 };
+
+const char* to_string(KernelKind kind);
+const char* to_string(LatentScale scale);
+const char* to_string(RopeFormat rope);
+
+}  // namespace jitcache

@@ -1,0 +1,158 @@
+// The runtime a serving engine links: open it once, then prepare() each model. prepare
+// resolves the checkpoint's per-layer scales, works out the distinct kernel variants the
+// layers need (for a GLM-5.x checkpoint with scales on one target: the dynamic and the
+// identity variant of each kernel, not one per layer), takes each from the cache or
+// compiles the misses in parallel (once per key across processes), checks each artifact's
+// embedded facts against the layers bound to it, and returns per-layer bindings.
+//
+// Thread safety: a Runtime may be used from many threads at once. A PreparedModel is
+// immutable after prepare(); its accessors and launch functions are safe to call from
+// any thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "jitcache/error.hpp"
+#include "jitcache/kernel_types.hpp"
+#include "jitcache/log.hpp"
+#include "jitcache/scales.hpp"
+
+namespace jitcache {
+
+struct PrepareProgress {
+  std::size_t done = 0;   // variants finished so far (this one included)
+  std::size_t total = 0;  // variants needed
+  std::string variant;    // e.g. "writer/dynamic/bf16/sm_100a"
+  bool compiled = false;  // compiled now (else found in the cache)
+  double ms = 0.0;        // time this variant took
+};
+
+enum class DeviceUse {
+  automatic,  // use the GPU when a driver and device are present (load modules, allow launches)
+  none,       // never touch the driver: compile and cache only
+};
+
+struct RuntimeOptions {
+  // Empty: the default resolution (JITCACHE_DIR, $XDG_CACHE_HOME/jitcache, ~/.cache/jitcache).
+  std::filesystem::path cache_dir;
+  std::uint64_t cache_max_bytes = 0;  // 0: the store's default cap
+  unsigned jobs = 0;                  // parallel compiles; 0: one per core
+  LogSink log_sink;                   // set as the process's sink when given
+  std::function<void(const PrepareProgress&)> progress;  // called from prepare()'s thread
+  DeviceUse device = DeviceUse::automatic;
+  int device_ordinal = 0;
+};
+
+struct ModelSpec {
+  std::filesystem::path checkpoint;  // the directory holding config.json
+  RopeFormat rope = RopeFormat::bf16;
+  // "sm_90", "sm_100a", "sm_120a", ...; empty: the device's target (an error without one).
+  std::string target;
+  std::optional<std::filesystem::path> scales_override;  // beats VLLM_NVFP4_MLA_SCALES_FILE
+  std::optional<std::string> checkpoint_revision;
+};
+
+// One compiled variant, as prepared. Owned by its PreparedModel.
+struct KernelInfo {
+  KernelKind kernel = KernelKind::writer;
+  LatentScale latent_scale = LatentScale::identity;
+  RopeFormat rope = RopeFormat::bf16;
+  std::string target;
+  std::string key;          // the cache key, 32 hex digits
+  std::string entry;        // the kernel's symbol
+  int registers = -1;
+  std::size_t cubin_bytes = 0;
+  bool compiled_now = false;  // compiled by this prepare() (else from the cache)
+  bool loaded = false;        // loaded into the device (a GPU was present)
+  bool ptx_fallback = false;  // loaded from PTX because the cubin cannot run on this device
+};
+
+class Kernel;  // opaque: a variant's artifact and, with a GPU, its loaded function
+
+struct LayerBinding {
+  int layer = 0;
+  float scale = 1.0f;
+  ScaleMode mode = ScaleMode::identity;
+  ScaleSource source = ScaleSource::identity_default;
+  const Kernel* writer = nullptr;
+  const Kernel* gather = nullptr;
+};
+
+// Launch arguments: raw device addresses, strides in elements, a CUstream (nullptr: the
+// default stream). Bases must be 16-byte aligned, strides multiples of 8 elements.
+struct WriterLaunch {
+  std::uint64_t kv_c = 0;      // bf16 [num_tokens, >=512]
+  std::int64_t kv_c_stride = 512;
+  std::uint64_t k_pe = 0;      // bf16 [num_tokens, >=64]
+  std::int64_t k_pe_stride = 64;
+  std::uint64_t slot_mapping = 0;  // int64 [num_tokens]; negative = skip
+  std::int64_t num_tokens = 0;
+  std::uint64_t cache = 0;     // uint8 [num_slots, record_bytes]
+  std::int64_t num_slots = 0;
+  std::uint64_t status = 0;    // optional uint32 error word (see jc::k_status_*); 0 = none
+};
+
+struct GatherLaunch {
+  std::uint64_t cache = 0;
+  std::int64_t num_slots = 0;
+  std::uint64_t slots = 0;     // int32 [num_rows]; negative = zero row
+  std::int64_t num_rows = 0;
+  std::uint64_t out = 0;       // bf16 [num_rows, >=576]
+  std::int64_t out_stride = 576;
+  std::uint64_t status = 0;
+};
+
+struct PrepareStats {
+  std::size_t variants = 0;  // distinct variants the layers need
+  std::size_t cached = 0;    // found in the cache (memory or disk)
+  std::size_t compiled = 0;  // compiled by this call
+  double wall_ms = 0.0;
+};
+
+class PreparedModel {
+ public:
+  virtual ~PreparedModel() = default;
+  virtual const ResolvedScales& scales() const = 0;
+  virtual std::span<const LayerBinding> layers() const = 0;
+  // The launch path's lookup: no allocation, no lock. nullptr when out of range.
+  const LayerBinding* layer(int index) const {
+    const auto all = layers();
+    return index >= 0 && static_cast<std::size_t>(index) < all.size() ? &all[static_cast<std::size_t>(index)] : nullptr;
+  }
+  virtual const KernelInfo& info(const Kernel& kernel) const = 0;
+  virtual std::vector<KernelInfo> kernels() const = 0;
+  virtual const PrepareStats& stats() const = 0;
+  virtual RopeFormat rope() const = 0;
+  virtual const std::string& target() const = 0;
+
+  // Launch the layer's kernel with the layer's scale on `stream`. ErrorCode::unavailable
+  // without a GPU; invalid_argument for a bad layer or misaligned arguments.
+  virtual Status launch_writer(int layer, const WriterLaunch& args, void* stream) const = 0;
+  virtual Status launch_gather(int layer, const GatherLaunch& args, void* stream) const = 0;
+};
+
+struct DeviceStatus {
+  bool available = false;
+  std::string reason;  // why not, when unavailable
+  std::string name;    // e.g. "NVIDIA H200"
+  std::string target;  // e.g. "sm_90"
+};
+
+class Runtime {
+ public:
+  static Result<std::unique_ptr<Runtime>> open(RuntimeOptions options = {});
+  virtual ~Runtime() = default;
+
+  virtual Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) = 0;
+  virtual DeviceStatus device() const = 0;
+  virtual const std::filesystem::path& cache_dir() const = 0;
+};
+
+}  // namespace jitcache

@@ -1,0 +1,93 @@
+// The CUDA driver, opened at run time. libjitcache never links libcuda: on a machine
+// without a driver or a GPU, everything but kernel launches still works, and
+// CudaDriver::load() says clearly why there is no device.
+//
+// Each entry point is resolved once (dlsym of its versioned name) into a table; an
+// optional one is null when the driver lacks it.
+#pragma once
+
+#include <cuda.h>  // types only; no symbol of libcuda is referenced at link time
+
+#include <memory>
+#include <string>
+
+#include "jitcache/error.hpp"
+
+namespace jitcache {
+
+struct CudaDriverApi {
+  CUresult (*cuInit)(unsigned int);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned int, CUjit_option*, void**);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                             unsigned int, unsigned int, unsigned int, CUstream, void**, void**);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuEventCreate)(CUevent*, unsigned int);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+};
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int major = 0;
+  int minor = 0;
+  int driver_version = 0;  // e.g. 13000
+  // The product target of this chip: sm_90 on Hopper, then the arch-specific sm_100a,
+  // sm_103a, sm_120a, sm_121a, ...
+  std::string target;
+  // Its architecture-generic counterpart, for a PTX fallback (sm_90, sm_100, sm_120).
+  std::string generic_target;
+};
+
+class CudaDriver {
+ public:
+  // The process-wide driver with device `ordinal`'s primary context current on the
+  // calling thread. ErrorCode::unavailable with the reason when there is no driver
+  // library, no device, or the device cannot be initialized.
+  static Result<std::shared_ptr<CudaDriver>> load(int ordinal = 0);
+
+  const CudaDriverApi& api() const { return m_api; }
+  const DeviceInfo& device() const { return m_device; }
+  // Makes the primary context current on the calling thread.
+  Status make_current() const;
+
+  // A driver call's result as a Status naming the call.
+  Status check(CUresult result, const char* call) const;
+
+  ~CudaDriver();
+  CudaDriver(const CudaDriver&) = delete;
+  CudaDriver& operator=(const CudaDriver&) = delete;
+
+ private:
+  CudaDriver() = default;
+  void* m_library = nullptr;
+  CudaDriverApi m_api{};
+  DeviceInfo m_device;
+  CUcontext m_context = nullptr;
+};
+
+// "sm_90" for compute capability 9.0, "sm_100a" for 10.0, "sm_120a" for 12.0, ...
+std::string target_for_compute_capability(int major, int minor);
+
+}  // namespace jitcache

@@ -1,0 +1,286 @@
+// Runtime and PreparedModel: the linked entry point of jitcache (include/jitcache/runtime.hpp).
+#include "jitcache/runtime.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "cache/store.hpp"
+#include "runtime/binding_guard.hpp"
+#include "runtime/cache_dir.hpp"
+#include "runtime/compiler.hpp"
+#include "runtime/cuda_driver.hpp"
+#include "runtime/host_executor.hpp"
+#include "runtime/kernel_cache.hpp"
+
+namespace jitcache {
+
+// One prepared variant: its artifact and, with a GPU, its loaded module.
+class Kernel {
+ public:
+  KernelSpec spec;
+  KernelInfo info;
+  std::shared_ptr<const CompiledArtifact> artifact;
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  std::shared_ptr<CudaDriver> driver;
+
+  ~Kernel() {
+    if (module != nullptr && driver) driver->api().cuModuleUnload(module);
+  }
+};
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+class PreparedModelImpl final : public PreparedModel {
+ public:
+  ResolvedScales m_scales;
+  std::vector<std::unique_ptr<Kernel>> m_kernels;
+  std::vector<LayerBinding> m_layers;
+  PrepareStats m_stats;
+  RopeFormat m_rope = RopeFormat::bf16;
+  std::string m_target;
+
+  const ResolvedScales& scales() const override { return m_scales; }
+  std::span<const LayerBinding> layers() const override { return m_layers; }
+  const KernelInfo& info(const Kernel& kernel) const override { return kernel.info; }
+  std::vector<KernelInfo> kernels() const override {
+    std::vector<KernelInfo> out;
+    for (const auto& k : m_kernels) out.push_back(k->info);
+    return out;
+  }
+  const PrepareStats& stats() const override { return m_stats; }
+  RopeFormat rope() const override { return m_rope; }
+  const std::string& target() const override { return m_target; }
+
+  Status launch_writer(int layer, const WriterLaunch& a, void* stream) const override {
+    const LayerBinding* b = this->layer(layer);
+    if (b == nullptr) return make_error(ErrorCode::invalid_argument, "no layer " + std::to_string(layer));
+    jc::WriterParams p{reinterpret_cast<const jc::u16*>(a.kv_c), a.kv_c_stride,
+                       reinterpret_cast<const jc::u16*>(a.k_pe), a.k_pe_stride,
+                       reinterpret_cast<const jc::i64*>(a.slot_mapping), a.num_tokens,
+                       reinterpret_cast<jc::u8*>(a.cache), a.num_slots,
+                       reinterpret_cast<jc::u32*>(a.status)};
+    JC_TRY(validate(p, m_rope));
+    return launch(*b->writer, &p, b->scale, a.num_tokens, stream);
+  }
+
+  Status launch_gather(int layer, const GatherLaunch& a, void* stream) const override {
+    const LayerBinding* b = this->layer(layer);
+    if (b == nullptr) return make_error(ErrorCode::invalid_argument, "no layer " + std::to_string(layer));
+    jc::GatherParams p{reinterpret_cast<const jc::u8*>(a.cache), a.num_slots,
+                       reinterpret_cast<const jc::i32*>(a.slots), a.num_rows,
+                       reinterpret_cast<jc::u16*>(a.out), a.out_stride,
+                       reinterpret_cast<jc::u32*>(a.status)};
+    JC_TRY(validate(p));
+    return launch(*b->gather, &p, b->scale, a.num_rows, stream);
+  }
+
+ private:
+  static Status launch(const Kernel& kernel, void* params, float scale, std::int64_t rows, void* stream) {
+    if (kernel.function == nullptr)
+      return make_error(ErrorCode::unavailable, "kernel " + kernel.spec.label() + " is not loaded (no GPU)");
+    if (rows == 0) return {};
+    const std::int64_t blocks = (rows + jc::k_tokens_per_cta - 1) / jc::k_tokens_per_cta;
+    if (blocks > 0x7fffffff) return make_error(ErrorCode::invalid_argument, "too many rows for one launch");
+    void* args[] = {params, &scale};
+    const auto& api = kernel.driver->api();
+    return kernel.driver->check(
+        api.cuLaunchKernel(kernel.function, static_cast<unsigned>(blocks), 1, 1, jc::k_threads_per_cta, 1, 1, 0,
+                           static_cast<CUstream>(stream), args, nullptr),
+        "cuLaunchKernel");
+  }
+};
+
+class RuntimeImpl final : public Runtime {
+ public:
+  RuntimeImpl(RuntimeOptions options, std::filesystem::path cache_dir, std::unique_ptr<cache::Store> store)
+      : m_options(std::move(options)),
+        m_cache_dir(std::move(cache_dir)),
+        m_store(std::move(store)),
+        m_compiler(make_nvrtc_compiler()),
+        m_kernels(*m_store, *m_compiler) {
+    if (m_options.device == DeviceUse::none) {
+      m_device.reason = "device use disabled";
+      return;
+    }
+    auto driver = CudaDriver::load(m_options.device_ordinal);
+    if (!driver) {
+      m_device.reason = driver.error().message;
+      return;
+    }
+    m_driver = *driver;
+    m_device.available = true;
+    m_device.name = m_driver->device().name;
+    m_device.target = m_driver->device().target;
+  }
+
+  DeviceStatus device() const override { return m_device; }
+  const std::filesystem::path& cache_dir() const override { return m_cache_dir; }
+
+  Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) override {
+    const auto started = std::chrono::steady_clock::now();
+    auto prepared = std::make_shared<PreparedModelImpl>();
+    prepared->m_rope = model.rope;
+
+    std::string target_name = model.target;
+    if (target_name.empty()) {
+      if (!m_device.available)
+        return make_error(ErrorCode::unavailable,
+                          "no target given and no device to detect one from: " + m_device.reason);
+      target_name = m_device.target;
+    }
+    const Target target = JC_TRY(parse_target(target_name));
+    prepared->m_target = target.name;
+
+    ResolveOptions resolve;
+    resolve.checkpoint_dir = model.checkpoint;
+    resolve.override_file = model.scales_override;
+    resolve.checkpoint_revision = model.checkpoint_revision;
+    prepared->m_scales = JC_TRY(resolve_scales(resolve));
+
+    // The distinct variants the layers need, in a stable order.
+    std::set<LatentScale> modes;
+    for (const LayerScale& l : prepared->m_scales.layers) modes.insert(latent_scale_for(l.mode));
+    std::vector<KernelSpec> specs;
+    for (KernelKind k : {KernelKind::writer, KernelKind::gather})
+      for (LatentScale m : modes) specs.push_back(KernelSpec{k, m, model.rope, target});
+
+    JC_TRY(fetch_all(specs, *prepared));
+    JC_TRY(bind(*prepared));
+    prepared->m_stats.wall_ms = ms_since(started);
+    return std::shared_ptr<const PreparedModel>(std::move(prepared));
+  }
+
+ private:
+  // Gets every variant from the cache or compiles it, `jobs` at a time.
+  Status fetch_all(const std::vector<KernelSpec>& specs, PreparedModelImpl& prepared) {
+    prepared.m_kernels.resize(specs.size());
+    std::vector<std::optional<Error>> errors(specs.size());
+    std::atomic<std::size_t> next{0};
+    std::mutex progress_mutex;
+    std::size_t done = 0;
+    auto work = [&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < specs.size();) {
+        const auto started = std::chrono::steady_clock::now();
+        auto fetched = m_kernels.get(specs[i]);
+        if (!fetched) {
+          errors[i] = fetched.error();
+          continue;
+        }
+        auto kernel = std::make_unique<Kernel>();
+        kernel->spec = specs[i];
+        kernel->artifact = fetched->artifact;
+        KernelInfo& info = kernel->info;
+        info.kernel = specs[i].kernel;
+        info.latent_scale = specs[i].latent_scale;
+        info.rope = specs[i].rope;
+        info.target = specs[i].target.name;
+        info.key = fetched->key.to_hex();
+        info.entry = fetched->artifact->entry;
+        info.registers = fetched->artifact->usage.registers;
+        info.cubin_bytes = fetched->artifact->cubin.size();
+        info.compiled_now = fetched->source == cache::Source::produced;
+        prepared.m_kernels[i] = std::move(kernel);
+        if (m_options.progress) {
+          std::lock_guard lock(progress_mutex);
+          m_options.progress(PrepareProgress{++done, specs.size(), specs[i].label(), info.compiled_now,
+                                             ms_since(started)});
+        }
+      }
+    };
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned jobs = std::min<std::size_t>(m_options.jobs ? m_options.jobs : cores, specs.size());
+    std::vector<std::thread> threads;
+    for (unsigned t = 1; t < jobs; ++t) threads.emplace_back(work);
+    work();
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors)
+      if (e) return std::unexpected(*e);
+    prepared.m_stats.variants = specs.size();
+    for (const auto& k : prepared.m_kernels) (k->info.compiled_now ? prepared.m_stats.compiled : prepared.m_stats.cached)++;
+    if (m_driver)
+      for (auto& k : prepared.m_kernels) JC_TRY(load(*k));
+    return {};
+  }
+
+  // Loads a variant's cubin; when the device cannot run it (an arch-specific cubin on a
+  // different chip), falls back to the PTX of the device's generic target, compiled
+  // through the cache under its own key.
+  Status load(Kernel& kernel) {
+    const auto& api = m_driver->api();
+    JC_TRY(m_driver->make_current());
+    CUresult rc = api.cuModuleLoadDataEx(&kernel.module, kernel.artifact->cubin.data(), 0, nullptr, nullptr);
+    if (rc == CUDA_ERROR_NO_BINARY_FOR_GPU || rc == CUDA_ERROR_INVALID_IMAGE ||
+        rc == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
+      auto generic = parse_target(m_driver->device().generic_target);
+      if (!generic) return m_driver->check(rc, "cuModuleLoadDataEx");
+      KernelSpec fallback = kernel.spec;
+      fallback.target = *generic;
+      const auto fetched = JC_TRY(m_kernels.get(fallback));
+      const std::string& ptx = fetched.artifact->ptx;
+      rc = api.cuModuleLoadDataEx(&kernel.module, ptx.c_str(), 0, nullptr, nullptr);
+      kernel.info.ptx_fallback = true;
+      log_warning("the " + kernel.spec.target.name + " cubin of " + kernel.spec.label() + " cannot run on " +
+                  m_driver->device().name + "; loaded the PTX of " + generic->name + " instead");
+    }
+    JC_TRY(m_driver->check(rc, "cuModuleLoadDataEx"));
+    JC_TRY(m_driver->check(api.cuModuleGetFunction(&kernel.function, kernel.module, kernel.artifact->entry.c_str()),
+                           "cuModuleGetFunction"));
+    kernel.driver = m_driver;
+    kernel.info.loaded = true;
+    return {};
+  }
+
+  // Binds every layer to its variants after checking the artifacts' embedded facts.
+  static Status bind(PreparedModelImpl& prepared) {
+    std::map<std::pair<KernelKind, LatentScale>, const Kernel*> by_variant;
+    std::map<const Kernel*, FactMap> embedded;
+    for (const auto& k : prepared.m_kernels) {
+      by_variant[{k->spec.kernel, k->spec.latent_scale}] = k.get();
+      embedded[k.get()] = JC_TRY(facts_from_cubin(k->artifact->cubin));
+    }
+    prepared.m_layers.reserve(prepared.m_scales.layers.size());
+    for (const LayerScale& l : prepared.m_scales.layers) {
+      LayerBinding b{l.layer, l.scale, l.mode, l.source, nullptr, nullptr};
+      const LatentScale mode = latent_scale_for(l.mode);
+      b.writer = by_variant.at({KernelKind::writer, mode});
+      b.gather = by_variant.at({KernelKind::gather, mode});
+      for (const Kernel* k : {b.writer, b.gather}) JC_TRY(check_binding(l, k->spec, embedded.at(k)));
+      prepared.m_layers.push_back(b);
+    }
+    return {};
+  }
+
+  RuntimeOptions m_options;
+  std::filesystem::path m_cache_dir;
+  std::unique_ptr<cache::Store> m_store;
+  std::unique_ptr<Compiler> m_compiler;
+  KernelCache m_kernels;
+  std::shared_ptr<CudaDriver> m_driver;
+  DeviceStatus m_device;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> Runtime::open(RuntimeOptions options) {
+  if (options.log_sink) set_log_sink(options.log_sink);
+  std::optional<std::filesystem::path> explicit_dir;
+  if (!options.cache_dir.empty()) explicit_dir = options.cache_dir;
+  const auto dir = JC_TRY(runtime::resolve_cache_dir(explicit_dir));
+  cache::StoreOptions store_options;
+  if (options.cache_max_bytes != 0) store_options.max_bytes = options.cache_max_bytes;
+  auto store = cache::Store::open(dir.path, store_options);
+  if (!store) return std::unexpected(store.error());
+  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), dir.path, std::move(*store)));
+}
+
+}  // namespace jitcache

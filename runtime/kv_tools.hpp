@@ -7,7 +7,8 @@
 // 0x7FFF) exactly as a bf16 tensor would hold them. Records are T x record_bytes raw
 // bytes, token t in slot t. Non-finite inputs quantize as nvfp4_mla.cuh documents: a NaN
 // never becomes a block's amax and encodes as +6 x block scale; an infinity saturates its
-// block scale to 448 (its finite block-mates mostly become 0).
+// block scale to 448 (its finite block-mates mostly become 0); an infinity in fp8 RoPE
+// makes rope_scale infinite, so the token's other RoPE elements decode as 0 * inf = NaN.
 #pragma once
 
 #include <cstddef>

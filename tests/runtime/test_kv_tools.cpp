@@ -534,6 +534,28 @@ TEST(KvTools, NonFiniteInputsAreCountedNotPropagated) {
   }
 }
 
+TEST(KvTools, InfiniteFp8RopeValueMakesItsTokensRopeNaN) {
+  // As the brief's formulas say: rope_scale = amax / 448 = inf, every finite element
+  // encodes as 0 and decodes as 0 * inf = NaN. The metric counts them instead of
+  // returning NaN; the bf16 layout copies RoPE verbatim and is unaffected.
+  std::mt19937_64 rng(testing::test_seed("kv infinite rope"));
+  std::vector<float> input = random_tokens(rng, 2, k_row_dim, 1.0f);
+  input[k_row_dim + k_latent_dim + 7] = std::numeric_limits<float>::infinity();
+  const auto fp8 =
+      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RopeFormat::fp8, 1});
+  ASSERT_OK(fp8);
+  EXPECT_EQ(fp8->rope_part.nonfinite_inputs, 1u);
+  EXPECT_EQ(fp8->rope_part.nonfinite_outputs, k_rope_dim - 1);
+  EXPECT_EQ(fp8->rope_part.elements, k_rope_dim);  // the other token only
+  EXPECT_TRUE(std::isfinite(fp8->rope_part.rel_rms));
+  EXPECT_EQ(fp8->latent.nonfinite_outputs, 0u);
+  const auto bf16 =
+      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RopeFormat::bf16, 1});
+  ASSERT_OK(bf16);
+  EXPECT_EQ(bf16->rope_part.nonfinite_outputs, 0u);
+  EXPECT_EQ(bf16->rope_part.rel_rms, 0.0);
+}
+
 TEST(KvTools, OverflowingRestoreIsCountedAsNonFiniteOutput) {
   // x = the largest bf16 = 255 * 2^120; with s = 2^120 the block scale 42.5 rounds up to
   // 44 in E4M3, so q sf s = 6 * 44 * 2^120 overflows fp32.

@@ -29,9 +29,6 @@ std::span<const std::string_view> supported_targets();
 std::span<const std::string_view> default_targets();
 Result<Target> parse_target(std::string_view text);
 
-std::optional<KernelKind> parse_kernel_kind(std::string_view text);
-std::optional<LatentScale> parse_latent_scale(std::string_view text);
-std::optional<RopeFormat> parse_rope_format(std::string_view text);
 
 int record_bytes(RopeFormat rope);
 

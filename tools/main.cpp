@@ -60,9 +60,10 @@ int main(int argc, char** argv) {
   for (auto& [order, registration] : registrations()) registration(app, context);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::Success&) {
+  } catch (const CLI::Success& e) {
+    // Also --help and --version (CLI11 derives them from Success): print and exit 0.
     if (context.startup_error) return report(*context.startup_error);
-    return k_exit_ok;
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? k_exit_ok : k_exit_usage;

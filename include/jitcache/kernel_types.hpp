@@ -2,6 +2,9 @@
 // internals (kernel_templates/kernel_spec.hpp builds on them).
 #pragma once
 
+#include <optional>
+#include <string_view>
+
 namespace jitcache {
 
 enum class KernelKind { writer, gather };
@@ -13,5 +16,8 @@ enum class RopeFormat { bf16, fp8 };
 const char* to_string(KernelKind kind);
 const char* to_string(LatentScale scale);
 const char* to_string(RopeFormat rope);
+std::optional<KernelKind> parse_kernel_kind(std::string_view text);
+std::optional<LatentScale> parse_latent_scale(std::string_view text);
+std::optional<RopeFormat> parse_rope_format(std::string_view text);
 
 }  // namespace jitcache

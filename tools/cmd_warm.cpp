@@ -1,0 +1,106 @@
+// `jitcache warm`: precompiles exactly the kernel variants a checkpoint needs, so that
+// images and fleets start warm. A second run compiles nothing.
+#include <unistd.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "jitcache/runtime.hpp"
+#include "tools/cli.hpp"
+
+namespace jitcache::cli {
+namespace {
+
+struct WarmArgs {
+  std::string checkpoint;
+  std::string scales;
+  std::string arch;
+  std::string rope = "bf16";
+  unsigned jobs = 0;
+  bool json = false;
+};
+
+// One line per variant when stderr is not a terminal; a redrawn bar when it is.
+void show_progress(const PrepareProgress& p, bool tty) {
+  const char* how = p.compiled ? "compiled" : "cached";
+  if (!tty) {
+    std::fprintf(stderr, "[%zu/%zu] %s %s (%.0f ms)\n", p.done, p.total, p.variant.c_str(), how, p.ms);
+    return;
+  }
+  constexpr int width = 30;
+  const int filled = static_cast<int>(width * p.done / (p.total ? p.total : 1));
+  std::fprintf(stderr, "\r[%.*s%.*s] %zu/%zu %-32s %-8s", filled, "##############################",
+               width - filled, "                              ", p.done, p.total, p.variant.c_str(), how);
+  if (p.done == p.total) std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+int run_warm(const WarmArgs& args, const GlobalOptions& global) {
+  auto rope = parse_rope_format(args.rope);
+  RuntimeOptions options;
+  options.cache_dir = global.cache_dir;
+  options.jobs = args.jobs;
+  options.device = DeviceUse::none;  // warming needs no GPU
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  if (!args.json) options.progress = [tty](const PrepareProgress& p) { show_progress(p, tty); };
+  auto runtime = Runtime::open(options);
+  if (!runtime) return report(runtime.error());
+  ModelSpec model;
+  model.checkpoint = args.checkpoint;
+  model.rope = *rope;
+  model.target = args.arch;
+  if (!args.scales.empty()) model.scales_override = args.scales;
+  auto prepared = (*runtime)->prepare(model);
+  if (!prepared) return report(prepared.error());
+  const PreparedModel& m = **prepared;
+  const PrepareStats& s = m.stats();
+  if (args.json) {
+    nlohmann::json variants = nlohmann::json::array();
+    for (const KernelInfo& k : m.kernels())
+      variants.push_back({{"kernel", to_string(k.kernel)},
+                          {"latent_scale", to_string(k.latent_scale)},
+                          {"rope", to_string(k.rope)},
+                          {"target", k.target},
+                          {"key", k.key},
+                          {"compiled", k.compiled_now},
+                          {"registers", k.registers},
+                          {"cubin_bytes", k.cubin_bytes}});
+    const nlohmann::json out = {{"checkpoint", args.checkpoint},
+                                {"cache_dir", (*runtime)->cache_dir().string()},
+                                {"target", m.target()},
+                                {"rope", args.rope},
+                                {"layers", m.layers().size()},
+                                {"identity_layers", m.scales().count(ScaleMode::identity)},
+                                {"dynamic_layers", m.scales().count(ScaleMode::dynamic)},
+                                {"variants_needed", s.variants},
+                                {"already_cached", s.cached},
+                                {"compiled", s.compiled},
+                                {"wall_ms", s.wall_ms},
+                                {"variants", variants}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return k_exit_ok;
+  }
+  std::printf("warm %s for %s (%s RoPE): %zu layers (%d dynamic, %d identity)\n", args.checkpoint.c_str(),
+              m.target().c_str(), args.rope.c_str(), m.layers().size(), m.scales().count(ScaleMode::dynamic),
+              m.scales().count(ScaleMode::identity));
+  std::printf("variants needed %zu, already cached %zu, compiled %zu, wall time %.1f ms\n", s.variants, s.cached,
+              s.compiled, s.wall_ms);
+  return k_exit_ok;
+}
+
+void register_warm(CLI::App& root, Context& context) {
+  auto args = std::make_shared<WarmArgs>();
+  CLI::App* cmd = root.add_subcommand("warm", "Precompile exactly the kernel variants a checkpoint needs");
+  cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint directory (holds config.json)")->required();
+  cmd->add_option("--scales", args->scales, "Explicit scales override file");
+  cmd->add_option("--arch", args->arch, "Target: sm_90, sm_100a, sm_120a, ...")->required();
+  cmd->add_option("--rope", args->rope, "bf16|fp8")->check(CLI::IsMember({"bf16", "fp8"}));
+  cmd->add_option("--jobs", args->jobs, "Parallel compiles (default: one per core)");
+  cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  context.bind(cmd, [args, &context] { return run_warm(*args, context.global); });
+}
+
+const Registrar k_registrar(20, register_warm);
+
+}  // namespace
+}  // namespace jitcache::cli

@@ -1,16 +1,46 @@
 #!/usr/bin/env bash
-# Quick start, main job: build, then compile every kernel variant for sm_90, sm_100a and
-# sm_120a with NVRTC (resource table), then show the identity-vs-calibrated error table
-# that motivates per-layer outer scales.
+# Quick start, main job: build, then run jitcache end to end on the bundled GLM-5.x-shaped
+# checkpoint (examples/glm5-mini: 78 calibrated layers + 1 draft layer, scales in a
+# sidecar): resolved scales, a warm cache, what the cache holds, the audit, the kernels'
+# resource table, and the identity-vs-calibrated error table. With a GPU it also runs
+# both kernels and compares them with the host executor.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
-jitcache=build/tools/jitcache
 
-echo
-echo "== Kernel variants compiled with NVRTC =="
+jitcache=build/tools/jitcache
+checkpoint=examples/glm5-mini
+# A cache of the demo's own, so it neither needs nor touches the user's cache.
+export JITCACHE_DIR="$PWD/build/demo-cache"
+section() { printf '\n== %s ==\n' "$*"; }
+
+section "Per-layer outer scales resolved from the checkpoint"
+# Layers 0-4, then 74-78 (78 is the draft layer) and the provenance.
+"$jitcache" scales show --checkpoint "$checkpoint" | sed -n '1,6p;76,200p'
+
+for arch in sm_90 sm_100a sm_120a; do
+  section "Warm the cache for $arch (first run compiles, a second compiles nothing)"
+  "$jitcache" warm --checkpoint "$checkpoint" --arch "$arch"
+  "$jitcache" warm --checkpoint "$checkpoint" --arch "$arch"
+done
+
+section "What the cache holds"
+"$jitcache" inspect
+"$jitcache" stats
+
+if "$jitcache" audit --help >/dev/null 2>&1; then
+  section "Audit of the cache against the checkpoint"
+  "$jitcache" audit --checkpoint "$checkpoint" --arch sm_100a
+fi
+
+section "Every kernel variant compiled with NVRTC (registers, spills, sizes)"
 "$jitcache" compile
 
-echo
-echo "== Why per-layer outer scales: NVFP4 round-trip error by layer magnitude =="
+section "Why per-layer outer scales: NVFP4 round-trip error by layer magnitude"
 "$jitcache" kv study
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  section "GPU: device kernels against the host executor, and timings"
+  build/tests/test_runtime --gtest_filter='GpuTest.*' --gtest_brief=1
+  build/bench/bench_gpu_kernels "$checkpoint"
+fi

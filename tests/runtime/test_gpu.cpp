@@ -1,0 +1,192 @@
+// On a machine with a GPU: the device kernels, prepared by the runtime and launched
+// through its wrappers, are bit-identical to the host executor for both kernels x both
+// latent-scale modes x both RoPE layouts on fresh random data; the identity guard
+// fires on the device. Without a GPU every test here skips.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "jitcache/runtime.hpp"
+#include "runtime/cuda_driver.hpp"
+#include "runtime/host_executor.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "test_support.hpp"
+
+namespace jitcache {
+namespace {
+
+const std::filesystem::path k_checkpoint = JITCACHE_TEST_SOURCE_DIR "/examples/glm5-mini";
+
+// A device allocation freed on scope exit.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const CudaDriver& driver, std::size_t bytes) : m_driver(driver), m_bytes(bytes) {
+    EXPECT_OK(m_driver.check(m_driver.api().cuMemAlloc(&m_ptr, bytes ? bytes : 16), "cuMemAlloc"));
+  }
+  ~DeviceBuffer() {
+    if (m_ptr) m_driver.api().cuMemFree(m_ptr);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  std::uint64_t addr() const { return m_ptr; }
+  void upload(const void* data) { EXPECT_OK(m_driver.check(m_driver.api().cuMemcpyHtoD(m_ptr, data, m_bytes), "HtoD")); }
+  template <class T>
+  std::vector<T> download() const {
+    std::vector<T> out(m_bytes / sizeof(T));
+    EXPECT_OK(m_driver.check(m_driver.api().cuMemcpyDtoH(out.data(), m_ptr, m_bytes), "DtoH"));
+    return out;
+  }
+  void fill(unsigned char byte) { EXPECT_OK(m_driver.check(m_driver.api().cuMemsetD8(m_ptr, byte, m_bytes), "memset")); }
+
+ private:
+  const CudaDriver& m_driver;
+  std::size_t m_bytes;
+  CUdeviceptr m_ptr = 0;
+};
+
+class GpuTest : public jitcache::testing::TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    auto driver = CudaDriver::load();
+    if (!driver) GTEST_SKIP() << "no GPU: " << driver.error().message;
+    m_driver = *driver;
+    RuntimeOptions options;
+    options.cache_dir = dir() / "cache";
+    auto rt = Runtime::open(options);
+    ASSERT_OK(rt);
+    m_runtime = std::move(*rt);
+    ASSERT_TRUE(m_runtime->device().available) << m_runtime->device().reason;
+    std::printf("[gpu] %s, target %s\n", m_runtime->device().name.c_str(), m_runtime->device().target.c_str());
+  }
+  std::shared_ptr<CudaDriver> m_driver;
+  std::unique_ptr<Runtime> m_runtime;
+};
+
+std::vector<std::uint16_t> random_rows(std::mt19937_64& rng, std::size_t tokens) {
+  std::vector<std::uint16_t> rows(tokens * 576);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> log_mag(std::log(0.004f), std::log(8.0f));
+  for (std::size_t t = 0; t < tokens; ++t) {
+    const float mag = std::exp(log_mag(rng));
+    for (std::size_t c = 0; c < 576; ++c) rows[t * 576 + c] = jc::float_to_bf16(normal(rng) * mag);
+  }
+  return rows;
+}
+
+TEST_F(GpuTest, DeviceMatchesHostExecutorBitForBit) {
+  std::mt19937_64 rng(jitcache::testing::test_seed("GpuTest.DeviceMatchesHostExecutorBitForBit"));
+  const std::size_t tokens = 4099;  // not a multiple of the CTA's four tokens
+  const std::size_t slots = tokens + 101;
+  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+    auto prepared = m_runtime->prepare(ModelSpec{k_checkpoint, rope, "", std::nullopt, std::nullopt});
+    ASSERT_OK(prepared);
+    const PreparedModel& m = **prepared;
+    const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
+    // Layer 0 is calibrated (dynamic), the draft layer 78 is identity.
+    for (int layer : {0, 40, 78}) {
+      const LayerBinding* b = m.layer(layer);
+      ASSERT_NE(b, nullptr);
+      SCOPED_TRACE(std::string(to_string(rope)) + " layer " + std::to_string(layer));
+      const auto rows = random_rows(rng, tokens);
+      std::vector<std::int64_t> slot_of(tokens);
+      std::vector<std::int64_t> perm(slots);
+      for (std::size_t i = 0; i < slots; ++i) perm[i] = static_cast<std::int64_t>(i);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (std::size_t t = 0; t < tokens; ++t) slot_of[t] = (rng() % 13 == 0) ? -1 : perm[t];
+
+      // Host.
+      std::vector<jc::Vec16> host_cache((slots * rb + 15) / 16);
+      std::memset(host_cache.data(), 0x3c, slots * rb);
+      jc::WriterParams hw{rows.data(), 576, rows.data() + 512, 576, slot_of.data(), static_cast<jc::i64>(tokens),
+                          reinterpret_cast<jc::u8*>(host_cache.data()), static_cast<jc::i64>(slots), nullptr};
+      const LatentScale mode = b->mode == ScaleMode::identity ? LatentScale::identity : LatentScale::dynamic;
+      auto host_status = host_run_writer(mode, rope, hw, b->scale);
+      ASSERT_OK(host_status);
+      ASSERT_EQ(*host_status, 0u);
+
+      // Device.
+      DeviceBuffer d_rows(*m_driver, rows.size() * 2), d_slots(*m_driver, tokens * 8),
+          d_cache(*m_driver, slots * rb), d_status(*m_driver, 4);
+      d_rows.upload(rows.data());
+      d_slots.upload(slot_of.data());
+      d_cache.fill(0x3c);
+      d_status.fill(0);
+      WriterLaunch w{d_rows.addr(), 576, d_rows.addr() + 1024, 576, d_slots.addr(), static_cast<std::int64_t>(tokens),
+                     d_cache.addr(), static_cast<std::int64_t>(slots), d_status.addr()};
+      ASSERT_OK(m.launch_writer(layer, w, nullptr));
+      ASSERT_OK(m_driver->check(m_driver->api().cuCtxSynchronize(), "cuCtxSynchronize"));
+      EXPECT_EQ(d_status.download<std::uint32_t>()[0], 0u);
+      const auto device_cache = d_cache.download<std::uint8_t>();
+      ASSERT_EQ(std::memcmp(device_cache.data(), host_cache.data(), slots * rb), 0) << "writer output differs";
+
+      // Gather every slot plus padding rows, on both sides.
+      std::vector<std::int32_t> gather_slots;
+      for (std::size_t s = 0; s < slots; ++s) gather_slots.push_back(s % 17 == 0 ? -1 : static_cast<std::int32_t>(s));
+      const std::size_t n = gather_slots.size();
+      std::vector<jc::Vec16> host_out(n * 576 * 2 / 16);
+      jc::GatherParams hg{reinterpret_cast<const jc::u8*>(host_cache.data()), static_cast<jc::i64>(slots),
+                          gather_slots.data(), static_cast<jc::i64>(n),
+                          reinterpret_cast<jc::u16*>(host_out.data()), 576, nullptr};
+      ASSERT_OK(host_run_gather(mode, rope, hg, b->scale));
+      DeviceBuffer d_gslots(*m_driver, n * 4), d_out(*m_driver, n * 576 * 2);
+      d_gslots.upload(gather_slots.data());
+      d_out.fill(0x77);
+      GatherLaunch g{d_cache.addr(), static_cast<std::int64_t>(slots), d_gslots.addr(), static_cast<std::int64_t>(n),
+                     d_out.addr(), 576, d_status.addr()};
+      ASSERT_OK(m.launch_gather(layer, g, nullptr));
+      ASSERT_OK(m_driver->check(m_driver->api().cuCtxSynchronize(), "cuCtxSynchronize"));
+      const auto device_out = d_out.download<std::uint8_t>();
+      ASSERT_EQ(std::memcmp(device_out.data(), host_out.data(), n * 576 * 2), 0) << "gather output differs";
+      EXPECT_EQ(d_status.download<std::uint32_t>()[0], 0u);
+    }
+  }
+}
+
+TEST_F(GpuTest, IdentityGuardFiresOnTheDevice) {
+  // Launch the identity writer directly with a calibrated scale: it must write nothing
+  // and raise the status bit.
+  auto store = cache::Store::open(dir() / "cache");
+  ASSERT_OK(store);
+  const auto compiler = make_nvrtc_compiler();
+  KernelCache kernels(**store, *compiler);
+  const KernelSpec spec{KernelKind::writer, LatentScale::identity, RopeFormat::bf16,
+                        Target{m_runtime->device().target}};
+  auto fetched = kernels.get(spec);
+  ASSERT_OK(fetched);
+  const auto& api = m_driver->api();
+  CUmodule module = nullptr;
+  ASSERT_OK(m_driver->check(api.cuModuleLoadDataEx(&module, fetched->artifact->cubin.data(), 0, nullptr, nullptr),
+                            "cuModuleLoadDataEx"));
+  CUfunction fn = nullptr;
+  ASSERT_OK(m_driver->check(api.cuModuleGetFunction(&fn, module, fetched->artifact->entry.c_str()), "get"));
+
+  std::mt19937_64 rng(1);
+  const std::size_t tokens = 64;
+  const auto rows = random_rows(rng, tokens);
+  std::vector<std::int64_t> slot_of(tokens);
+  for (std::size_t t = 0; t < tokens; ++t) slot_of[t] = static_cast<std::int64_t>(t);
+  DeviceBuffer d_rows(*m_driver, rows.size() * 2), d_slots(*m_driver, tokens * 8), d_cache(*m_driver, tokens * 432),
+      d_status(*m_driver, 4);
+  d_rows.upload(rows.data());
+  d_slots.upload(slot_of.data());
+  d_cache.fill(0x5a);
+  d_status.fill(0);
+  jc::WriterParams p{reinterpret_cast<const jc::u16*>(d_rows.addr()), 576,
+                     reinterpret_cast<const jc::u16*>(d_rows.addr() + 1024), 576,
+                     reinterpret_cast<const jc::i64*>(d_slots.addr()), static_cast<jc::i64>(tokens),
+                     reinterpret_cast<jc::u8*>(d_cache.addr()), static_cast<jc::i64>(tokens),
+                     reinterpret_cast<jc::u32*>(d_status.addr())};
+  float scale = 0.0019f;
+  void* args[] = {&p, &scale};
+  ASSERT_OK(m_driver->check(api.cuLaunchKernel(fn, tokens / 4, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr), "launch"));
+  ASSERT_OK(m_driver->check(api.cuCtxSynchronize(), "sync"));
+  EXPECT_EQ(d_status.download<std::uint32_t>()[0], jc::k_status_identity_scale_mismatch);
+  for (std::uint8_t byte : d_cache.download<std::uint8_t>()) ASSERT_EQ(byte, 0x5a);
+  api.cuModuleUnload(module);
+}
+
+}  // namespace
+}  // namespace jitcache

@@ -1,7 +1,9 @@
 #include "cache/blob_files.hpp"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -101,26 +103,44 @@ Result<BlobDigest> BlobFiles::publish(std::span<const std::byte> data, Durabilit
   return digest;
 }
 
+namespace {
+
+// Opens <shard>/<hex> below `blobs_fd` following no symlink in either component. One
+// openat2 call where the kernel has it (Linux 5.6+), else the shard and the file in turn.
+int open_blob(int blobs_fd, const std::string& hex) {
+  static std::atomic<bool> have_openat2{true};
+  const std::string relative = shard_of(hex) + "/" + hex;
+  if (have_openat2.load(std::memory_order_relaxed)) {
+    open_how how{};
+    how.flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    const long fd = ::syscall(SYS_openat2, blobs_fd, relative.c_str(), &how, sizeof how);
+    if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) return static_cast<int>(fd);
+    have_openat2 = false;  // an old kernel, or a seccomp filter that forbids it
+  }
+  const int shard = ::openat(blobs_fd, shard_of(hex).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (shard < 0) return -1;
+  const int fd = ::openat(shard, hex.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int saved = errno;
+  ::close(shard);
+  errno = saved;
+  return fd;
+}
+
+}  // namespace
+
 std::expected<Bytes, BlobFailure> BlobFiles::read_verified(const BlobDigest& digest,
                                                            std::uint64_t expected_size) const {
   const std::string hex = digest.to_hex();
-  const std::string shown = path_of(digest).string();
   auto fail = [&](BlobProblem problem, std::string detail) {
-    return std::unexpected(BlobFailure{problem, shown + ": " + std::move(detail)});
+    return std::unexpected(BlobFailure{problem, path_of(digest).string() + ": " + std::move(detail)});
   };
-  const int shard_raw =
-      ::openat(m_blobs.get(), shard_of(hex).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (shard_raw < 0) {
-    const int e = errno;
-    if (e == ENOENT) return fail(BlobProblem::missing, "no such file");
-    return fail(BlobProblem::unreadable, std::string("shard directory: ") + std::strerror(e));
-  }
-  UniqueFd shard_fd(shard_raw);
-  const int raw = ::openat(shard_fd.get(), hex.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int raw = open_blob(m_blobs.get(), hex);
   if (raw < 0) {
     const int e = errno;
     if (e == ENOENT) return fail(BlobProblem::missing, "no such file");
-    if (e == ELOOP) return fail(BlobProblem::not_regular, "is a symbolic link");
+    if (e == ELOOP || e == EXDEV) return fail(BlobProblem::not_regular, "is or passes through a symbolic link");
+    if (e == ENOTDIR) return fail(BlobProblem::not_regular, "its shard is not a directory");
     return fail(BlobProblem::unreadable, std::strerror(e));
   }
   UniqueFd fd(raw);

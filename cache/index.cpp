@@ -1,5 +1,6 @@
 #include "cache/index.hpp"
 
+#include <algorithm>
 #include <array>
 #include <unordered_set>
 
@@ -50,6 +51,8 @@ CREATE TABLE entries (
   hits       INTEGER NOT NULL DEFAULT 0,
   compile_ms REAL    NOT NULL DEFAULT 0
 );
+-- Covers the hot lookup (key -> digest, size, compile_ms) without touching the wide rows.
+CREATE UNIQUE INDEX entries_lookup ON entries (key, digest, size, compile_ms);
 CREATE INDEX entries_last_used ON entries (last_used);
 CREATE INDEX entries_digest ON entries (digest);
 CREATE TABLE counters (name TEXT NOT NULL PRIMARY KEY, value NOT NULL);
@@ -234,9 +237,13 @@ std::expected<std::unique_ptr<Index>, Index::OpenFailure> Index::open(
   exec("PRAGMA application_id=" + std::to_string(k_application_id));
   if ((rc = exec("COMMIT")) != SQLITE_OK) return rollback_and_fail("committing the schema", rc);
 
+  // Without statistics SQLite would pick the primary key index and then read the wide row.
   rc = sqlite3_prepare_v3(index->m_db,
-                          "SELECT digest, size, compile_ms FROM entries WHERE key = ?1", -1,
+                          "SELECT digest, size, compile_ms FROM entries INDEXED BY entries_lookup WHERE key = ?1", -1,
                           SQLITE_PREPARE_PERSISTENT, &index->m_lookup, nullptr);
+  if (rc != SQLITE_OK)  // an operator dropped the index: slower, still correct
+    rc = sqlite3_prepare_v3(index->m_db, "SELECT digest, size, compile_ms FROM entries WHERE key = ?1", -1,
+                            SQLITE_PREPARE_PERSISTENT, &index->m_lookup, nullptr);
   if (rc != SQLITE_OK) return fail("preparing the lookup", rc);
   return index;
 }
@@ -517,7 +524,13 @@ Status Index::record_usage(std::span<const Usage> usage, const Counters& delta) 
   if ((rc = touch.prepare(m_db, "UPDATE entries SET hits = hits + ?2, last_used = max(last_used, ?3) "
                                 "WHERE key = ?1")) != SQLITE_OK)
     return std::unexpected(db_error("preparing usage update", rc));
-  for (const Usage& u : usage) {
+  // In key order, so that consecutive updates land on neighbouring pages.
+  std::vector<const Usage*> ordered;
+  ordered.reserve(usage.size());
+  for (const Usage& u : usage) ordered.push_back(&u);
+  std::sort(ordered.begin(), ordered.end(), [](const Usage* a, const Usage* b) { return a->key < b->key; });
+  for (const Usage* u_ptr : ordered) {
+    const Usage& u = *u_ptr;
     sqlite3_reset(touch.get());
     bind_text(touch.get(), 1, u.key.to_hex());
     sqlite3_bind_int64(touch.get(), 2, static_cast<sqlite3_int64>(u.hits));

@@ -11,7 +11,8 @@
 //           last_used INTEGER,                Unix ms, updated in batches
 //           hits INTEGER,
 //           compile_ms REAL)                  what producing it cost
-//     indexes on last_used (LRU eviction) and digest (blob references)
+//     indexes: entries_lookup (key, digest, size, compile_ms) covers lookups;
+//              entries_last_used (LRU eviction); entries_digest (blob references)
 //   counters(name TEXT PRIMARY KEY, value)    cumulative figures; `entries` and `bytes`
 //                                             are kept exact by triggers on entries
 //

@@ -119,6 +119,22 @@ TEST_F(CorruptionTest, ReplacedBySymlinkIsNotFollowed) {
   expect_miss_and_reproduce();
 }
 
+TEST_F(CorruptionTest, ShardReplacedBySymlinkIsNotFollowed) {
+  const auto blob = store_entry();
+  const auto planted = dir() / "planted-shard";
+  std::filesystem::create_directory(planted);
+  std::filesystem::copy_file(blob, planted / blob.filename());
+  std::filesystem::remove_all(blob.parent_path());
+  std::filesystem::create_directory_symlink(planted, blob.parent_path());
+  LogCapture log;
+  auto store = open_store();
+  auto lookup = store->get(facts.key());
+  ASSERT_OK(lookup);
+  EXPECT_FALSE(*lookup) << "a blob was read through a symlinked shard directory";
+  EXPECT_EQ(store->session_counters().quarantined, 1u);
+  EXPECT_GE(log.count_containing("symbolic link"), 1u) << log.all();
+}
+
 TEST_F(CorruptionTest, ReplacedByDirectory) {
   const auto blob = store_entry();
   std::filesystem::remove(blob);
@@ -291,15 +307,18 @@ TEST_F(CorruptionTest, IndexDamagedBehindItsHeaderIsRebuiltOnUse) {
     }
     ASSERT_OK(store->put(facts.key(), facts, producer.bytes, 1.0));
   }
-  // Damage only the root page of the key index: opening reads the schema and succeeds,
-  // the first lookup meets the damage.
-  const auto root_page = sql_query(root() / "index.db",
-                                   "SELECT rootpage FROM sqlite_master WHERE name = 'sqlite_autoindex_entries_1'");
-  ASSERT_EQ(root_page.size(), 1u);
-  const std::size_t page = std::stoul(root_page[0]);
+  // Damage only the root pages of the key indexes: opening reads the schema and
+  // succeeds, the first lookup meets the damage.
+  const auto root_pages = sql_query(root() / "index.db",
+                                    "SELECT rootpage FROM sqlite_master WHERE name IN "
+                                    "('sqlite_autoindex_entries_1', 'entries_lookup')");
+  ASSERT_EQ(root_pages.size(), 2u);
   std::string db = read_file(root() / "index.db");
-  ASSERT_GE(db.size(), page * 4096);
-  for (std::size_t i = (page - 1) * 4096; i < page * 4096; ++i) db[i] = static_cast<char>(0xA5 ^ (i * 7));
+  for (const std::string& root_page : root_pages) {
+    const std::size_t page = std::stoul(root_page);
+    ASSERT_GE(db.size(), page * 4096);
+    for (std::size_t i = (page - 1) * 4096; i < page * 4096; ++i) db[i] = static_cast<char>(0xA5 ^ (i * 7));
+  }
   write_file(root() / "index.db", db);
   LogCapture log;
   auto store = open_store();

@@ -1,0 +1,185 @@
+// Cache figures (issue 3): key computation, memory-tier hit, verified disk hit in a fresh
+// store, and lookups at 100 / 10k / 100k entries. Targets: memory hit <= 50 ns, disk hit
+// <= 50 us, lookup at 100k <= 1.5x the time at 100.
+#include <benchmark/benchmark.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cache/store.hpp"
+
+namespace {
+
+using namespace jitcache::cache;
+
+Facts kernel_facts(const std::string& id) {
+  return Facts{{"key_schema", "1"},
+               {"kernel_family", "nvfp4_mla"},
+               {"kernel", "kv_write"},
+               {"generator_version", "3"},
+               {"source_hash", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"},
+               {"headers_hash", "00112233445566778899aabbccddeeff"},
+               {"latent_scale", "dynamic"},
+               {"rope", "fp8"},
+               {"record_bytes", "368"},
+               {"latent_dim", "512"},
+               {"block_size", "64"},
+               {"target", "sm_120a"},
+               {"compiler", "nvrtc"},
+               {"nvrtc_version", "12.8"},
+               {"nvrtc_fingerprint", "a1b2c3d4e5f60718293a4b5c6d7e8f90"},
+               {"options", "--fmad=false -default-device -std=c++17"},
+               {"id", id}};
+}
+
+Bytes make_bytes(std::size_t size, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Bytes bytes(size);
+  for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xFF);
+  return bytes;
+}
+
+// Temporary cache roots, removed at exit.
+struct Scratch {
+  std::filesystem::path base;
+  Scratch() {
+    base = std::filesystem::temp_directory_path() / ("jitcache-bench-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(base);
+    std::filesystem::permissions(base, std::filesystem::perms::owner_all, std::filesystem::perm_options::replace);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(base, ec);
+  }
+};
+Scratch& scratch() {
+  static Scratch s;
+  return s;
+}
+
+std::unique_ptr<Store> open(const std::filesystem::path& root, std::uint64_t memory_max_bytes) {
+  StoreOptions options;
+  options.memory_max_bytes = memory_max_bytes;
+  options.max_bytes = 64ull << 30;
+  options.durability = Durability::relaxed;
+  auto store = Store::open(root, options);
+  if (!store) {
+    std::fprintf(stderr, "open %s: %s\n", root.c_str(), store.error().to_string().c_str());
+    std::abort();
+  }
+  return std::move(*store);
+}
+
+void BM_KeyComputation(benchmark::State& state) {
+  const Facts facts = kernel_facts("42");
+  for (auto _ : state) benchmark::DoNotOptimize(facts.key());
+  state.SetLabel(std::to_string(facts.size()) + " facts, " + std::to_string(facts.canonical().size()) + " bytes");
+}
+BENCHMARK(BM_KeyComputation);
+
+void BM_MemoryHit(benchmark::State& state) {
+  auto store = open(scratch().base / "memory", 256ull << 20);
+  const Facts facts = kernel_facts("hot");
+  const CacheKey key = facts.key();
+  if (!store->put(key, facts, make_bytes(64 * 1024, 1), 100.0)) std::abort();
+  for (auto _ : state) {
+    auto hit = store->get(key);
+    benchmark::DoNotOptimize(hit);
+  }
+}
+BENCHMARK(BM_MemoryHit);
+
+void BM_MemoryHitGetOrCreate(benchmark::State& state) {
+  auto store = open(scratch().base / "memory2", 256ull << 20);
+  const Facts facts = kernel_facts("hot");
+  const CacheKey key = facts.key();
+  const Producer producer = [] { return jitcache::Result<Produced>(Produced{make_bytes(64 * 1024, 1), 1.0}); };
+  if (!store->get_or_create(key, facts, producer)) std::abort();
+  for (auto _ : state) {
+    auto hit = store->get_or_create(key, facts, producer);
+    benchmark::DoNotOptimize(hit);
+  }
+}
+BENCHMARK(BM_MemoryHitGetOrCreate);
+
+// A fresh store has an empty memory tier; with the tier disabled every get is what the
+// first get of a fresh store does: index lookup, open, read, re-hash.
+void BM_DiskHitFreshStore(benchmark::State& state) {
+  const auto size = static_cast<std::size_t>(state.range(0));
+  const auto root = scratch().base / ("disk" + std::to_string(size));
+  const Facts facts = kernel_facts("disk");
+  {
+    auto writer = open(root, 0);
+    if (!writer->put(facts.key(), facts, make_bytes(size, 2), 100.0)) std::abort();
+  }
+  auto store = open(root, 0);
+  for (auto _ : state) {
+    auto hit = store->get(facts.key());
+    if (!hit || !*hit) std::abort();
+    benchmark::DoNotOptimize(hit);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * size));
+}
+BENCHMARK(BM_DiskHitFreshStore)->Arg(4 << 10)->Arg(64 << 10)->Arg(256 << 10)->Unit(benchmark::kMicrosecond);
+
+// Stores with N entries of 1 KiB, built once per N.
+struct Population {
+  std::filesystem::path root;
+  std::vector<CacheKey> keys;  // shuffled
+};
+const Population& population(std::size_t n) {
+  static std::map<std::size_t, Population> built;
+  auto it = built.find(n);
+  if (it != built.end()) return it->second;
+  Population p;
+  p.root = scratch().base / ("pop" + std::to_string(n));
+  auto store = open(p.root, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Facts facts = kernel_facts(std::to_string(i));
+    Bytes bytes(1024, std::byte{0});
+    std::memcpy(bytes.data(), &i, sizeof i);
+    if (!store->put(facts.key(), facts, bytes, 1.0)) std::abort();
+    p.keys.push_back(facts.key());
+  }
+  std::shuffle(p.keys.begin(), p.keys.end(), std::mt19937_64(n));
+  return built.emplace(n, std::move(p)).first->second;
+}
+
+void BM_LookupHit(benchmark::State& state) {
+  const Population& p = population(static_cast<std::size_t>(state.range(0)));
+  auto store = open(p.root, 0);
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto hit = store->get(p.keys[i++ % p.keys.size()]);
+    if (!hit || !*hit) std::abort();
+    benchmark::DoNotOptimize(hit);
+  }
+}
+BENCHMARK(BM_LookupHit)->Arg(100)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+
+// A miss touches only the index: the purest measure of how lookups scale.
+void BM_LookupMiss(benchmark::State& state) {
+  const Population& p = population(static_cast<std::size_t>(state.range(0)));
+  auto store = open(p.root, 0);
+  std::vector<CacheKey> absent;
+  for (int i = 0; i < 1024; ++i) absent.push_back(kernel_facts("absent" + std::to_string(i)).key());
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto miss = store->get(absent[i++ % absent.size()]);
+    if (!miss || *miss) std::abort();
+    benchmark::DoNotOptimize(miss);
+  }
+}
+BENCHMARK(BM_LookupMiss)->Arg(100)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

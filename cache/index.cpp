@@ -51,8 +51,6 @@ CREATE TABLE entries (
   hits       INTEGER NOT NULL DEFAULT 0,
   compile_ms REAL    NOT NULL DEFAULT 0
 );
--- Covers the hot lookup (key -> digest, size, compile_ms) without touching the wide rows.
-CREATE UNIQUE INDEX entries_lookup ON entries (key, digest, size, compile_ms);
 CREATE INDEX entries_last_used ON entries (last_used);
 CREATE INDEX entries_digest ON entries (digest);
 CREATE TABLE counters (name TEXT NOT NULL PRIMARY KEY, value NOT NULL);
@@ -71,6 +69,14 @@ END;
 CREATE TRIGGER entries_after_update_size AFTER UPDATE OF size ON entries BEGIN
   UPDATE counters SET value = value + NEW.size - OLD.size WHERE name = 'bytes';
 END;
+)sql",
+    // 1 -> 2: lookups and usage stop touching the wide entries rows.
+    R"sql(
+-- Covers the hot lookup (key -> digest, size, compile_ms).
+CREATE UNIQUE INDEX IF NOT EXISTS entries_lookup ON entries (key, digest, size, compile_ms);
+-- Uses appended by running processes (an append costs one page, an in-place update of a
+-- random row several); folded into entries.hits/last_used by fold_usage().
+CREATE TABLE usage_log (key TEXT NOT NULL, hits INTEGER NOT NULL, last_used INTEGER NOT NULL);
 )sql",
 };
 
@@ -482,11 +488,28 @@ Result<Removed> Index::remove_digest(const BlobDigest& digest) {
   return removed;
 }
 
+namespace {
+
+constexpr const char* k_fold_sql =
+    "UPDATE entries SET hits = entries.hits + folded.uses, last_used = max(entries.last_used, folded.latest) "
+    "FROM (SELECT key, sum(hits) AS uses, max(last_used) AS latest FROM usage_log GROUP BY key) AS folded "
+    "WHERE entries.key = folded.key; "
+    "DELETE FROM usage_log;";
+
+// Beyond this many pending rows a flush folds the log itself, so it never grows unbounded
+// in a cache that no maintenance command ever touches.
+constexpr sqlite3_int64 k_fold_threshold_rows = 100'000;
+
+}  // namespace
+
 Result<Removed> Index::evict(std::uint64_t target_bytes, const std::optional<CacheKey>& keep) {
   std::lock_guard lock(m_mutex);
   Transaction txn(m_db);
   int rc = txn.begin();
   if (rc != SQLITE_OK) return std::unexpected(db_error("BEGIN IMMEDIATE", rc));
+  // Every process's recorded uses count, not only what entries.last_used says so far.
+  if ((rc = sqlite3_exec(m_db, k_fold_sql, nullptr, nullptr, nullptr)) != SQLITE_OK)
+    return std::unexpected(db_error("folding usage_log into entries", rc));
   Statement total;
   if ((rc = total.prepare(m_db, "SELECT value FROM counters WHERE name = 'bytes'")) != SQLITE_OK ||
       (rc = sqlite3_step(total.get())) != SQLITE_ROW)
@@ -514,28 +537,21 @@ Result<Removed> Index::evict(std::uint64_t target_bytes, const std::optional<Cac
   return removed;
 }
 
+
 Status Index::record_usage(std::span<const Usage> usage, const Counters& delta) {
   std::lock_guard lock(m_mutex);
   Transaction txn(m_db);
   int rc = txn.begin();
   if (rc != SQLITE_OK) return std::unexpected(db_error("BEGIN IMMEDIATE", rc));
-  Statement touch;
-  // max(): another process may have recorded a later use already.
-  if ((rc = touch.prepare(m_db, "UPDATE entries SET hits = hits + ?2, last_used = max(last_used, ?3) "
-                                "WHERE key = ?1")) != SQLITE_OK)
+  Statement append;
+  if ((rc = append.prepare(m_db, "INSERT INTO usage_log (key, hits, last_used) VALUES (?1, ?2, ?3)")) != SQLITE_OK)
     return std::unexpected(db_error("preparing usage update", rc));
-  // In key order, so that consecutive updates land on neighbouring pages.
-  std::vector<const Usage*> ordered;
-  ordered.reserve(usage.size());
-  for (const Usage& u : usage) ordered.push_back(&u);
-  std::sort(ordered.begin(), ordered.end(), [](const Usage* a, const Usage* b) { return a->key < b->key; });
-  for (const Usage* u_ptr : ordered) {
-    const Usage& u = *u_ptr;
-    sqlite3_reset(touch.get());
-    bind_text(touch.get(), 1, u.key.to_hex());
-    sqlite3_bind_int64(touch.get(), 2, static_cast<sqlite3_int64>(u.hits));
-    sqlite3_bind_int64(touch.get(), 3, u.last_used_ms);
-    if ((rc = sqlite3_step(touch.get())) != SQLITE_DONE)
+  for (const Usage& u : usage) {
+    sqlite3_reset(append.get());
+    bind_text(append.get(), 1, u.key.to_hex());
+    sqlite3_bind_int64(append.get(), 2, static_cast<sqlite3_int64>(u.hits));
+    sqlite3_bind_int64(append.get(), 3, u.last_used_ms);
+    if ((rc = sqlite3_step(append.get())) != SQLITE_DONE)
       return std::unexpected(db_error("recording usage of " + u.key.to_hex(), rc));
   }
   Statement add;
@@ -557,6 +573,24 @@ Status Index::record_usage(std::span<const Usage> usage, const Counters& delta) 
     if ((rc = bump(c.name, delta.*c.field, [](sqlite3_stmt* s, double v) { sqlite3_bind_double(s, 2, v); })) !=
         SQLITE_DONE)
       return std::unexpected(db_error(std::string("updating counter ") + c.name, rc));
+  Statement pending;
+  if ((rc = pending.prepare(m_db, "SELECT max(rowid) FROM usage_log")) != SQLITE_OK ||
+      (rc = sqlite3_step(pending.get())) != SQLITE_ROW)
+    return std::unexpected(db_error("sizing usage_log", rc));
+  if (sqlite3_column_int64(pending.get(), 0) > k_fold_threshold_rows &&
+      (rc = sqlite3_exec(m_db, k_fold_sql, nullptr, nullptr, nullptr)) != SQLITE_OK)
+    return std::unexpected(db_error("folding usage_log into entries", rc));
+  if ((rc = txn.commit()) != SQLITE_OK) return std::unexpected(db_error("COMMIT", rc));
+  return {};
+}
+
+Status Index::fold_usage() {
+  std::lock_guard lock(m_mutex);
+  Transaction txn(m_db);
+  int rc = txn.begin();
+  if (rc != SQLITE_OK) return std::unexpected(db_error("BEGIN IMMEDIATE", rc));
+  if ((rc = sqlite3_exec(m_db, k_fold_sql, nullptr, nullptr, nullptr)) != SQLITE_OK)
+    return std::unexpected(db_error("folding usage_log into entries", rc));
   if ((rc = txn.commit()) != SQLITE_OK) return std::unexpected(db_error("COMMIT", rc));
   return {};
 }

@@ -15,6 +15,8 @@
 //              entries_last_used (LRU eviction); entries_digest (blob references)
 //   counters(name TEXT PRIMARY KEY, value)    cumulative figures; `entries` and `bytes`
 //                                             are kept exact by triggers on entries
+//   usage_log(key, hits, last_used)           uses recorded by processes, not yet added to
+//                                             entries (eviction, inspect and gc fold it)
 //
 // Journal mode WAL, so readers never wait for the writer; every write is one
 // BEGIN IMMEDIATE transaction, so writers queue on the busy timeout instead of failing.
@@ -42,7 +44,7 @@
 namespace jitcache::cache {
 
 // Bump with a new entry in k_migrations (index.cpp) when the tables change.
-inline constexpr int k_index_schema_version = 1;
+inline constexpr int k_index_schema_version = 2;
 
 struct IndexRow {
   BlobDigest digest;
@@ -103,7 +105,10 @@ class Index {
   Result<Removed> remove(const EntryFilter& filter);
   // Least recently used first until at most `target_bytes` remain, sparing `keep`.
   Result<Removed> evict(std::uint64_t target_bytes, const std::optional<CacheKey>& keep);
+  // Appends uses to usage_log and adds `delta` to the counters, in one transaction.
   Status record_usage(std::span<const Usage> usage, const Counters& delta);
+  // Adds usage_log into entries.hits/last_used and empties it.
+  Status fold_usage();
 
   Result<std::vector<EntryInfo>> list(const EntryFilter& filter);
   Result<IndexTotals> totals();

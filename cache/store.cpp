@@ -500,13 +500,18 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
   return Fetched{std::move(bytes), Source::produced};
 }
 
-Result<std::vector<EntryInfo>> Store::list(const EntryFilter& filter) {
+Status Store::flush_and_fold() {
   JC_TRY(flush());
+  return with_index([&](Index& index) { return index.fold_usage(); });
+}
+
+Result<std::vector<EntryInfo>> Store::list(const EntryFilter& filter) {
+  JC_TRY(flush_and_fold());
   return with_index([&](Index& index) { return index.list(filter); });
 }
 
 Result<std::vector<EntryInfo>> Store::remove(const EntryFilter& filter, DryRun dry_run) {
-  JC_TRY(flush());
+  JC_TRY(flush_and_fold());
   if (dry_run == DryRun::yes) return with_index([&](Index& index) { return index.list(filter); });
   Removed removed = JC_TRY(with_index([&](Index& index) { return index.remove(filter); }));
   remove_blobs(removed.unreferenced);

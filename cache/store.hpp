@@ -169,7 +169,8 @@ class Store {
   Result<Stats> stats();
   // What this Store object did since it was opened.
   Counters session_counters() const;
-  // Writes batched last_used/hits updates and counters to the index.
+  // Writes batched uses and counters to the index (appended to usage_log; list, remove
+  // and eviction fold them into the entries' hits and last_used).
   Status flush();
 
   const std::filesystem::path& root() const { return m_root; }
@@ -215,6 +216,8 @@ class Store {
   Result<Fetched> lead(const CacheKey& key, const Facts& facts, const Producer& producer);
   void count(const Counters& delta);
   void maybe_flush();
+  // Flushes, then folds every process's recorded uses into the entries' rows.
+  Status flush_and_fold();
 
   std::filesystem::path m_root;
   StoreOptions m_options;

@@ -306,9 +306,56 @@ TEST_F(StoreTest, MemoryHitsAreNotWrittenUntilFlush) {
   }
   EXPECT_EQ(sql_query(store->index_path(), hits_sql), std::vector<std::string>{"0"});
   EXPECT_EQ(sql_query(store->index_path(), used_sql), used_before);
+  EXPECT_EQ(sql_query(store->index_path(), "SELECT count(*) FROM usage_log"), std::vector<std::string>{"0"});
+  // A flush appends one row for the thousand hits; the wide entries row is untouched.
   ASSERT_OK(store->flush());
+  EXPECT_EQ(sql_query(store->index_path(), "SELECT hits FROM usage_log"), std::vector<std::string>{"1000"});
+  EXPECT_EQ(sql_query(store->index_path(), hits_sql), std::vector<std::string>{"0"});
+  // Listing (inspect) folds the log into the entry.
+  auto entries = store->list();
+  ASSERT_OK(entries);
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].hits, 1000u);
   EXPECT_EQ(sql_query(store->index_path(), hits_sql), std::vector<std::string>{"1000"});
+  EXPECT_EQ(sql_query(store->index_path(), "SELECT count(*) FROM usage_log"), std::vector<std::string>{"0"});
   EXPECT_GT(std::stoll(sql_query(store->index_path(), used_sql).at(0)), std::stoll(used_before.at(0)));
+}
+
+TEST_F(StoreTest, UsesFromSeveralProcessesAddUp) {
+  const Facts facts = sample_facts("shared");
+  {
+    auto writer = open_store();
+    ASSERT_OK(writer->put(facts.key(), facts, make_bytes(128, seed), 2.0));
+  }
+  for (int process = 0; process < 3; ++process) {
+    auto store = open_store();
+    for (int i = 0; i < 5; ++i) ASSERT_OK(store->get(facts.key()));
+  }
+  auto store = open_store();
+  auto entries = store->list();
+  ASSERT_OK(entries);
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].hits, 15u);
+}
+
+TEST_F(StoreTest, OlderIndexSchemaIsMigrated) {
+  const Facts facts = sample_facts("old");
+  {
+    auto store = open_store();
+    ASSERT_OK(store->put(facts.key(), facts, make_bytes(128, seed), 2.0));
+  }
+  // Turn the index back into schema 1, as the first release wrote it.
+  ASSERT_TRUE(sql_query(root() / "index.db",
+                        "DROP TABLE usage_log; DROP INDEX entries_lookup; UPDATE schema_version SET version = 1")
+                  .empty());
+  auto store = open_store();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(sql_query(root() / "index.db", "SELECT version FROM schema_version"), std::vector<std::string>{"2"});
+  auto hit = store->get(facts.key());
+  ASSERT_OK(hit);
+  ASSERT_TRUE(*hit) << "entries survive a migration";
+  ASSERT_OK(store->flush());
+  EXPECT_EQ(sql_query(root() / "index.db", "SELECT hits FROM usage_log"), std::vector<std::string>{"1"});
 }
 
 TEST_F(StoreTest, CountersPersistAcrossProcessesAndSessions) {
@@ -447,8 +494,10 @@ TEST_F(StoreTest, DisabledMemoryTierServesEveryHitFromDisk) {
   }
   EXPECT_EQ(store->session_counters().disk_hits, 3u);
   EXPECT_EQ(store->session_counters().memory_hits, 0u);
-  ASSERT_OK(store->flush());
-  EXPECT_EQ(sql_query(store->index_path(), "SELECT hits FROM entries"), std::vector<std::string>{"3"});
+  auto entries = store->list();
+  ASSERT_OK(entries);
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].hits, 3u);
 }
 
 TEST_F(StoreTest, VerifyOnHealthyStoreIsClean) {

@@ -1,0 +1,251 @@
+/*
+ * jitcache's stable C ABI (C99): what Python (ctypes/cffi), Rust or any serving engine
+ * links. It wraps the C++ runtime (jitcache/runtime.hpp): open a runtime on a cache
+ * directory, prepare a checkpoint's kernels, query each layer's scale and bind, launch.
+ *
+ * Conventions
+ *   - Every function that can fail returns a jitcache_status; JITCACHE_OK is 0. On
+ *     failure, jitcache_last_error() on the same thread gives the message (naming file
+ *     and field where known). Output parameters are written only on success.
+ *   - No C++ exception ever crosses this boundary; an unexpected one becomes
+ *     JITCACHE_ERROR_INTERNAL (or JITCACHE_ERROR_OUT_OF_MEMORY).
+ *   - Input structs begin with `struct_size`; fill them with their *_init function so
+ *     a program built against an older header keeps working with a newer library.
+ *     Output structs have a fixed layout for JITCACHE_ABI_VERSION 1; a change to one is
+ *     a new function, never a new meaning of an old one.
+ *   - Strings returned by the library are NUL-terminated UTF-8 and owned by the library;
+ *     each function says how long they stay valid.
+ *   - Only `jitcache_*` symbols are exported by libjitcache.so.
+ *
+ * Handles, ownership and thread safety
+ *   jitcache_runtime  Created by jitcache_runtime_open, destroyed by
+ *                     jitcache_runtime_close (exactly once, by the caller). Any number
+ *                     of threads may call jitcache_prepare and the other runtime
+ *                     functions on one runtime at the same time; closing must not race
+ *                     with any other call on that runtime.
+ *   jitcache_model    Created by jitcache_prepare, destroyed by jitcache_model_release
+ *                     (exactly once, by the caller). Immutable: every query and launch
+ *                     may be called from any thread at the same time. A model holds
+ *                     what it needs (kernels, loaded modules), so it stays valid after
+ *                     its runtime is closed; release must not race with other calls on
+ *                     that model.
+ */
+#ifndef JITCACHE_JITCACHE_H
+#define JITCACHE_JITCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define JITCACHE_API __attribute__((visibility("default")))
+#else
+#define JITCACHE_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on any incompatible change of this header (it is also the library's SONAME
+ * version: libjitcache.so.1). */
+#define JITCACHE_ABI_VERSION 1
+
+typedef enum jitcache_status {
+  JITCACHE_OK = 0,
+  JITCACHE_ERROR_INVALID_ARGUMENT = 1, /* a NULL handle, a bad enum value, a bad layer */
+  JITCACHE_ERROR_INVALID_INPUT = 2,    /* a file or value failed validation */
+  JITCACHE_ERROR_IO = 3,               /* the operating system refused a read or write */
+  JITCACHE_ERROR_NOT_FOUND = 4,        /* a named thing that must exist does not */
+  JITCACHE_ERROR_UNSAFE = 5,           /* refused for safety (symlink, owner, path escape) */
+  JITCACHE_ERROR_COMPILE = 6,          /* the compiler rejected a kernel */
+  JITCACHE_ERROR_DATABASE = 7,         /* the cache index is unusable */
+  JITCACHE_ERROR_UNAVAILABLE = 8,      /* no GPU or driver (launches, target detection) */
+  JITCACHE_ERROR_INTERNAL = 9,         /* a bug: an invariant did not hold */
+  JITCACHE_ERROR_OUT_OF_MEMORY = 10
+} jitcache_status;
+
+typedef enum jitcache_device_use {
+  JITCACHE_DEVICE_AUTO = 0, /* use the GPU when a driver and a device are present */
+  JITCACHE_DEVICE_NONE = 1  /* never touch the driver: compile and cache only */
+} jitcache_device_use;
+
+typedef enum jitcache_rope {
+  JITCACHE_ROPE_BF16 = 0, /* 432-byte records */
+  JITCACHE_ROPE_FP8 = 1   /* 368-byte records */
+} jitcache_rope;
+
+typedef enum jitcache_scale_mode {
+  JITCACHE_SCALE_IDENTITY = 0, /* scale exactly 1.0: the kernel has no scale arithmetic */
+  JITCACHE_SCALE_DYNAMIC = 1   /* the kernel applies the layer's scale */
+} jitcache_scale_mode;
+
+typedef enum jitcache_scale_source {
+  JITCACHE_SOURCE_OVERRIDE = 0,         /* an override file (argument or environment) */
+  JITCACHE_SOURCE_CHECKPOINT = 1,       /* the checkpoint's config.json metadata */
+  JITCACHE_SOURCE_IDENTITY_DEFAULT = 2, /* no metadata anywhere: 1.0 */
+  JITCACHE_SOURCE_DRAFT_IDENTITY = 3    /* a draft (MTP) layer: always 1.0 */
+} jitcache_scale_source;
+
+typedef enum jitcache_log_level {
+  JITCACHE_LOG_DEBUG = 0,
+  JITCACHE_LOG_INFO = 1,
+  JITCACHE_LOG_WARNING = 2,
+  JITCACHE_LOG_ERROR = 3,
+  JITCACHE_LOG_OFF = 4
+} jitcache_log_level;
+
+typedef struct jitcache_runtime jitcache_runtime;
+typedef struct jitcache_model jitcache_model;
+
+/* ---- Library ------------------------------------------------------------------------ */
+
+/* The library's version, e.g. "0.1.0". Static storage. Thread-safe. */
+JITCACHE_API const char* jitcache_version(void);
+/* JITCACHE_ABI_VERSION of the library actually loaded. Thread-safe. */
+JITCACHE_API uint32_t jitcache_abi_version(void);
+/* A fixed name for a status, e.g. "JITCACHE_ERROR_COMPILE". Static storage. */
+JITCACHE_API const char* jitcache_status_name(jitcache_status status);
+
+/* The message of the most recent failed call on this thread ("" if none has failed). A
+ * successful call leaves it unchanged. The pointer stays valid until the next failing
+ * call on this thread. Thread-safe (each thread has its own). */
+JITCACHE_API const char* jitcache_last_error(void);
+
+/* Receives every log line the library emits, with its level. `message` is valid only
+ * during the call and holds `length` bytes plus a terminating NUL. It may be called from
+ * any thread, including the library's compile workers, and from several at once. */
+typedef void (*jitcache_log_fn)(void* user_data, jitcache_log_level level, const char* message,
+                                size_t length);
+
+/* Routes the library's log lines, process-wide, to `fn` with `user_data` (NULL restores
+ * the default: stderr). Lines below `jitcache_set_log_level` are dropped first. A call
+ * already in progress on another thread may still reach the previous callback; the
+ * caller keeps `user_data` alive until it has replaced the callback. Thread-safe. */
+JITCACHE_API jitcache_status jitcache_set_log_callback(jitcache_log_fn fn, void* user_data);
+/* Process-wide threshold (default JITCACHE_LOG_INFO). Thread-safe. */
+JITCACHE_API jitcache_status jitcache_set_log_level(jitcache_log_level level);
+
+/* ---- Runtime ------------------------------------------------------------------------ */
+
+typedef struct jitcache_runtime_options {
+  size_t struct_size;         /* sizeof(jitcache_runtime_options); set by _init */
+  const char* cache_dir;      /* NULL or "": JITCACHE_DIR, $XDG_CACHE_HOME/jitcache,
+                                 ~/.cache/jitcache. Copied; need not outlive the call. */
+  uint32_t jobs;              /* parallel compiles; 0: one per core */
+  jitcache_device_use device; /* default JITCACHE_DEVICE_AUTO */
+  int32_t device_ordinal;     /* default 0 */
+  uint64_t cache_max_bytes;   /* 0: the store's default cap */
+} jitcache_runtime_options;
+
+/* Fills `options` with the defaults and its struct_size. */
+JITCACHE_API void jitcache_runtime_options_init(jitcache_runtime_options* options);
+
+/* Opens (creating when needed) the cache directory and, with JITCACHE_DEVICE_AUTO,
+ * loads the CUDA driver if there is one; a missing driver or device is not an error
+ * (see jitcache_runtime_device). `options` NULL means the defaults. On success *out
+ * owns a new runtime. */
+JITCACHE_API jitcache_status jitcache_runtime_open(const jitcache_runtime_options* options,
+                                                   jitcache_runtime** out);
+/* Destroys a runtime (NULL is a no-op). Models prepared by it stay valid. */
+JITCACHE_API void jitcache_runtime_close(jitcache_runtime* runtime);
+
+typedef struct jitcache_device_status {
+  int32_t available;  /* 1: a device is usable; launches work */
+  const char* reason; /* why not, when unavailable; "" otherwise */
+  const char* name;   /* e.g. "NVIDIA H200"; "" without a device */
+  const char* target; /* e.g. "sm_90"; "" without a device */
+} jitcache_device_status;
+
+/* The device found at open. The strings are owned by the runtime and valid until it is
+ * closed. */
+JITCACHE_API jitcache_status jitcache_runtime_device(const jitcache_runtime* runtime,
+                                                     jitcache_device_status* out);
+/* The cache directory in use. Owned by the runtime, valid until it is closed. */
+JITCACHE_API const char* jitcache_runtime_cache_dir(const jitcache_runtime* runtime);
+
+/* ---- Models ------------------------------------------------------------------------- */
+
+/* Resolves the checkpoint's per-layer scales, gets every kernel variant the layers need
+ * from the cache (compiling the misses in parallel, once per key across processes),
+ * checks each artifact's embedded facts, and binds every layer.
+ *   checkpoint       the directory holding config.json
+ *   rope             JITCACHE_ROPE_BF16 or JITCACHE_ROPE_FP8
+ *   target           "sm_90", "sm_100a", "sm_120a", ...; NULL or "": the device's
+ *   scales_override  a v1 scales file that beats the checkpoint and
+ *                    VLLM_NVFP4_MLA_SCALES_FILE; NULL: none
+ * The strings are copied. On success *out owns a new model. */
+JITCACHE_API jitcache_status jitcache_prepare(jitcache_runtime* runtime, const char* checkpoint,
+                                              jitcache_rope rope, const char* target,
+                                              const char* scales_override, jitcache_model** out);
+/* Destroys a model (NULL is a no-op). */
+JITCACHE_API void jitcache_model_release(jitcache_model* model);
+
+/* Main layers plus draft (MTP) layers: 79 for GLM-5.x. */
+JITCACHE_API jitcache_status jitcache_model_num_layers(const jitcache_model* model, int32_t* out);
+
+typedef struct jitcache_layer_info {
+  int32_t layer;
+  float scale;                  /* the outer scale s_l the kernels apply */
+  jitcache_scale_mode mode;
+  jitcache_scale_source source;
+} jitcache_layer_info;
+
+/* One layer's binding. JITCACHE_ERROR_INVALID_ARGUMENT for a layer out of range. No
+ * allocation, no lock. */
+JITCACHE_API jitcache_status jitcache_model_layer(const jitcache_model* model, int32_t layer,
+                                                  jitcache_layer_info* out);
+
+typedef struct jitcache_prepare_stats {
+  uint64_t variants; /* distinct kernel variants the layers need */
+  uint64_t cached;   /* found in the cache */
+  uint64_t compiled; /* compiled by this prepare */
+  double wall_ms;    /* prepare's wall time */
+} jitcache_prepare_stats;
+
+JITCACHE_API jitcache_status jitcache_model_stats(const jitcache_model* model,
+                                                  jitcache_prepare_stats* out);
+/* The target the kernels were built for, e.g. "sm_90". Owned by the model. */
+JITCACHE_API const char* jitcache_model_target(const jitcache_model* model);
+
+/* ---- Launches ----------------------------------------------------------------------- */
+
+/* Raw device addresses and row strides in elements. Bases must be 16-byte aligned and
+ * strides multiples of 8; a stride of 0 means the dense default. */
+typedef struct jitcache_writer_launch {
+  uint64_t kv_c;         /* bf16 [num_tokens, kv_c_stride >= 512] */
+  int64_t kv_c_stride;   /* 0: 512 */
+  uint64_t k_pe;         /* bf16 [num_tokens, k_pe_stride >= 64] */
+  int64_t k_pe_stride;   /* 0: 64 */
+  uint64_t slot_mapping; /* int64 [num_tokens]; a negative slot is skipped */
+  int64_t num_tokens;
+  uint64_t cache;        /* uint8 [num_slots, record bytes (432 bf16, 368 fp8)] */
+  int64_t num_slots;
+  uint64_t status;       /* optional uint32 error word the kernel ORs bits into; 0: none */
+} jitcache_writer_launch;
+
+typedef struct jitcache_gather_launch {
+  uint64_t cache;      /* uint8 [num_slots, record bytes] */
+  int64_t num_slots;
+  uint64_t slots;      /* int32 [num_rows]; a negative slot gives a zero row */
+  int64_t num_rows;
+  uint64_t out;        /* bf16 [num_rows, out_stride >= 576] */
+  int64_t out_stride;  /* 0: 576 */
+  uint64_t status;     /* optional uint32 error word; 0: none */
+} jitcache_gather_launch;
+
+/* Enqueue the layer's writer / gather with the layer's scale on `stream` (a CUstream;
+ * NULL: the default stream). Asynchronous, like any CUDA launch.
+ * JITCACHE_ERROR_UNAVAILABLE without a GPU; JITCACHE_ERROR_INVALID_ARGUMENT for a bad
+ * layer or misaligned arguments. */
+JITCACHE_API jitcache_status jitcache_launch_writer(const jitcache_model* model, int32_t layer,
+                                                    const jitcache_writer_launch* args,
+                                                    void* stream);
+JITCACHE_API jitcache_status jitcache_launch_gather(const jitcache_model* model, int32_t layer,
+                                                    const jitcache_gather_launch* args,
+                                                    void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* JITCACHE_JITCACHE_H */

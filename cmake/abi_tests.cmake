@@ -1,0 +1,22 @@
+# ctest tests of the shared library and the installed package (cmake/package.cmake).
+find_program(JITCACHE_PKG_CONFIG pkg-config)
+
+# Only the C ABI leaves libjitcache.so, and all of it does.
+add_test(NAME c_abi_exports
+  COMMAND ${CMAKE_COMMAND} -DLIBRARY=$<TARGET_FILE:jitcache_shared> -DNM=${CMAKE_NM}
+          -DHEADER=${PROJECT_SOURCE_DIR}/include/jitcache/jitcache.h
+          -DVERSION_SCRIPT=${JITCACHE_VERSION_SCRIPT}
+          -DSONAME=$<TARGET_SONAME_FILE_NAME:jitcache_shared> -DREADELF=${CMAKE_READELF}
+          -P ${PROJECT_SOURCE_DIR}/cmake/check_exports.cmake)
+
+# A C program built against the installed package, through find_package and through
+# pkg-config, links and runs.
+add_test(NAME c_abi_installed_consumer
+  COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${CMAKE_BINARY_DIR}
+          -DCONSUMER_SOURCE=${PROJECT_SOURCE_DIR}/tests/consumer
+          -DCHECKPOINT=${PROJECT_SOURCE_DIR}/examples/glm5-mini
+          -DWORK=${CMAKE_CURRENT_BINARY_DIR}/consumer-test
+          -DC_COMPILER=${CMAKE_C_COMPILER} -DPKG_CONFIG=${JITCACHE_PKG_CONFIG}
+          -DGENERATOR=${CMAKE_GENERATOR} -DLIBDIR=${CMAKE_INSTALL_LIBDIR}
+          -P ${PROJECT_SOURCE_DIR}/cmake/consumer_test.cmake)
+set_tests_properties(c_abi_installed_consumer PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)

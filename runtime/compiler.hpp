@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,7 +44,7 @@ class Compiler {
   virtual std::string version() const = 0;
   // A digest of what this compiler build emits for a fixed empty program: two builds
   // that share a version number but generate different code get different keys.
-  // Computed once per Compiler object.
+  // Computed once per Compiler object (or taken from its memo, see NvrtcOptions).
   virtual Result<std::string> fingerprint() const = 0;
   // The normalized options used for a spec (part of the cache key).
   virtual std::vector<std::string> options(const KernelSpec& spec) const = 0;
@@ -52,7 +53,23 @@ class Compiler {
   virtual Result<CompiledArtifact> compile(const GeneratedSource& source) const = 0;
 };
 
-std::unique_ptr<Compiler> make_nvrtc_compiler();
+// The file name the runtime gives the fingerprint memo, in the cache root.
+inline constexpr const char* k_fingerprint_memo_name = "compiler-fingerprints.json";
+
+struct NvrtcOptions {
+  // Remembers the fingerprint of each libnvrtc build this cache has seen, keyed by the
+  // loaded library's identity (path, size, mtime, inode, version, and the same for the
+  // libnvrtc-builtins beside it), so that a fresh process skips the fingerprint compile
+  // (tens of milliseconds, most of a warm prepare). Empty: no memo. Any problem reading
+  // it is a miss; a failure to write it is logged at debug level and ignored.
+  //
+  // Format: a JSON object {"format": "jitcache_compiler_fingerprints_v1",
+  // "entries": {"<identity>": "<32 hex digits>", ...}} of at most 16 entries, replaced
+  // whole by an atomic rename, mode 0600.
+  std::filesystem::path fingerprint_memo;
+};
+
+std::unique_ptr<Compiler> make_nvrtc_compiler(NvrtcOptions options = {});
 
 // Parses ptxas' "-v" report in a compiler log for one entry function.
 ResourceUsage parse_ptxas_usage(const std::string& log, const std::string& entry);

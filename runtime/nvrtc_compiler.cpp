@@ -1,14 +1,23 @@
+#include <dlfcn.h>
+#include <fcntl.h>
 #include <nvrtc.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "cache/files.hpp"
+#include "jitcache/log.hpp"
 #include "runtime/compiler.hpp"
 #include "support/env.hpp"
 
@@ -36,8 +45,101 @@ std::string joined(const std::vector<std::string>& options) {
   return text;
 }
 
+constexpr const char* k_memo_format = "jitcache_compiler_fingerprints_v1";
+constexpr std::size_t k_memo_max_entries = 16;
+constexpr off_t k_memo_max_bytes = 64 * 1024;
+
+std::optional<std::string> describe_file(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  // ctime as well as mtime: restoring a file's mtime (cp -p, tar) still changes its ctime.
+  return path.string() + " size " + std::to_string(st.st_size) + " mtime " + std::to_string(st.st_mtim.tv_sec) +
+         "." + std::to_string(st.st_mtim.tv_nsec) + " ctime " + std::to_string(st.st_ctim.tv_sec) + "." +
+         std::to_string(st.st_ctim.tv_nsec) + " inode " + std::to_string(st.st_dev) + ":" +
+         std::to_string(st.st_ino);
+}
+
+// What identifies the NVRTC build this process runs, without compiling anything: the
+// loaded libnvrtc file and the libnvrtc-builtins it loads from its own directory. A
+// reinstalled or upgraded toolkit replaces the files, which changes their identity.
+std::optional<std::string> nvrtc_identity() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) == 0 || info.dli_fname == nullptr)
+    return std::nullopt;
+  // Not NVRTC's own file (a non-PIE program's PLT stub, say): identity unknown.
+  if (std::string_view(info.dli_fname).find("nvrtc") == std::string_view::npos) return std::nullopt;
+  std::error_code ec;
+  const auto library = std::filesystem::canonical(info.dli_fname, ec);
+  int major = 0, minor = 0;
+  if (ec || nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return std::nullopt;
+  const auto described = describe_file(library);
+  if (!described) return std::nullopt;
+  const std::string version = std::to_string(major) + "." + std::to_string(minor);
+  const auto builtins = describe_file(library.parent_path() / ("libnvrtc-builtins.so." + version));
+  return "nvrtc " + version + "; " + *described + "; builtins " + builtins.value_or("absent");
+}
+
+bool is_fingerprint(const nlohmann::json& value) {
+  if (!value.is_string()) return false;
+  const auto& text = value.get_ref<const std::string&>();
+  return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// The memo's valid entries; empty for a missing, foreign, oversized or malformed file.
+nlohmann::json read_memo_entries(const std::filesystem::path& file) {
+  nlohmann::json entries = nlohmann::json::object();
+  const cache::UniqueFd fd(::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+      st.st_size > k_memo_max_bytes)
+    return entries;
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return entries;
+    got += static_cast<std::size_t>(n);
+  }
+  const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return entries;
+  const auto format = doc.find("format");
+  const auto found = doc.find("entries");
+  if (format == doc.end() || *format != k_memo_format || found == doc.end() || !found->is_object())
+    return entries;
+  for (const auto& [identity, fingerprint] : found->items())
+    if (is_fingerprint(fingerprint)) entries[identity] = fingerprint;
+  return entries;
+}
+
+// Adds one entry; concurrent writers each rename a whole file, so the worst case is a
+// lost entry, which is a later miss.
+Status write_memo(const std::filesystem::path& file, const std::string& identity, const std::string& fingerprint) {
+  nlohmann::json entries = read_memo_entries(file);
+  if (entries.size() >= k_memo_max_entries) entries = nlohmann::json::object();
+  entries[identity] = fingerprint;
+  const std::string text = nlohmann::json{{"format", k_memo_format}, {"entries", entries}}.dump(
+                               2, ' ', false, nlohmann::json::error_handler_t::replace) +
+                           "\n";
+
+  std::random_device random;
+  const std::filesystem::path temp =
+      file.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(random());
+  cache::UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) return std::unexpected(cache::errno_error("create " + temp.string(), errno));
+  auto written = cache::write_all(fd.get(), std::as_bytes(std::span(text)), temp);
+  if (written) written = cache::fsync_fd(fd.get(), temp);
+  fd.reset();
+  if (written && ::rename(temp.c_str(), file.c_str()) != 0)
+    written = std::unexpected(cache::errno_error("rename " + temp.string() + " to " + file.string(), errno));
+  if (!written) ::unlink(temp.c_str());
+  return written;
+}
+
 class NvrtcCompiler final : public Compiler {
  public:
+  explicit NvrtcCompiler(NvrtcOptions options) : m_options(std::move(options)) {}
+
   std::string name() const override { return "nvrtc"; }
 
   std::string version() const override {
@@ -47,7 +149,7 @@ class NvrtcCompiler final : public Compiler {
   }
 
   Result<std::string> fingerprint() const override {
-    std::call_once(m_fingerprint_once, [this] { m_fingerprint = compute_fingerprint(); });
+    std::call_once(m_fingerprint_once, [this] { m_fingerprint = memoized_fingerprint(); });
     return m_fingerprint;
   }
 
@@ -129,6 +231,31 @@ class NvrtcCompiler final : public Compiler {
   }
 
  private:
+  Result<std::string> memoized_fingerprint() const {
+    const std::filesystem::path& memo = m_options.fingerprint_memo;
+    if (memo.empty()) return compute_fingerprint();
+    std::optional<std::string> identity;
+    try {
+      identity = nvrtc_identity();
+      if (!identity) return compute_fingerprint();
+      const nlohmann::json entries = read_memo_entries(memo);
+      if (const auto it = entries.find(*identity); it != entries.end()) return it->get<std::string>();
+    } catch (const std::exception& e) {
+      // The memo is only a shortcut: whatever went wrong, compute.
+      log_debug("compiler fingerprint memo " + memo.string() + " not used: " + e.what());
+      return compute_fingerprint();
+    }
+    auto computed = compute_fingerprint();
+    if (!computed) return computed;
+    try {
+      if (auto written = write_memo(memo, *identity, *computed); !written)
+        log_debug("compiler fingerprint memo not written: " + written.error().message);
+    } catch (const std::exception& e) {
+      log_debug("compiler fingerprint memo not written: " + std::string(e.what()));
+    }
+    return computed;
+  }
+
   // PTX of a tiny fixed program for a fixed virtual target, plus the architectures this
   // NVRTC supports: what distinguishes builds that report the same version.
   static Result<std::string> compute_fingerprint() {
@@ -157,13 +284,16 @@ class NvrtcCompiler final : public Compiler {
     return std::string(hex);
   }
 
+  NvrtcOptions m_options;
   mutable std::once_flag m_fingerprint_once;
   mutable Result<std::string> m_fingerprint = std::string();
 };
 
 }  // namespace
 
-std::unique_ptr<Compiler> make_nvrtc_compiler() { return std::make_unique<NvrtcCompiler>(); }
+std::unique_ptr<Compiler> make_nvrtc_compiler(NvrtcOptions options) {
+  return std::make_unique<NvrtcCompiler>(std::move(options));
+}
 
 ResourceUsage parse_ptxas_usage(const std::string& log, const std::string& entry) {
   ResourceUsage usage;

@@ -106,7 +106,8 @@ class RuntimeImpl final : public Runtime {
       : m_options(std::move(options)),
         m_cache_dir(std::move(cache_dir)),
         m_store(std::move(store)),
-        m_compiler(make_nvrtc_compiler()),
+        // A fresh process then skips the fingerprint compile (most of a warm prepare).
+        m_compiler(make_nvrtc_compiler(NvrtcOptions{m_cache_dir / k_fingerprint_memo_name})),
         m_kernels(*m_store, *m_compiler) {
     if (m_options.device == DeviceUse::none) {
       m_device.reason = "device use disabled";

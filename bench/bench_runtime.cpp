@@ -1,0 +1,599 @@
+// Runtime figures (issue 6), on the bundled GLM-5.x-shaped checkpoint (examples/glm5-mini),
+// sm_90, bf16 RoPE, no device (so no module load):
+//   - prepare() with a warm cache in a fresh process (target <= 1 ms), Runtime::open
+//     reported apart, and where the time of a warm fresh process goes;
+//   - prepare() with a cold cache in a fresh process, and cold / warm (target >= 300x);
+//   - the launch path's per-layer lookup, PreparedModel::layer(i) (target <= 50 ns);
+//   - NVRTC compile of one variant against `nvcc -cubin` of the same source and options
+//     in the same run (target: NVRTC >= 5x faster);
+//   - 8 processes running `jitcache warm` at once on a cold cache (target: compiles ==
+//     distinct variants).
+// Fresh-process figures spawn this program again (--child-*) once per sample.
+//
+//   bench_runtime [--checkpoint=DIR] [--jitcache-cli=PATH] [--nvcc=PATH] [benchmark flags]
+#include <benchmark/benchmark.h>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cache/store.hpp"
+#include "jitcache/jitcache.h"
+#include "jitcache/runtime.hpp"
+#include "runtime/artifact_bundle.hpp"
+#include "runtime/artifact_facts.hpp"
+#include "runtime/cache_dir.hpp"
+#include "runtime/compiler.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "support/sha256.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace jitcache;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* k_target = "sm_90";
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// CPU time of the whole process (every thread): unlike wall time, not inflated when other
+// work on the machine preempts the process.
+double process_cpu_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+struct Config {
+  fs::path self;
+  fs::path checkpoint;
+  fs::path cli;   // the jitcache CLI, for `jitcache warm`
+  fs::path nvcc;
+  fs::path scratch;
+};
+Config g_config;
+
+// Samples of each figure, for the summary against the targets.
+std::map<std::string, std::vector<double>> g_samples;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string out;
+  double wall_ms = 0.0;
+};
+
+// Spawns argv with stdout captured and stderr discarded; does not wait.
+struct Spawned {
+  pid_t pid = -1;
+  int out_fd = -1;
+  Clock::time_point started;
+};
+
+Spawned spawn(const std::vector<std::string>& args) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  Spawned s;
+  s.started = Clock::now();
+  const int rc = ::posix_spawn(&s.pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  if (rc != 0) {
+    ::close(pipe_fds[0]);
+    throw std::runtime_error("cannot run " + args[0]);
+  }
+  s.out_fd = pipe_fds[0];
+  return s;
+}
+
+ProcessResult finish(Spawned s) {
+  ProcessResult r;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(s.out_fd, buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    r.out.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(s.out_fd);
+  int status = 0;
+  while (::waitpid(s.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.wall_ms = ms_since(s.started);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+ProcessResult run(const std::vector<std::string>& args) { return finish(spawn(args)); }
+
+fs::path fresh_dir(const std::string& name) {
+  static int counter = 0;
+  const fs::path dir = g_config.scratch / (name + "-" + std::to_string(++counter));
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+  return dir;
+}
+
+nlohmann::json run_child(const std::string& mode, const fs::path& cache) {
+  const ProcessResult r = run({g_config.self.string(), mode, cache.string(), g_config.checkpoint.string()});
+  if (r.exit_code != 0) throw std::runtime_error(mode + " exited with " + std::to_string(r.exit_code) + ": " + r.out);
+  auto doc = nlohmann::json::parse(r.out);
+  doc["process_ms"] = r.wall_ms;
+  return doc;
+}
+
+ModelSpec bundled_model() {
+  return ModelSpec{g_config.checkpoint, RopeFormat::bf16, k_target, std::nullopt, std::nullopt};
+}
+
+RuntimeOptions runtime_options(const fs::path& cache) {
+  RuntimeOptions options;
+  options.cache_dir = cache;
+  options.device = DeviceUse::none;
+  return options;
+}
+
+// ---- children: each a fresh process ----------------------------------------------------
+
+enum class Preinit { none, openssl };
+
+// Runtime::open then prepare(), timed apart; one JSON line on stdout. Preinit::openssl
+// first pays OpenSSL 3's one-time initialization (config, provider, SHA-256 fetch) outside
+// the timers: what prepare() would cost if the resolver's SHA-256 did not go through EVP.
+int child_prepare(const fs::path& cache, const fs::path& checkpoint, Preinit preinit) {
+  set_log_level(LogLevel::warning);
+  if (preinit == Preinit::openssl) (void)sha256_hex("warm up");
+  g_config.checkpoint = checkpoint;
+  const auto t0 = Clock::now();
+  auto runtime = Runtime::open(runtime_options(cache));
+  const double open_ms = ms_since(t0);
+  if (!runtime) {
+    std::printf("%s\n", runtime.error().to_string().c_str());
+    return 1;
+  }
+  const double cpu0 = process_cpu_ms();
+  const auto t1 = Clock::now();
+  auto prepared = (*runtime)->prepare(bundled_model());
+  const double prepare_ms = ms_since(t1);
+  const double prepare_cpu_ms = process_cpu_ms() - cpu0;
+  if (!prepared) {
+    std::printf("%s\n", prepared.error().to_string().c_str());
+    return 1;
+  }
+  const PrepareStats& s = (*prepared)->stats();
+  const nlohmann::json out = {{"open_ms", open_ms},       {"prepare_ms", prepare_ms}, {"prepare_cpu_ms", prepare_cpu_ms},
+                              {"variants", s.variants},   {"cached", s.cached},
+                              {"compiled", s.compiled},   {"layers", (*prepared)->layers().size()}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+// The warm path's steps, done by hand in prepare()'s order in a fresh process, each timed.
+int child_breakdown(const fs::path& cache, const fs::path& checkpoint) {
+  set_log_level(LogLevel::warning);
+  nlohmann::json out;
+  auto step = [&](const char* name, auto&& body) {
+    const auto t = Clock::now();
+    body();
+    out[name] = ms_since(t);
+  };
+  std::unique_ptr<cache::Store> store;
+  fs::path root;
+  step("open_store", [&] {
+    root = runtime::resolve_cache_dir(cache).value().path;
+    store = std::move(cache::Store::open(root, {}).value());
+  });
+  std::unique_ptr<Compiler> compiler;
+  // As the runtime makes it: with the fingerprint memo in the cache root.
+  step("make_compiler", [&] { compiler = make_nvrtc_compiler(NvrtcOptions{root / k_fingerprint_memo_name}); });
+  ResolvedScales scales;
+  step("resolve_scales", [&] {
+    ResolveOptions resolve;
+    resolve.checkpoint_dir = checkpoint;
+    scales = resolve_scales(resolve).value();
+  });
+  step("compiler_fingerprint", [&] { (void)compiler->fingerprint().value(); });
+  const Target target = parse_target(k_target).value();
+  std::vector<KernelSpec> specs;
+  for (KernelKind k : {KernelKind::writer, KernelKind::gather})
+    for (LatentScale m : {LatentScale::identity, LatentScale::dynamic})
+      specs.push_back(KernelSpec{k, m, RopeFormat::bf16, target});
+  std::vector<GeneratedSource> sources;
+  step("generate_x4", [&] {
+    for (const auto& s : specs) sources.push_back(generate(s));
+  });
+  std::vector<cache::CacheKey> keys;
+  step("kernel_facts_x4", [&] {
+    for (const auto& s : sources) keys.push_back(kernel_facts(s, *compiler).value().key());
+  });
+  // KernelCache::get's disk hit, split: the index row, the blob read and its re-hash ...
+  std::vector<cache::SharedBytes> blobs;
+  step("store_get_x4", [&] {
+    for (const auto& key : keys) {
+      auto hit = store->get(key).value();
+      if (!hit) throw std::runtime_error("the cache was not warm");
+      blobs.push_back(hit->bytes);
+    }
+  });
+  // ... and the bundle's parse.
+  std::vector<CompiledArtifact> artifacts;
+  step("parse_bundle_x4", [&] {
+    for (const auto& b : blobs) artifacts.push_back(parse_bundle(*b).value());
+  });
+  step("facts_from_cubin_x4", [&] {
+    for (const auto& a : artifacts) (void)facts_from_cubin(a.cubin).value();
+  });
+  // Not on the warm path any more: what the fingerprint costs without its memo, for the
+  // before/after (NVRTC's first compile in this process, like the fresh process's was).
+  const auto t = Clock::now();
+  (void)make_nvrtc_compiler()->fingerprint().value();
+  out["x_fingerprint_without_memo"] = ms_since(t);
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+// ---- benchmarks ---------------------------------------------------------------------------
+
+fs::path warm_cache() {
+  static const fs::path cache = [] {
+    const fs::path dir = fresh_dir("warm") / "cache";
+    auto runtime = Runtime::open(runtime_options(dir)).value();
+    (void)runtime->prepare(bundled_model()).value();
+    return dir;
+  }();
+  return cache;
+}
+
+void BM_PrepareWarm_FreshProcess(benchmark::State& state) {
+  const fs::path cache = warm_cache();
+  double open_ms = 0, process_ms = 0;
+  for (auto _ : state) {
+    const auto doc = run_child("--child-prepare", cache);
+    if (doc["compiled"] != 0) state.SkipWithError("the warm cache compiled");
+    state.SetIterationTime(doc["prepare_ms"].get<double>() / 1e3);
+    open_ms += doc["open_ms"].get<double>();
+    process_ms += doc["process_ms"].get<double>();
+    g_samples["warm.prepare_ms"].push_back(doc["prepare_ms"]);
+    g_samples["warm.prepare_cpu_ms"].push_back(doc["prepare_cpu_ms"]);
+    g_samples["warm.open_ms"].push_back(doc["open_ms"]);
+    g_samples["warm.process_ms"].push_back(doc["process_ms"]);
+  }
+  state.counters["open_ms"] = benchmark::Counter(open_ms, benchmark::Counter::kAvgIterations);
+  state.counters["process_ms"] = benchmark::Counter(process_ms, benchmark::Counter::kAvgIterations);
+}
+BENCHMARK(BM_PrepareWarm_FreshProcess)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(20);
+
+// What-if: the same with OpenSSL initialized before the timers (see child_prepare).
+void BM_PrepareWarm_FreshProcess_OpensslReady(benchmark::State& state) {
+  const fs::path cache = warm_cache();
+  for (auto _ : state) {
+    const auto doc = run_child("--child-prepare-openssl-ready", cache);
+    state.SetIterationTime(doc["prepare_ms"].get<double>() / 1e3);
+    g_samples["warm_openssl_ready.prepare_ms"].push_back(doc["prepare_ms"]);
+    g_samples["warm_openssl_ready.prepare_cpu_ms"].push_back(doc["prepare_cpu_ms"]);
+  }
+}
+BENCHMARK(BM_PrepareWarm_FreshProcess_OpensslReady)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(20);
+
+void BM_PrepareCold_FreshProcess(benchmark::State& state) {
+  double open_ms = 0, compiled = 0;
+  for (auto _ : state) {
+    const auto doc = run_child("--child-prepare", fresh_dir("cold") / "cache");
+    state.SetIterationTime(doc["prepare_ms"].get<double>() / 1e3);
+    open_ms += doc["open_ms"].get<double>();
+    compiled += doc["compiled"].get<double>();
+    g_samples["cold.prepare_ms"].push_back(doc["prepare_ms"]);
+    g_samples["cold.open_ms"].push_back(doc["open_ms"]);
+  }
+  state.counters["open_ms"] = benchmark::Counter(open_ms, benchmark::Counter::kAvgIterations);
+  state.counters["compiled"] = benchmark::Counter(compiled, benchmark::Counter::kAvgIterations);
+}
+BENCHMARK(BM_PrepareCold_FreshProcess)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// Where a warm fresh process's time goes (each step once per process; averages).
+void BM_WarmPathBreakdown_FreshProcess(benchmark::State& state) {
+  const fs::path cache = warm_cache();
+  std::map<std::string, double> sums;
+  double total = 0;
+  for (auto _ : state) {
+    const auto doc = run_child("--child-breakdown", cache);
+    double sum = 0;
+    for (const auto& [name, ms] : doc.items()) {
+      if (name == "process_ms") continue;
+      sums[name] += ms.get<double>();
+      g_samples["breakdown." + name].push_back(ms.get<double>());
+      if (!name.starts_with("x_")) sum += ms.get<double>();
+    }
+    total += sum;
+    state.SetIterationTime(sum / 1e3);
+  }
+  for (const auto& [name, ms] : sums)
+    state.counters[name] = benchmark::Counter(ms, benchmark::Counter::kAvgIterations);
+}
+BENCHMARK(BM_WarmPathBreakdown_FreshProcess)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+
+std::shared_ptr<const PreparedModel> warm_model() {
+  static std::unique_ptr<Runtime> runtime = Runtime::open(runtime_options(warm_cache())).value();
+  static std::shared_ptr<const PreparedModel> model = runtime->prepare(bundled_model()).value();
+  return model;
+}
+
+void BM_LayerLookup(benchmark::State& state) {
+  const auto model = warm_model();
+  const int layers = static_cast<int>(model->layers().size());
+  int i = 0;
+  for (auto _ : state) {
+    const LayerBinding* b = model->layer(i);
+    benchmark::DoNotOptimize(b->scale);
+    benchmark::DoNotOptimize(b->writer);
+    if (++i == layers) i = 0;
+  }
+}
+BENCHMARK(BM_LayerLookup);
+
+void BM_LayerLookup_CApi(benchmark::State& state) {
+  jitcache_runtime_options options;
+  jitcache_runtime_options_init(&options);
+  const std::string cache = warm_cache().string();
+  options.cache_dir = cache.c_str();
+  options.device = JITCACHE_DEVICE_NONE;
+  jitcache_runtime* runtime = nullptr;
+  jitcache_model* model = nullptr;
+  if (jitcache_runtime_open(&options, &runtime) != JITCACHE_OK ||
+      jitcache_prepare(runtime, g_config.checkpoint.c_str(), JITCACHE_ROPE_BF16, k_target, nullptr, &model) !=
+          JITCACHE_OK) {
+    state.SkipWithError(jitcache_last_error());
+    jitcache_runtime_close(runtime);
+    return;
+  }
+  int32_t i = 0;
+  jitcache_layer_info info;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(jitcache_model_layer(model, i, &info));
+    benchmark::DoNotOptimize(info.scale);
+    if (++i == 79) i = 0;
+  }
+  jitcache_model_release(model);
+  jitcache_runtime_close(runtime);
+}
+BENCHMARK(BM_LayerLookup_CApi);
+
+const KernelSpec k_compile_spec{KernelKind::writer, LatentScale::dynamic, RopeFormat::bf16, Target{k_target}};
+
+void BM_Compile_Nvrtc(benchmark::State& state) {
+  const auto compiler = make_nvrtc_compiler();
+  const GeneratedSource source = generate(k_compile_spec);
+  (void)compiler->compile(source).value();  // the first compile of a process loads NVRTC's builtins
+  for (auto _ : state) {
+    const auto t = Clock::now();
+    auto artifact = compiler->compile(source);
+    const double ms = ms_since(t);
+    if (!artifact) {
+      state.SkipWithError(artifact.error().message.c_str());
+      return;
+    }
+    state.SetIterationTime(ms / 1e3);
+    g_samples["compile.nvrtc_ms"].push_back(ms);
+  }
+  state.SetLabel(k_compile_spec.label());
+}
+BENCHMARK(BM_Compile_Nvrtc)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// nvcc on the very text NVRTC compiles: the generated unit and its embedded headers
+// written out, and NVRTC's options spelled the nvcc way.
+void BM_Compile_Nvcc(benchmark::State& state) {
+  if (g_config.nvcc.empty()) {
+    state.SkipWithError("no nvcc (pass --nvcc=PATH)");
+    return;
+  }
+  const GeneratedSource source = generate(k_compile_spec);
+  const fs::path dir = fresh_dir("nvcc");
+  std::ofstream(dir / source.program_name) << source.source;
+  for (const auto& h : source.headers) {
+    const fs::path path = dir / "include" / std::string(h.include_name);
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << h.text;
+  }
+  const std::vector<std::string> command = {g_config.nvcc.string(), "-cubin", "-arch=" + k_compile_spec.target.name,
+                                            "-std=c++17", "--fmad=false", "--prec-div=true", "--prec-sqrt=true",
+                                            "--ftz=false", "-Xptxas", "-v", "-I", (dir / "include").string(),
+                                            "-o", (dir / "out.cubin").string(), (dir / source.program_name).string()};
+  for (auto _ : state) {
+    const ProcessResult r = run(command);
+    if (r.exit_code != 0) {
+      state.SkipWithError(("nvcc failed: " + r.out).c_str());
+      return;
+    }
+    state.SetIterationTime(r.wall_ms / 1e3);
+    g_samples["compile.nvcc_ms"].push_back(r.wall_ms);
+  }
+  state.counters["cubin_bytes"] = static_cast<double>(fs::file_size(dir / "out.cubin"));
+}
+BENCHMARK(BM_Compile_Nvcc)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// 8 processes warming one cold cache at once: each variant must be compiled once in all.
+void BM_Warm_8Processes_ColdCache(benchmark::State& state) {
+  constexpr int k_processes = 8;
+  const bool have_cli = !g_config.cli.empty() && fs::exists(g_config.cli);
+  for (auto _ : state) {
+    const fs::path cache = fresh_dir("eight") / "cache";
+    std::vector<Spawned> children;
+    const auto t = Clock::now();
+    for (int p = 0; p < k_processes; ++p) {
+      if (have_cli)
+        children.push_back(spawn({g_config.cli.string(), "--cache-dir", cache.string(), "warm", "--checkpoint",
+                                  g_config.checkpoint.string(), "--arch", k_target, "--json"}));
+      else
+        children.push_back(
+            spawn({g_config.self.string(), "--child-prepare", cache.string(), g_config.checkpoint.string()}));
+    }
+    double compiles = 0, variants = 0, cached = 0;
+    for (auto& child : children) {
+      const ProcessResult r = finish(child);
+      if (r.exit_code != 0) {
+        state.SkipWithError(("a warming process failed: " + r.out).c_str());
+        return;
+      }
+      const auto doc = nlohmann::json::parse(r.out);
+      compiles += doc.value("compiled", 0.0);
+      cached += have_cli ? doc.value("already_cached", 0.0) : doc.value("cached", 0.0);
+      variants = have_cli ? doc.value("variants_needed", 0.0) : doc.value("variants", 0.0);
+    }
+    const double wall = ms_since(t);
+    state.SetIterationTime(wall / 1e3);
+    state.counters["compiles"] = compiles;
+    state.counters["variants"] = variants;
+    state.counters["cached"] = cached;
+    g_samples["eight.compiles"].push_back(compiles);
+    g_samples["eight.variants"].push_back(variants);
+    g_samples["eight.wall_ms"].push_back(wall);
+  }
+  state.SetLabel(have_cli ? "jitcache warm --json" : "bench_runtime --child-prepare (no CLI found)");
+}
+BENCHMARK(BM_Warm_8Processes_ColdCache)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// ---- the summary ---------------------------------------------------------------------------
+
+void print_summary() {
+  auto m = [](const std::string& name) { return median(g_samples[name]); };
+  auto lowest = [](const std::string& name) {
+    const auto& v = g_samples[name];
+    return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
+  };
+  auto verdict = [](bool ok) { return ok ? "meets target" : "MISSES target"; };
+  std::printf("\nSummary (medians; %s, bf16 RoPE, %s, no device)\n", k_target, g_config.checkpoint.c_str());
+  if (!g_samples["warm.prepare_ms"].empty()) {
+    std::printf("  warm, fresh process: Runtime::open %.3f ms, prepare %.3f ms (min %.3f, CPU %.3f; target <= 1 ms: "
+                "%s), whole process %.1f ms\n",
+                m("warm.open_ms"), m("warm.prepare_ms"), lowest("warm.prepare_ms"), m("warm.prepare_cpu_ms"),
+                verdict(m("warm.prepare_ms") <= 1.0), m("warm.process_ms"));
+    if (!g_samples["warm_openssl_ready.prepare_ms"].empty())
+      std::printf("  warm, fresh process, OpenSSL initialized beforehand (what-if): prepare %.3f ms (min %.3f, "
+                  "CPU %.3f)\n",
+                  m("warm_openssl_ready.prepare_ms"), lowest("warm_openssl_ready.prepare_ms"),
+                  m("warm_openssl_ready.prepare_cpu_ms"));
+    std::printf("  warm path breakdown (fresh process):");
+    for (const auto& [name, v] : g_samples)
+      if (name.starts_with("breakdown.")) std::printf(" %s %.3f ms;", name.c_str() + 10, median(v));
+    std::printf("\n");
+  }
+  if (!g_samples["cold.prepare_ms"].empty()) {
+    std::printf("  cold, fresh process: Runtime::open %.3f ms, prepare %.1f ms\n", m("cold.open_ms"),
+                m("cold.prepare_ms"));
+    if (m("warm.prepare_ms") > 0) {
+      const double ratio = m("cold.prepare_ms") / m("warm.prepare_ms");
+      std::printf("  cold / warm prepare: %.0fx (target >= 300x: %s)\n", ratio, verdict(ratio >= 300));
+    }
+  }
+  if (!g_samples["compile.nvrtc_ms"].empty() && !g_samples["compile.nvcc_ms"].empty()) {
+    const double ratio = m("compile.nvcc_ms") / m("compile.nvrtc_ms");
+    std::printf("  %s: NVRTC %.1f ms, nvcc -cubin %.1f ms: NVRTC %.1fx faster (target >= 5x: %s)\n",
+                k_compile_spec.label().c_str(), m("compile.nvrtc_ms"), m("compile.nvcc_ms"), ratio,
+                verdict(ratio >= 5));
+  }
+  if (!g_samples["eight.compiles"].empty())
+    std::printf("  8 processes warming a cold cache: %.0f compiles for %.0f distinct variants in %.0f ms (%s)\n",
+                m("eight.compiles"), m("eight.variants"), m("eight.wall_ms"),
+                verdict(m("eight.compiles") == m("eight.variants")));
+  std::printf("  layer lookup: see BM_LayerLookup (target <= 50 ns)\n");
+}
+
+fs::path find_upwards(fs::path start, const fs::path& relative) {
+  for (fs::path dir = start; !dir.empty(); dir = dir.parent_path()) {
+    if (fs::exists(dir / relative)) return dir / relative;
+    if (dir == dir.parent_path()) break;
+  }
+  return {};
+}
+
+fs::path find_in_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  dirs += ":/usr/local/cuda/bin";
+  for (std::size_t at = 0; at <= dirs.size();) {
+    const std::size_t end = std::min(dirs.find(':', at), dirs.size());
+    const fs::path candidate = fs::path(dirs.substr(at, end - at)) / program;
+    if (end > at && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    at = end + 1;
+  }
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc >= 2 ? argv[1] : "";
+  try {
+    if (mode == "--child-prepare" && argc == 4) return child_prepare(argv[2], argv[3], Preinit::none);
+    if (mode == "--child-prepare-openssl-ready" && argc == 4)
+      return child_prepare(argv[2], argv[3], Preinit::openssl);
+    if (mode == "--child-breakdown" && argc == 4) return child_breakdown(argv[2], argv[3]);
+  } catch (const std::exception& e) {
+    std::printf("{\"error\": \"%s\"}\n", e.what());
+    return 1;
+  }
+
+  g_config.self = fs::read_symlink("/proc/self/exe");
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.starts_with("--checkpoint=")) g_config.checkpoint = fs::absolute(arg.substr(13));
+    else if (arg.starts_with("--jitcache-cli=")) g_config.cli = fs::absolute(arg.substr(15));
+    else if (arg.starts_with("--nvcc=")) g_config.nvcc = arg.substr(7);
+    else rest.push_back(argv[i]);
+  }
+  const fs::path ckpt = "examples/glm5-mini/config.json";
+  if (g_config.checkpoint.empty()) g_config.checkpoint = find_upwards(fs::current_path(), ckpt).parent_path();
+  if (g_config.checkpoint.empty()) g_config.checkpoint = find_upwards(g_config.self.parent_path(), ckpt).parent_path();
+  if (g_config.checkpoint.empty()) {
+    std::fprintf(stderr, "bench_runtime: cannot find examples/glm5-mini; pass --checkpoint=DIR\n");
+    return 2;
+  }
+  // The CLI built next to this program (build/bench/.. -> build/tools/jitcache).
+  if (g_config.cli.empty()) g_config.cli = g_config.self.parent_path().parent_path() / "tools" / "jitcache";
+  if (g_config.nvcc.empty()) g_config.nvcc = find_in_path("nvcc");
+
+  char scratch[] = "/tmp/jitcache-bench-runtime-XXXXXX";
+  if (::mkdtemp(scratch) == nullptr) return 2;
+  g_config.scratch = scratch;
+
+  int bench_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&bench_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(bench_argc, rest.data())) return 2;
+  set_log_level(LogLevel::warning);
+  benchmark::RunSpecifiedBenchmarks();
+  print_summary();
+  benchmark::Shutdown();
+  std::error_code ec;
+  fs::remove_all(g_config.scratch, ec);
+  return 0;
+}

@@ -9,6 +9,15 @@ add_test(NAME c_abi_exports
           -DSONAME=$<TARGET_SONAME_FILE_NAME:jitcache_shared> -DREADELF=${CMAKE_READELF}
           -P ${PROJECT_SOURCE_DIR}/cmake/check_exports.cmake)
 
+# The check itself is not vacuous: a library with other exports (libxxhash) is refused.
+add_test(NAME c_abi_exports_check_refuses_foreign_symbols
+  COMMAND ${CMAKE_COMMAND} -DLIBRARY=${XXHASH_LIBRARY} -DNM=${CMAKE_NM}
+          -DHEADER=${PROJECT_SOURCE_DIR}/include/jitcache/jitcache.h
+          -DVERSION_SCRIPT=${JITCACHE_VERSION_SCRIPT} -DSONAME=unused
+          -P ${PROJECT_SOURCE_DIR}/cmake/check_exports.cmake)
+set_tests_properties(c_abi_exports_check_refuses_foreign_symbols PROPERTIES
+  PASS_REGULAR_EXPRESSION "symbols outside the C[^;]*XXH128_cmp")
+
 # A C program built against the installed package, through find_package and through
 # pkg-config, links and runs.
 add_test(NAME c_abi_installed_consumer

@@ -661,4 +661,28 @@ std::string format_size(std::uint64_t bytes) {
   return buffer;
 }
 
+Result<std::expected<SharedBytes, BlobFailure>> Store::read_blob(const BlobDigest& digest, std::uint64_t size) {
+  using Inner = std::expected<SharedBytes, BlobFailure>;
+  auto bytes = m_blobs.read_verified(digest, size);
+  if (!bytes) return Inner(std::unexpected(bytes.error()));
+  return Inner(std::make_shared<const Bytes>(std::move(*bytes)));
+}
+
+Result<std::vector<StoredBlob>> Store::orphan_blobs() {
+  const auto referenced = JC_TRY(with_index([&](Index& index) { return index.referenced_digests(); }));
+  const std::unordered_set<BlobDigest> in_use(referenced.begin(), referenced.end());
+  std::vector<StoredBlob> orphans;
+  for (const StoredBlob& blob : JC_TRY(m_blobs.list()))
+    if (!in_use.contains(blob.digest)) orphans.push_back(blob);
+  return orphans;
+}
+
+Status Store::remove_orphan_blob(const BlobDigest& digest) {
+  // A writer may have published a row for this content since the audit looked.
+  const auto referenced = JC_TRY(with_index([&](Index& index) { return index.referenced_digests(); }));
+  if (std::find(referenced.begin(), referenced.end(), digest) != referenced.end())
+    return make_error(ErrorCode::invalid_argument, "blob " + digest.to_hex() + " is referenced again; not removed");
+  return m_blobs.remove(digest);
+}
+
 }  // namespace jitcache::cache

@@ -166,6 +166,15 @@ class Store {
   // lock files and old quarantined files.
   Result<GcReport> gc(const GcOptions& options = {});
 
+  // For audits, which must change nothing: reads and verifies one blob without counting a
+  // use, touching the memory tier or quarantining. The outer error is a failure to look
+  // (the index); the inner one is what is wrong with the blob.
+  Result<std::expected<SharedBytes, BlobFailure>> read_blob(const BlobDigest& digest, std::uint64_t size);
+  // Blob files no index row refers to, whatever their age.
+  Result<std::vector<StoredBlob>> orphan_blobs();
+  // Removes a blob file after checking again that no index row refers to it.
+  Status remove_orphan_blob(const BlobDigest& digest);
+
   Result<Stats> stats();
   // What this Store object did since it was opened.
   Counters session_counters() const;

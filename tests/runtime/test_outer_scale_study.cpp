@@ -24,7 +24,7 @@ TEST(OuterScaleStudy, SyntheticLatentsHaveTheRequestedMagnitude) {
     EXPECT_NEAR(m, max_abs, max_abs * 1e-6);
     // Not a constant or a spike: the bulk carries real energy.
     const double rms = std::sqrt(sum_sq / x.size());
-    EXPECT_GT(rms, max_abs / 20.0);
+    EXPECT_GT(rms, max_abs / 40.0);
     EXPECT_LT(rms, max_abs / 2.0);
   }
   EXPECT_EQ(synthetic_latents(8, 1.0f, 7), synthetic_latents(8, 1.0f, 7));
@@ -59,8 +59,8 @@ TEST(OuterScaleStudy, CalibratedScalesRemoveTheShallowLayerPenalty) {
           << "max_abs " << r.max_abs;
       EXPECT_EQ(r.calibrated_subnormal_blocks, 0.0) << "max_abs " << r.max_abs;
       // Calibrated on the bf16-rounded data, whose max differs from max_abs by at most
-      // bf16's half ulp (2^-9 relative).
-      EXPECT_NEAR(r.calibrated_scale, r.max_abs / 2688.0f, r.max_abs / 2688.0f / 512.0f);
+      // bf16's half ulp (at most 2^-8 relative).
+      EXPECT_NEAR(r.calibrated_scale, r.max_abs / 2688.0f, r.max_abs / 2688.0f / 256.0f);
     }
     // And the identity error only grows as layers get shallower.
     for (std::size_t i = 1; i < rows->size(); ++i)

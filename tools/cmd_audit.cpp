@@ -1,0 +1,135 @@
+// `jitcache audit`: finds stale identity kernels and every other bad entry in a cache;
+// with --checkpoint, the per-layer binding report. Exit 0 clean, 1 findings, 2 error.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "runtime/audit.hpp"
+#include "runtime/cache_dir.hpp"
+#include "tools/cli.hpp"
+
+namespace jitcache::cli {
+namespace {
+
+struct AuditArgs {
+  std::string checkpoint;
+  std::string scales;
+  std::string arch;
+  std::string rope = "bf16";
+  bool json = false;
+};
+
+nlohmann::json to_json(const AuditReport& r) {
+  nlohmann::json findings = nlohmann::json::array();
+  for (const Finding& f : r.findings)
+    findings.push_back({{"kind", to_string(f.kind)},
+                        {"key", f.key},
+                        {"digest", f.digest},
+                        {"kernel", f.kernel},
+                        {"target", f.target},
+                        {"explanation", f.explanation}});
+  nlohmann::json out = {{"clean", r.clean()}, {"entries", r.entries}, {"findings", findings}};
+  if (r.checkpoint) {
+    const CheckpointAudit& c = *r.checkpoint;
+    nlohmann::json variants = nlohmann::json::array(), layers = nlohmann::json::array();
+    for (const auto& v : c.variants)
+      variants.push_back({{"variant", v.label}, {"key", v.key}, {"cached", v.cached}, {"layers", v.layers}});
+    for (const auto& l : c.layers)
+      layers.push_back({{"layer", l.layer},
+                        {"scale", l.scale},
+                        {"mode", to_string(l.mode)},
+                        {"source", to_string(l.source)},
+                        {"writer_key", l.writer_key},
+                        {"gather_key", l.gather_key},
+                        {"writer_cached", l.writer_cached},
+                        {"gather_cached", l.gather_cached},
+                        {"bound_to_identity", l.bound_to_identity}});
+    out["checkpoint"] = {{"path", c.checkpoint},
+                         {"target", c.target},
+                         {"rope", c.rope},
+                         {"scales_source", to_string(c.provenance.source)},
+                         {"scales_file", c.provenance.file},
+                         {"scales_sha256", c.provenance.sha256},
+                         {"dynamic_layers", c.dynamic_layers},
+                         {"identity_layers", c.identity_layers},
+                         {"variants", variants},
+                         {"layers", layers}};
+  }
+  return out;
+}
+
+void print_human(const AuditReport& r) {
+  std::printf("audited %zu entries: %s\n", r.entries,
+              r.findings.empty() ? "no findings" : (std::to_string(r.findings.size()) + " finding(s)").c_str());
+  if (!r.findings.empty()) {
+    std::printf("\n%-15s %-12s %-8s %-8s %s\n", "finding", "key", "kernel", "target", "explanation");
+    for (const Finding& f : r.findings)
+      std::printf("%-15s %-12s %-8s %-8s %s\n", to_string(f.kind),
+                  (f.key.empty() ? f.digest : f.key).substr(0, 12).c_str(), f.kernel.c_str(), f.target.c_str(),
+                  f.explanation.c_str());
+  }
+  if (!r.checkpoint) return;
+  const CheckpointAudit& c = *r.checkpoint;
+  std::printf("\ncheckpoint %s, %s, %s RoPE: %zu layers (%zu dynamic, %zu identity); scales from %s %s\n",
+              c.checkpoint.c_str(), c.target.c_str(), c.rope.c_str(), c.layers.size(), c.dynamic_layers,
+              c.identity_layers, to_string(c.provenance.source), c.provenance.file.c_str());
+  std::printf("\n%-32s %-12s %-7s %s\n", "variant needed", "key", "layers", "cached");
+  for (const auto& v : c.variants)
+    std::printf("%-32s %-12s %-7zu %s\n", v.label.c_str(), v.key.substr(0, 12).c_str(), v.layers,
+                v.cached ? "yes" : "no (warm or prepare compiles it)");
+  std::size_t bad = 0;
+  for (const auto& l : c.layers)
+    if (l.bound_to_identity) {
+      if (bad++ == 0) std::printf("\nlayers whose key holds an identity kernel:\n");
+      std::printf("  layer %d (scale %g)\n", l.layer, l.scale);
+    }
+}
+
+int run_audit(const AuditArgs& args, const GlobalOptions& global) {
+  if (!args.checkpoint.empty() && args.arch.empty()) {
+    std::fprintf(stderr, "jitcache: error: audit --checkpoint needs --arch\n");
+    return k_exit_usage;
+  }
+  std::optional<std::filesystem::path> explicit_dir;
+  if (!global.cache_dir.empty()) explicit_dir = global.cache_dir;
+  auto dir = runtime::resolve_cache_dir(explicit_dir);
+  if (!dir) return report(dir.error());
+  auto store = cache::Store::open(dir->path);
+  if (!store) {
+    report(store.error());
+    return k_exit_usage;
+  }
+  const auto compiler = make_nvrtc_compiler();
+  AuditOptions options;
+  if (!args.checkpoint.empty()) options.checkpoint = args.checkpoint;
+  if (!args.scales.empty()) options.scales_override = args.scales;
+  options.target = args.arch;
+  options.rope = *parse_rope_format(args.rope);
+  auto r = audit_cache(**store, *compiler, options);
+  if (!r) {
+    // Findings are exit 1; an audit that could not run is an error (2), whatever the cause.
+    report(r.error());
+    return k_exit_usage;
+  }
+  if (args.json) {
+    std::printf("%s\n", to_json(*r).dump(2).c_str());
+  } else {
+    print_human(*r);
+  }
+  return r->clean() ? k_exit_ok : k_exit_findings;
+}
+
+void register_audit(CLI::App& root, Context& context) {
+  auto args = std::make_shared<AuditArgs>();
+  CLI::App* cmd = root.add_subcommand("audit", "Find stale identity kernels and every other bad cache entry");
+  cmd->add_option("--checkpoint", args->checkpoint, "Also report what each layer of this checkpoint needs");
+  cmd->add_option("--scales", args->scales, "Explicit scales override file (with --checkpoint)");
+  cmd->add_option("--arch", args->arch, "Target of the per-layer report (with --checkpoint)");
+  cmd->add_option("--rope", args->rope, "bf16|fp8")->check(CLI::IsMember({"bf16", "fp8"}));
+  cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  context.bind(cmd, [args, &context] { return run_audit(*args, context.global); });
+}
+
+const Registrar k_registrar(45, register_audit);
+
+}  // namespace
+}  // namespace jitcache::cli

@@ -11,6 +11,7 @@
 
 #include "cache/report.hpp"
 #include "cache/store.hpp"
+#include "runtime/audit.hpp"
 #include "runtime/cache_dir.hpp"
 #include "tools/cli.hpp"
 
@@ -215,18 +216,34 @@ int run_stats(const Context& context, const StatsArgs& args) {
 struct ClearArgs {
   FilterArgs filter;
   bool all = false;
+  bool stale = false;
   bool dry_run = false;
 };
 
+// --stale: exactly what `jitcache audit` flags (stale identity kernels, legacy keys, fact
+// mismatches, corrupt entries, rows without blobs, orphan blobs).
+int run_clear_stale(Store& store, const ClearArgs& args) {
+  const auto compiler = make_nvrtc_compiler();
+  auto audit = audit_cache(store, *compiler);
+  if (!audit) return report(audit.error());
+  auto lines = clear_flagged(store, *audit, args.dry_run ? cache::DryRun::yes : cache::DryRun::no);
+  if (!lines) return report(lines.error());
+  for (const std::string& line : *lines) std::printf("%s\n", line.c_str());
+  std::printf("%s %zu flagged item(s) of %zu entries\n", args.dry_run ? "would remove" : "removed", lines->size(),
+              audit->entries);
+  return k_exit_ok;
+}
+
 int run_clear(const Context& context, const ClearArgs& args) {
-  if (args.all == args.filter.any()) {
-    std::fprintf(stderr, "jitcache: error: clear: give either --all or at least one filter (KEY, --kernel, "
+  if (int(args.all) + int(args.stale) + int(args.filter.any()) != 1) {
+    std::fprintf(stderr, "jitcache: error: clear: give exactly one of --all, --stale or filters (KEY, --kernel, "
                          "--arch, --latent-scale, --rope)\n");
     return k_exit_usage;
   }
   int exit_code = k_exit_ok;
   auto store = open_store(context, exit_code);
   if (!store) return exit_code;
+  if (args.stale) return run_clear_stale(*store, args);
   auto removed = store->remove(args.all ? EntryFilter{} : args.filter.filter(),
                                args.dry_run ? cache::DryRun::yes : cache::DryRun::no);
   if (!removed) return report(removed.error());
@@ -311,9 +328,11 @@ void register_cache(CLI::App& root, Context& context) {
   context.bind(stats, [&context, stats_args] { return run_stats(context, *stats_args); });
 
   auto clear_args = std::make_shared<ClearArgs>();
-  CLI::App* clear = root.add_subcommand("clear", "Remove every entry (--all) or the entries matching filters");
+  CLI::App* clear =
+      root.add_subcommand("clear", "Remove every entry (--all), what the audit flags (--stale) or matching entries");
   clear->add_option("KEY", clear_args->filter.key, "A key or a key prefix")->check(hex_prefix_validator());
   clear->add_flag("--all", clear_args->all, "Remove every entry");
+  clear->add_flag("--stale", clear_args->stale, "Remove exactly what `jitcache audit` flags");
   add_filter_options(clear, clear_args->filter);
   clear->add_flag("--dry-run", clear_args->dry_run, "Show what would be removed; remove nothing");
   context.bind(clear, [&context, clear_args] { return run_clear(context, *clear_args); });

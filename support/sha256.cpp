@@ -1,6 +1,11 @@
 #include "support/sha256.hpp"
 
-#include <openssl/evp.h>
+// The low-level SHA256_Init/Update/Final rather than EVP_Digest (or the one-shot SHA256(),
+// which goes through EVP in OpenSSL 3): EVP's first use loads the default provider, about
+// 1.3 ms, most of a warm prepare(). The low-level calls are deprecated in 3.0 but compute
+// the same digest without the provider machinery; tests/support/test_sha256.cpp pins it.
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/sha.h>
 
 #include <cstdlib>
 
@@ -8,13 +13,13 @@ namespace jitcache {
 
 Sha256Digest sha256(std::string_view data) {
   Sha256Digest digest{};
-  unsigned int length = 0;
-  // EVP_Digest fails only on allocation failure or a broken OpenSSL build; neither leaves a
-  // meaningful digest to return, and a wrong digest would silently accept tampered files.
-  if (EVP_Digest(data.data(), data.size(), digest.data(), &length, EVP_sha256(), nullptr) != 1 ||
-      length != digest.size()) {
+  static_assert(sizeof(Sha256Digest) == SHA256_DIGEST_LENGTH);
+  // These cannot fail for valid pointers; a failure would mean a broken OpenSSL, and a
+  // wrong digest would silently accept tampered files.
+  SHA256_CTX context;
+  if (SHA256_Init(&context) != 1 || SHA256_Update(&context, data.data(), data.size()) != 1 ||
+      SHA256_Final(digest.data(), &context) != 1)
     std::abort();
-  }
   return digest;
 }
 

@@ -1,10 +1,7 @@
 // `jitcache inspect | stats | clear | verify | gc` run as a user runs them, on a cache
 // filled through the library: exit codes (0 ok, 1 findings or invalid input, 2 usage or
 // environment), one JSON document on stdout with --json, errors on stderr naming the file.
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 
@@ -17,9 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/store.hpp"
+#include "cli_runner.hpp"
 #include "test_support.hpp"
 
-extern char** environ;
 
 namespace jitcache {
 namespace {
@@ -27,16 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct Outcome {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using Outcome = testing::CliOutcome;
 
 cache::Facts entry_facts(const std::string& kernel, const std::string& target, const std::string& scale,
                          const std::string& rope) {
@@ -62,39 +50,7 @@ class CliCacheTest : public testing::TempDirTest {
   }
 
   Outcome jitcache(std::vector<std::string> args, const std::vector<std::string>& extra_env = {}) {
-    args.insert(args.begin(), JITCACHE_CLI_PATH);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string entry = *e;
-      if (!entry.starts_with("JITCACHE_DIR=") && !entry.starts_with("XDG_CACHE_HOME=")) env_strings.push_back(entry);
-    }
-    for (const std::string& e : extra_env) env_strings.push_back(e);
-    std::vector<char*> envp;
-    for (std::string& e : env_strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    const fs::path out = dir() / ".stdout", err = dir() / ".stderr";
-    posix_spawn_file_actions_t files;
-    posix_spawn_file_actions_init(&files);
-    posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&files);
-    Outcome outcome;
-    if (rc != 0) {
-      ADD_FAILURE() << "cannot start " << argv[0] << ": " << std::strerror(rc);
-      return outcome;
-    }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status)) << "the CLI died of signal " << WTERMSIG(status);
-    outcome.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    outcome.out = read_text(out);
-    outcome.err = read_text(err);
-    return outcome;
+    return testing::run_cli(dir(), std::move(args), extra_env, {"JITCACHE_DIR=", "XDG_CACHE_HOME="});
   }
 
   Outcome run(std::vector<std::string> args) {

@@ -1,9 +1,6 @@
 // `jitcache kv quantize | dequantize | error` run as a user runs them: exit codes
 // (0 ok, 1 invalid input, 2 usage), what goes to stdout and stderr, and that the files
 // they write hold what the library computes.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 
@@ -20,25 +17,16 @@
 
 #include "runtime/kv_tools.hpp"
 #include "runtime/npy.hpp"
+#include "cli_runner.hpp"
 #include "test_support.hpp"
 
-extern char** environ;
 
 namespace jitcache {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Outcome {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using Outcome = testing::CliOutcome;
 
 std::vector<std::uint8_t> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -69,35 +57,7 @@ class CliKvTest : public testing::TempDirTest {
     return dir() / name;
   }
 
-  // Runs the built CLI with stdout and stderr captured in files of the test directory.
-  Outcome jitcache(std::vector<std::string> args) {
-    args.insert(args.begin(), JITCACHE_CLI_PATH);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const fs::path out = dir() / ".stdout", err = dir() / ".stderr";
-    posix_spawn_file_actions_t files;
-    posix_spawn_file_actions_init(&files);
-    posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&files);
-    Outcome outcome;
-    if (rc != 0) {
-      ADD_FAILURE() << "cannot start " << argv[0] << ": " << std::strerror(rc);
-      return outcome;
-    }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status)) << "the CLI died of signal " << WTERMSIG(status);
-    outcome.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    outcome.out = read_text(out);
-    outcome.err = read_text(err);
-    fs::remove(out);
-    fs::remove(err);
-    return outcome;
-  }
+  Outcome jitcache(std::vector<std::string> args) { return testing::run_cli(dir(), std::move(args)); }
 
   std::string p(const fs::path& path) const { return path.string(); }
 

@@ -1,9 +1,6 @@
 // `jitcache scales` and `jitcache env` as a user runs them: exit codes, where output goes,
 // and that --json is one parsable document on stdout.
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <fcntl.h>
 
 #include <cstring>
 #include <fstream>
@@ -14,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "support/sha256.hpp"
+#include "cli_runner.hpp"
 #include "test_support.hpp"
 
-extern char** environ;
 
 namespace jitcache {
 namespace {
@@ -24,57 +21,13 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using CliRun = testing::CliOutcome;
 
 class CliTest : public testing::TempDirTest {
  protected:
   // Runs the CLI with a clean jitcache environment plus `extra_env` ("NAME=value").
   CliRun run(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string entry = *e;
-      if (entry.starts_with("JITCACHE_") || entry.starts_with("VLLM_NVFP4_MLA_")) continue;
-      env.push_back(entry);
-    }
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
-    std::vector<std::string> argv_strings = {JITCACHE_CLI_PATH};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv, envp;
-    for (auto& a : argv_strings) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
-    const fs::path out = dir() / "stdout", err = dir() / "stderr";
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = 0;
-    CliRun result;
-    const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    if (spawned != 0) {
-      ADD_FAILURE() << "cannot run " << argv[0] << ": " << std::strerror(spawned);
-      return result;
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    // A signal (a crash) is never an acceptable exit.
-    EXPECT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    result.out = slurp(out);
-    result.err = slurp(err);
-    return result;
+    return testing::run_cli(dir(), args, extra_env, {"JITCACHE_", "VLLM_NVFP4_MLA_"});
   }
 
   fs::path example() const { return fs::path(JITCACHE_TEST_SOURCE_DIR) / "examples" / "glm5-mini"; }
@@ -88,7 +41,7 @@ class CliTest : public testing::TempDirTest {
 
 TEST_F(CliTest, ShowPrintsTheTableAndProvenance) {
   const CliRun r = run({"scales", "show", "--checkpoint", example().string()});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("layer  scale"), std::string::npos);
   EXPECT_NE(r.out.find("   78  1.0            identity  draft-identity"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("checkpoint (sidecar)"), std::string::npos);
@@ -98,21 +51,21 @@ TEST_F(CliTest, ShowPrintsTheTableAndProvenance) {
 
 TEST_F(CliTest, ShowJsonIsOneDocumentOnStdout) {
   const CliRun r = run({"scales", "show", "--checkpoint", example().string(), "--json"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.code, 0) << r.err;
   const json doc = json::parse(r.out);  // throws (fails the test) on anything but one document
   EXPECT_EQ(doc["layers"].size(), 79u);
-  EXPECT_EQ(doc["provenance"]["sha256"], sha256_hex(slurp(example_sidecar())));
+  EXPECT_EQ(doc["provenance"]["sha256"], sha256_hex(testing::read_text_file(example_sidecar())));
   EXPECT_EQ(doc["layers"][0]["max_abs"], 0.02);
 }
 
 TEST_F(CliTest, ShowHonoursArgumentThenEnvironment) {
-  json scales = json::parse(slurp(example_sidecar()));
+  json scales = json::parse(testing::read_text_file(example_sidecar()));
   scales["scales"][0] = 1.0;
   scales.erase("max_abs");
   const fs::path override_file = write("override.json", scales.dump());
   CliRun r = run({"scales", "show", "--checkpoint", example().string(), "--json"},
               {"VLLM_NVFP4_MLA_SCALES_FILE=" + override_file.string()});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.code, 0) << r.err;
   json doc = json::parse(r.out);
   EXPECT_EQ(doc["provenance"]["source"], "override");
   EXPECT_EQ(doc["provenance"]["override_origin"], "environment");
@@ -122,18 +75,18 @@ TEST_F(CliTest, ShowHonoursArgumentThenEnvironment) {
   r = run({"scales", "show", "--checkpoint", example().string(), "--json", "--scales",
            example_sidecar().string()},
           {"VLLM_NVFP4_MLA_SCALES_FILE=" + override_file.string()});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.code, 0) << r.err;
   doc = json::parse(r.out);
   EXPECT_EQ(doc["provenance"]["override_origin"], "argument");
   EXPECT_EQ(doc["layers"][0]["mode"], "dynamic");
 }
 
 TEST_F(CliTest, ShowWithInvalidOverrideExitsOneNamingFileAndField) {
-  json scales = json::parse(slurp(example_sidecar()));
+  json scales = json::parse(testing::read_text_file(example_sidecar()));
   scales["scales"][12] = nullptr;
   const fs::path bad = write("bad.json", scales.dump());
   const CliRun r = run({"scales", "show", "--checkpoint", example().string(), "--scales", bad.string()});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(r.out.empty());
   EXPECT_NE(r.err.find(bad.string() + ": field 'scales[12]': must be a number, got null"),
             std::string::npos)
@@ -142,29 +95,29 @@ TEST_F(CliTest, ShowWithInvalidOverrideExitsOneNamingFileAndField) {
 
 TEST_F(CliTest, ValidateExitCodes) {
   CliRun r = run({"scales", "validate", example_sidecar().string(), "--checkpoint", example().string()});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("valid nvfp4_ds_mla_outer_scale_v1: 78 layers"), std::string::npos);
 
-  const fs::path truncated = write("t.json", slurp(example_sidecar()).substr(0, 100));
+  const fs::path truncated = write("t.json", testing::read_text_file(example_sidecar()).substr(0, 100));
   r = run({"scales", "validate", truncated.string()});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find(truncated.string() + ": not valid JSON"), std::string::npos) << r.err;
 
   r = run({"scales", "validate"});
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.code, 2);
 
   r = run({"scales", "validate", (dir() / "absent.json").string()});
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("absent.json: cannot open"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, ValidateJsonListsEveryReason) {
-  json scales = json::parse(slurp(example_sidecar()));
+  json scales = json::parse(testing::read_text_file(example_sidecar()));
   scales["scales"][1] = true;
   scales["denominator"] = 448;
   const fs::path bad = write("bad.json", scales.dump());
   const CliRun r = run({"scales", "validate", bad.string(), "--json"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.code, 1);
   const json doc = json::parse(r.out);
   EXPECT_EQ(doc["valid"], false);
   ASSERT_EQ(doc["errors"].size(), 2u);
@@ -173,23 +126,23 @@ TEST_F(CliTest, ValidateJsonListsEveryReason) {
 }
 
 TEST_F(CliTest, ValidateAgainstAnotherModelFails) {
-  json scales = json::parse(slurp(example_sidecar()));
+  json scales = json::parse(testing::read_text_file(example_sidecar()));
   const fs::path ckpt = dir() / "ds";
   fs::create_directories(ckpt);
   write("ds/config.json", R"({"num_hidden_layers": 61, "kv_lora_rank": 512})");
   const CliRun r = run({"scales", "validate", example_sidecar().string(), "--checkpoint", ckpt.string()});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("field 'num_layers': is 78 but the model has 61"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, EnvPrintsRegistryAndFlagsTypos) {
   CliRun r = run({"env"}, {"JITCACHE_DIR=/some/where"});
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("JITCACHE_DIR=/some/where"), std::string::npos);
   EXPECT_NE(r.out.find("VLLM_NVFP4_MLA_SCALES_FILE=(unset)"), std::string::npos);
 
   r = run({"env", "--json"}, {"JITCACHE_STICT=1", "JITCACHE_LOG_LEVEL=chatty"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.code, 1);
   const json doc = json::parse(r.out);
   ASSERT_EQ(doc["unknown"].size(), 1u);
   EXPECT_EQ(doc["unknown"][0]["name"], "JITCACHE_STICT");

@@ -114,7 +114,8 @@ std::vector<std::byte> serialize_bundle(const CompiledArtifact& a) {
   return out;
 }
 
-Result<CompiledArtifact> parse_bundle(std::span<const std::byte> bytes) {
+Result<CompiledArtifact> parse_bundle(std::span<const std::byte> bytes, BundleText text) {
+  const bool keep_text = text == BundleText::load;
   if (bytes.size() < sizeof k_magic + 8 + 8 || std::memcmp(bytes.data(), k_magic, sizeof k_magic) != 0)
     return std::unexpected(bad("bad magic (not a jitcache kernel bundle)"));
   const std::size_t body = bytes.size() - 8;
@@ -155,8 +156,12 @@ Result<CompiledArtifact> parse_bundle(std::span<const std::byte> bytes) {
         a.cubin.resize(data.size());
         std::memcpy(a.cubin.data(), data.data(), data.size());
         break;
-      case k_tag_ptx: a.ptx = as_text(data); break;
-      case k_tag_log: a.log = as_text(data); break;
+      case k_tag_ptx:
+        if (keep_text) a.ptx = as_text(data);
+        break;
+      case k_tag_log:
+        if (keep_text) a.log = as_text(data);
+        break;
       case k_tag_options: {
         const std::string text = as_text(data);
         std::size_t start = 0;

@@ -37,8 +37,13 @@ inline constexpr std::uint32_t k_bundle_format_version = 1;
 
 std::vector<std::byte> serialize_bundle(const CompiledArtifact& artifact);
 
+// What parse_bundle copies out: everything, or only what loading a kernel needs (the PTX
+// and the compiler log, most of a bundle's bytes, are then left empty). Either way every
+// section is bounds-checked and the checksum verified.
+enum class BundleText { load, skip };
+
 // The artifact back. `artifact.spec` is rebuilt from the facts (kernel, latent_scale,
 // rope, target); a bundle whose facts do not name a valid spec is an error.
-Result<CompiledArtifact> parse_bundle(std::span<const std::byte> bytes);
+Result<CompiledArtifact> parse_bundle(std::span<const std::byte> bytes, BundleText text = BundleText::load);
 
 }  // namespace jitcache

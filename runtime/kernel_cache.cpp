@@ -55,10 +55,19 @@ Result<cache::Facts> kernel_facts(const GeneratedSource& source, const Compiler&
   return facts;
 }
 
-Result<KernelFetch> KernelCache::get(const KernelSpec& spec) {
+Result<KernelFetch> KernelCache::get(const KernelSpec& spec, BundleText text) {
+  auto fetched = JC_TRY(lookup(spec, text, OnMiss::compile));
+  return std::move(*fetched);  // compiling never yields "absent"
+}
+
+Result<std::optional<KernelFetch>> KernelCache::find(const KernelSpec& spec, BundleText text) {
+  return lookup(spec, text, OnMiss::report);
+}
+
+Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, BundleText text, OnMiss on_miss) {
   const GeneratedSource source = generate(spec);
   const cache::Facts facts = JC_TRY(kernel_facts(source, m_compiler));
-  auto fetched = fetch(spec, source, facts);
+  auto fetched = fetch(source, facts, text, on_miss);
   if (fetched || fetched.error().code != ErrorCode::invalid_input) return fetched;
   // The blob verified against its digest but is not a usable artifact (a foreign or
   // buggy writer): drop the entry and compile once more.
@@ -70,29 +79,41 @@ Result<KernelFetch> KernelCache::get(const KernelSpec& spec) {
     std::lock_guard lock(m_mutex);
     m_parsed.erase(facts.key());
   }
-  return fetch(spec, source, facts);
+  return fetch(source, facts, text, on_miss);
 }
 
-Result<KernelFetch> KernelCache::fetch(const KernelSpec& spec, const GeneratedSource& source,
-                                       const cache::Facts& facts) {
+Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& source, const cache::Facts& facts,
+                                                      BundleText text, OnMiss on_miss) {
+  const KernelSpec& spec = source.spec;
   const cache::CacheKey key = facts.key();
   {
     std::lock_guard lock(m_mutex);
-    if (auto it = m_parsed.find(key); it != m_parsed.end()) {
+    if (auto it = m_parsed.find(key); it != m_parsed.end() && (it->second.text == BundleText::load || text == BundleText::skip)) {
       // The store still counts the hit, so stats see every use.
       auto hit = JC_TRY(m_store.get(key));
-      if (hit) return KernelFetch{it->second, key, cache::Source::memory};
+      if (hit) return KernelFetch{it->second.artifact, key, cache::Source::memory};
       m_parsed.erase(it);
     }
   }
-  const Compiler& compiler = m_compiler;
-  const cache::Producer producer = [&]() -> Result<cache::Produced> {
-    const CompiledArtifact artifact = JC_TRY(compiler.compile(source));
-    log_debug("compiled " + spec.label() + " in " + std::to_string(artifact.compile_ms) + " ms");
-    return cache::Produced{serialize_bundle(artifact), artifact.compile_ms};
-  };
-  const cache::Fetched fetched = JC_TRY(m_store.get_or_create(key, facts, producer));
-  auto artifact = parse_bundle(*fetched.bytes);
+  cache::SharedBytes bytes;
+  cache::Source source_tier = cache::Source::produced;
+  if (on_miss == OnMiss::report) {
+    auto hit = JC_TRY(m_store.get(key));
+    if (!hit) return std::optional<KernelFetch>();
+    bytes = hit->bytes;
+    source_tier = hit->tier == cache::Tier::memory ? cache::Source::memory : cache::Source::disk;
+  } else {
+    const Compiler& compiler = m_compiler;
+    const cache::Producer producer = [&]() -> Result<cache::Produced> {
+      const CompiledArtifact artifact = JC_TRY(compiler.compile(source));
+      log_debug("compiled " + spec.label() + " in " + std::to_string(artifact.compile_ms) + " ms");
+      return cache::Produced{serialize_bundle(artifact), artifact.compile_ms};
+    };
+    cache::Fetched fetched = JC_TRY(m_store.get_or_create(key, facts, producer));
+    bytes = std::move(fetched.bytes);
+    source_tier = fetched.source;
+  }
+  auto artifact = parse_bundle(*bytes, text);
   if (!artifact)
     return make_error(ErrorCode::invalid_input, "entry " + key.to_hex() + " of " + spec.label() +
                                                     ": " + artifact.error().message);
@@ -100,9 +121,9 @@ Result<KernelFetch> KernelCache::fetch(const KernelSpec& spec, const GeneratedSo
   auto shared = std::make_shared<const CompiledArtifact>(std::move(*artifact));
   {
     std::lock_guard lock(m_mutex);
-    m_parsed.emplace(key, shared);
+    m_parsed[key] = Parsed{shared, text};
   }
-  return KernelFetch{shared, key, fetched.source};
+  return KernelFetch{shared, key, source_tier};
 }
 
 }  // namespace jitcache

@@ -11,6 +11,7 @@
 
 #include "cache/store.hpp"
 #include "jitcache/error.hpp"
+#include "runtime/artifact_bundle.hpp"
 #include "runtime/compiler.hpp"
 
 namespace jitcache {
@@ -41,18 +42,28 @@ class KernelCache {
   KernelCache(cache::Store& store, const Compiler& compiler) : m_store(store), m_compiler(compiler) {}
 
   // The artifact for `spec`; compiles on a miss. A stored bundle that does not parse, or
-  // whose embedded facts disagree with the request, is removed and compiled again.
-  Result<KernelFetch> get(const KernelSpec& spec);
+  // whose embedded facts disagree with the request, is removed and compiled again. With
+  // BundleText::skip the artifact's PTX and log are left empty (loading needs neither).
+  Result<KernelFetch> get(const KernelSpec& spec, BundleText text = BundleText::load);
+
+  // The same from the cache alone: std::nullopt where get() would have to compile.
+  Result<std::optional<KernelFetch>> find(const KernelSpec& spec, BundleText text = BundleText::load);
 
  private:
-  Result<KernelFetch> fetch(const KernelSpec& spec, const GeneratedSource& source,
-                            const cache::Facts& facts);
+  struct Parsed {
+    std::shared_ptr<const CompiledArtifact> artifact;
+    BundleText text;
+  };
+  enum class OnMiss { compile, report };
+  Result<std::optional<KernelFetch>> lookup(const KernelSpec& spec, BundleText text, OnMiss on_miss);
+  Result<std::optional<KernelFetch>> fetch(const GeneratedSource& source, const cache::Facts& facts,
+                                           BundleText text, OnMiss on_miss);
 
   cache::Store& m_store;
   const Compiler& m_compiler;
   std::mutex m_mutex;
   // Parsed artifacts of this process, so a repeated get does not re-parse a bundle.
-  std::unordered_map<cache::CacheKey, std::shared_ptr<const CompiledArtifact>> m_parsed;
+  std::unordered_map<cache::CacheKey, Parsed> m_parsed;
 };
 
 }  // namespace jitcache

@@ -162,50 +162,68 @@ class RuntimeImpl final : public Runtime {
   }
 
  private:
-  // Gets every variant from the cache or compiles it, `jobs` at a time.
+  // Gets every variant from the cache, then compiles the misses `jobs` at a time. The
+  // warm path (everything cached) starts no thread. Loading needs neither the PTX nor
+  // the compiler log, so they are not copied out of the bundles.
   Status fetch_all(const std::vector<KernelSpec>& specs, PreparedModelImpl& prepared) {
     prepared.m_kernels.resize(specs.size());
-    std::vector<std::optional<Error>> errors(specs.size());
-    std::atomic<std::size_t> next{0};
     std::mutex progress_mutex;
     std::size_t done = 0;
+    auto record = [&](std::size_t i, const KernelFetch& fetched, std::chrono::steady_clock::time_point started) {
+      auto kernel = std::make_unique<Kernel>();
+      kernel->spec = specs[i];
+      kernel->artifact = fetched.artifact;
+      KernelInfo& info = kernel->info;
+      info.kernel = specs[i].kernel;
+      info.latent_scale = specs[i].latent_scale;
+      info.rope = specs[i].rope;
+      info.target = specs[i].target.name;
+      info.key = fetched.key.to_hex();
+      info.entry = fetched.artifact->entry;
+      info.registers = fetched.artifact->usage.registers;
+      info.cubin_bytes = fetched.artifact->cubin.size();
+      info.compiled_now = fetched.source == cache::Source::produced;
+      prepared.m_kernels[i] = std::move(kernel);
+      if (m_options.progress) {
+        std::lock_guard lock(progress_mutex);
+        m_options.progress(PrepareProgress{++done, specs.size(), specs[i].label(), info.compiled_now,
+                                           ms_since(started)});
+      }
+    };
+
+    std::vector<std::size_t> misses;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const auto started = std::chrono::steady_clock::now();
+      const auto found = JC_TRY(m_kernels.find(specs[i], BundleText::skip));
+      if (found) {
+        record(i, *found, started);
+      } else {
+        misses.push_back(i);
+      }
+    }
+
+    std::vector<std::optional<Error>> errors(misses.size());
+    std::atomic<std::size_t> next{0};
     auto work = [&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < specs.size();) {
+      for (std::size_t m; (m = next.fetch_add(1)) < misses.size();) {
         const auto started = std::chrono::steady_clock::now();
-        auto fetched = m_kernels.get(specs[i]);
-        if (!fetched) {
-          errors[i] = fetched.error();
-          continue;
-        }
-        auto kernel = std::make_unique<Kernel>();
-        kernel->spec = specs[i];
-        kernel->artifact = fetched->artifact;
-        KernelInfo& info = kernel->info;
-        info.kernel = specs[i].kernel;
-        info.latent_scale = specs[i].latent_scale;
-        info.rope = specs[i].rope;
-        info.target = specs[i].target.name;
-        info.key = fetched->key.to_hex();
-        info.entry = fetched->artifact->entry;
-        info.registers = fetched->artifact->usage.registers;
-        info.cubin_bytes = fetched->artifact->cubin.size();
-        info.compiled_now = fetched->source == cache::Source::produced;
-        prepared.m_kernels[i] = std::move(kernel);
-        if (m_options.progress) {
-          std::lock_guard lock(progress_mutex);
-          m_options.progress(PrepareProgress{++done, specs.size(), specs[i].label(), info.compiled_now,
-                                             ms_since(started)});
+        auto fetched = m_kernels.get(specs[misses[m]], BundleText::skip);
+        if (fetched) {
+          record(misses[m], *fetched, started);
+        } else {
+          errors[m] = fetched.error();
         }
       }
     };
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    const unsigned jobs = std::min<std::size_t>(m_options.jobs ? m_options.jobs : cores, specs.size());
+    const std::size_t jobs = std::min<std::size_t>(m_options.jobs ? m_options.jobs : cores, misses.size());
     std::vector<std::thread> threads;
-    for (unsigned t = 1; t < jobs; ++t) threads.emplace_back(work);
+    for (std::size_t t = 1; t < jobs; ++t) threads.emplace_back(work);
     work();
     for (auto& t : threads) t.join();
     for (const auto& e : errors)
       if (e) return std::unexpected(*e);
+
     prepared.m_stats.variants = specs.size();
     for (const auto& k : prepared.m_kernels) (k->info.compiled_now ? prepared.m_stats.compiled : prepared.m_stats.cached)++;
     if (m_driver)

@@ -42,6 +42,21 @@ TEST(ArtifactBundle, RoundTrips) {
   EXPECT_EQ(back->facts, a.facts);
 }
 
+TEST(ArtifactBundle, SkippingTextKeepsWhatLoadingNeeds) {
+  const CompiledArtifact a = sample();
+  auto lean = parse_bundle(serialize_bundle(a), BundleText::skip);
+  ASSERT_OK(lean);
+  EXPECT_TRUE(lean->ptx.empty());
+  EXPECT_TRUE(lean->log.empty());
+  EXPECT_EQ(lean->cubin, a.cubin);
+  EXPECT_EQ(lean->entry, a.entry);
+  EXPECT_EQ(lean->facts, a.facts);
+  EXPECT_EQ(lean->usage.registers, 32);
+  auto damaged = serialize_bundle(a);
+  damaged[damaged.size() / 2] ^= std::byte{1};
+  EXPECT_FALSE(parse_bundle(damaged, BundleText::skip)) << "the checksum covers the skipped text too";
+}
+
 TEST(ArtifactBundle, MatchesGoldenFileOfThisFormatVersion) {
   std::ifstream in(k_golden, std::ios::binary);
   ASSERT_TRUE(in) << "missing " << k_golden;

@@ -167,6 +167,33 @@ TEST_F(KernelCacheTest, CompilesOnceThenServesFromMemoryThenDisk) {
   EXPECT_EQ(store->session_counters().disk_hits, 1u);
 }
 
+TEST_F(KernelCacheTest, FindNeverCompilesAndSkippedTextIsReloadedOnDemand) {
+  FakeCompiler compiler;
+  auto store = open_store();
+  KernelCache kernels(*store, compiler);
+  auto absent = kernels.find(k_base);
+  ASSERT_OK(absent);
+  EXPECT_FALSE(absent->has_value());
+  EXPECT_EQ(compiler.compiles, 0);
+  ASSERT_OK(kernels.get(k_base));
+  {
+    auto other_process = open_store();
+    KernelCache fresh(*other_process, compiler);
+    auto lean = fresh.find(k_base, BundleText::skip);
+    ASSERT_OK(lean);
+    ASSERT_TRUE(lean->has_value());
+    EXPECT_EQ((*lean)->source, cache::Source::disk);
+    EXPECT_TRUE((*lean)->artifact->ptx.empty());
+    EXPECT_FALSE((*lean)->artifact->cubin.empty());
+    // A caller that needs the PTX gets it, although a lean copy is cached.
+    auto full = fresh.get(k_base);
+    ASSERT_OK(full);
+    EXPECT_EQ(full->artifact->ptx, "// " + k_base.label());
+    EXPECT_EQ(full->artifact->cubin, (*lean)->artifact->cubin);
+  }
+  EXPECT_EQ(compiler.compiles, 1);
+}
+
 TEST_F(KernelCacheTest, IdentityAndDynamicAreSeparateEntries) {
   FakeCompiler compiler;
   auto store = open_store();

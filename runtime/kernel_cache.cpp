@@ -56,8 +56,11 @@ Result<cache::Facts> kernel_facts(const GeneratedSource& source, const Compiler&
 }
 
 Result<KernelFetch> KernelCache::get(const KernelSpec& spec, BundleText text) {
-  auto fetched = JC_TRY(lookup(spec, text, OnMiss::compile));
-  return std::move(*fetched);  // compiling never yields "absent"
+  auto fetched = lookup(spec, text, OnMiss::compile);
+  if (!fetched) return std::unexpected(std::move(fetched.error()));
+  if (!*fetched)  // compiling never yields "absent"; say so rather than trust it
+    return make_error(ErrorCode::internal, "kernel cache: fetching " + spec.label() + " produced nothing");
+  return std::move(**fetched);
 }
 
 Result<std::optional<KernelFetch>> KernelCache::find(const KernelSpec& spec, BundleText text) {

@@ -408,8 +408,7 @@ namespace {
 
 // Deletes the selected rows inside an open transaction and finds the digests left
 // without any entry.
-Result<Removed> delete_selected(sqlite3* db, const std::filesystem::path& path,
-                                std::vector<EntryInfo> selected,
+Result<Removed> delete_selected(sqlite3* db, std::vector<EntryInfo> selected,
                                 const std::function<Error(const std::string&, int)>& error) {
   Removed removed;
   Statement del;
@@ -434,32 +433,37 @@ Result<Removed> delete_selected(sqlite3* db, const std::filesystem::path& path,
     if (rc == SQLITE_DONE) removed.unreferenced.push_back(digest);
     else if (rc != SQLITE_ROW) return std::unexpected(error("checking blob references", rc));
   }
-  (void)path;
   return removed;
 }
 
 }  // namespace
 
-Result<Removed> Index::remove(const EntryFilter& filter) {
-  JC_TRY(check_filter(filter));
+Result<Removed> Index::remove_where(const std::string& where_sql, const std::vector<std::string>& binds) {
   std::lock_guard lock(m_mutex);
   Transaction txn(m_db);
   int rc = txn.begin();
   if (rc != SQLITE_OK) return std::unexpected(db_error("BEGIN IMMEDIATE", rc));
-  std::string sql = std::string("SELECT ") + k_entry_columns + " FROM entries WHERE 1";
-  std::vector<std::string> binds;
-  filter_sql(filter, sql, binds);
   Statement stmt;
-  if ((rc = stmt.prepare(m_db, sql)) != SQLITE_OK) return std::unexpected(db_error("preparing remove", rc));
+  if ((rc = stmt.prepare(m_db, std::string("SELECT ") + k_entry_columns + " FROM entries WHERE " + where_sql)) !=
+      SQLITE_OK)
+    return std::unexpected(db_error("preparing remove", rc));
   for (std::size_t i = 0; i < binds.size(); ++i) bind_text(stmt.get(), static_cast<int>(i + 1), binds[i]);
   std::vector<EntryInfo> selected;
   while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW)
     if (auto info = read_entry(stmt.get(), m_path)) selected.push_back(std::move(*info));
   if (rc != SQLITE_DONE) return std::unexpected(db_error("selecting entries", rc));
   auto error = [this](const std::string& what, int code) { return db_error(what, code); };
-  Removed removed = JC_TRY(delete_selected(m_db, m_path, std::move(selected), error));
+  Removed removed = JC_TRY(delete_selected(m_db, std::move(selected), error));
   if ((rc = txn.commit()) != SQLITE_OK) return std::unexpected(db_error("COMMIT", rc));
   return removed;
+}
+
+Result<Removed> Index::remove(const EntryFilter& filter) {
+  JC_TRY(check_filter(filter));
+  std::string sql = "1";
+  std::vector<std::string> binds;
+  filter_sql(filter, sql, binds);
+  return remove_where(sql, binds);
 }
 
 Result<Removed> Index::remove_key(const CacheKey& key) {
@@ -469,23 +473,7 @@ Result<Removed> Index::remove_key(const CacheKey& key) {
 }
 
 Result<Removed> Index::remove_digest(const BlobDigest& digest) {
-  std::lock_guard lock(m_mutex);
-  Transaction txn(m_db);
-  int rc = txn.begin();
-  if (rc != SQLITE_OK) return std::unexpected(db_error("BEGIN IMMEDIATE", rc));
-  Statement stmt;
-  if ((rc = stmt.prepare(m_db, std::string("SELECT ") + k_entry_columns +
-                                   " FROM entries WHERE digest = ?1")) != SQLITE_OK)
-    return std::unexpected(db_error("preparing quarantine", rc));
-  bind_text(stmt.get(), 1, digest.to_hex());
-  std::vector<EntryInfo> selected;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW)
-    if (auto info = read_entry(stmt.get(), m_path)) selected.push_back(std::move(*info));
-  if (rc != SQLITE_DONE) return std::unexpected(db_error("selecting entries of a blob", rc));
-  auto error = [this](const std::string& what, int code) { return db_error(what, code); };
-  Removed removed = JC_TRY(delete_selected(m_db, m_path, std::move(selected), error));
-  if ((rc = txn.commit()) != SQLITE_OK) return std::unexpected(db_error("COMMIT", rc));
-  return removed;
+  return remove_where("digest = ?1", {digest.to_hex()});
 }
 
 namespace {
@@ -532,7 +520,7 @@ Result<Removed> Index::evict(std::uint64_t target_bytes, const std::optional<Cac
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return std::unexpected(db_error("selecting LRU entries", rc));
   }
   auto error = [this](const std::string& what, int code) { return db_error(what, code); };
-  Removed removed = JC_TRY(delete_selected(m_db, m_path, std::move(selected), error));
+  Removed removed = JC_TRY(delete_selected(m_db, std::move(selected), error));
   if ((rc = txn.commit()) != SQLITE_OK) return std::unexpected(db_error("COMMIT", rc));
   return removed;
 }

@@ -120,6 +120,9 @@ class Index {
  private:
   Index() = default;
   Error db_error(const std::string& what, int rc);
+  // In one transaction: selects the entries `where_sql` matches (its ?N bound to `binds`),
+  // deletes them and reports the blobs left without an entry.
+  Result<Removed> remove_where(const std::string& where_sql, const std::vector<std::string>& binds);
 
   std::filesystem::path m_path;
   std::optional<FileId> m_file_id;

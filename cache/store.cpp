@@ -563,10 +563,7 @@ Result<VerifyReport> Store::verify() {
       }
     }
   }
-  const auto referenced = JC_TRY(with_index([&](Index& index) { return index.referenced_digests(); }));
-  const std::unordered_set<BlobDigest> in_use(referenced.begin(), referenced.end());
-  for (const StoredBlob& blob : JC_TRY(m_blobs.list()))
-    if (!in_use.contains(blob.digest)) ++report.orphan_blobs;
+  report.orphan_blobs = JC_TRY(orphan_blobs()).size();
   JC_TRY(flush());
   return report;
 }

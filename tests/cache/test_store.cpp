@@ -6,6 +6,7 @@
 
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
+#include "store_fixture.hpp"
 #include "test_support.hpp"
 
 namespace jitcache::cache {
@@ -13,16 +14,8 @@ namespace {
 
 using namespace jitcache::cache::testing;
 
-class StoreTest : public jitcache::testing::TempDirTest {
+class StoreTest : public StoreFixture {
  protected:
-  std::filesystem::path root() const { return dir() / "cache"; }
-
-  std::unique_ptr<Store> open_store(StoreOptions options = {}) {
-    auto store = Store::open(root(), std::move(options));
-    EXPECT_TRUE(store.has_value()) << store.error().to_string();
-    return store ? std::move(*store) : nullptr;
-  }
-
   std::uint64_t seed = jitcache::testing::test_seed("store");
 };
 

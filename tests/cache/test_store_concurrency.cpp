@@ -13,6 +13,7 @@
 
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
+#include "store_fixture.hpp"
 #include "test_support.hpp"
 
 namespace jitcache::cache {
@@ -22,16 +23,8 @@ using namespace jitcache::cache::testing;
 
 constexpr int k_workers = 8;
 
-class ConcurrencyTest : public jitcache::testing::TempDirTest {
+class ConcurrencyTest : public StoreFixture {
  protected:
-  std::filesystem::path root() const { return dir() / "cache"; }
-
-  std::unique_ptr<Store> open_store(StoreOptions options = {}) {
-    auto store = Store::open(root(), std::move(options));
-    EXPECT_TRUE(store.has_value()) << store.error().to_string();
-    return store ? std::move(*store) : nullptr;
-  }
-
   // Starts the helper program; `keep_fd` stays open in the child, everything else of
   // ours is close-on-exec or irrelevant.
   static pid_t spawn(const std::vector<std::string>& args) {

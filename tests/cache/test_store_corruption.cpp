@@ -8,6 +8,7 @@
 
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
+#include "store_fixture.hpp"
 #include "test_support.hpp"
 
 namespace jitcache::cache {
@@ -15,16 +16,8 @@ namespace {
 
 using namespace jitcache::cache::testing;
 
-class CorruptionTest : public jitcache::testing::TempDirTest {
+class CorruptionTest : public StoreFixture {
  protected:
-  std::filesystem::path root() const { return dir() / "cache"; }
-
-  std::unique_ptr<Store> open_store(StoreOptions options = {}) {
-    auto store = Store::open(root(), std::move(options));
-    EXPECT_TRUE(store.has_value()) << store.error().to_string();
-    return store ? std::move(*store) : nullptr;
-  }
-
   // Stores one entry in a store that is then closed; returns the blob's path.
   std::filesystem::path store_entry() {
     auto store = open_store();

@@ -17,9 +17,10 @@
 //   bf16 RoPE (432 bytes): [288,304) zero, [304,432) 64 x BF16
 //   fp8 RoPE  (368 bytes): [288,292) fp32 rope_scale, [292,304) zero, [304,368) 64 x E4M3
 //
-// Thread mapping: one warp per token. Lanes 0..15 each own two latent blocks (64 input
-// bytes as four 16-byte loads, one 16-byte store of E2M1 and two scale bytes); lanes
-// 16..19 each own 16 RoPE elements; lane 16 also writes bytes [288,304).
+// Thread mapping: one warp per token. Lane b owns latent block b (32 input bytes as two
+// 16-byte loads; 8 bytes of E2M1 and one scale byte out), so a warp's stores of one record
+// are contiguous; then lanes 0..7 each own 8 RoPE elements, and lane 0 also writes bytes
+// [288,304).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -56,9 +57,12 @@ typedef std::uint64_t u64;
 static_assert(sizeof(i64) == 8 && sizeof(u32) == 4 && sizeof(u16) == 2 && sizeof(void*) == 8,
               "the kernel ABI assumes LP64");
 
-// 16 bytes moved as one vector load/store (ld.global.v4.u32 on the GPU).
+// 16 and 8 bytes moved as one vector load/store (ld.global.v4.u32 / v2.u32 on the GPU).
 struct alignas(16) Vec16 {
   u32 w[4];
+};
+struct alignas(8) Vec8 {
+  u32 w[2];
 };
 
 constexpr int k_latent_dim = 512;
@@ -75,9 +79,9 @@ constexpr int k_out_dim = k_latent_dim + k_rope_dim;  // 576
 constexpr int k_warp = 32;
 constexpr int k_tokens_per_cta = 4;
 constexpr int k_threads_per_cta = k_warp * k_tokens_per_cta;
-constexpr int k_latent_lanes = 16;
-constexpr int k_rope_lanes = 4;
-constexpr int k_rope_elems_per_lane = k_rope_dim / k_rope_lanes;  // 16
+constexpr int k_rope_lanes = 8;
+constexpr int k_rope_elems_per_lane = k_rope_dim / k_rope_lanes;  // 8
+static_assert(k_num_blocks == k_warp, "one latent block per lane");
 
 // Error bits a kernel reports through its status word (0 = clean).
 constexpr u32 k_status_identity_scale_mismatch = 1u;  // identity kernel given a scale != 1
@@ -153,6 +157,14 @@ JC_HD float mul_rn(float a, float b) {
 #endif
 }
 
+JC_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
 JC_HD float abs_f(float x) { return bits_float(float_bits(x) & 0x7fffffffu); }
 
 JC_HD bool is_nan(float x) { return (float_bits(x) & 0x7fffffffu) > 0x7f800000u; }
@@ -193,30 +205,25 @@ JC_HD float e4m3_to_float(u8 code) {
 }
 
 // fp32 -> E4M3, round to nearest even, saturating to +-448. NaN -> 0x7F. The sign of
-// a result that rounds to zero is kept (0x80), as in cuda_fp8.h.
+// a result that rounds to zero is kept (0x80), as in cuda_fp8.h. Both ranges are computed
+// and one is selected, so the GPU code has no branches here.
 JC_HD u8 float_to_e4m3_satfinite(float x) {
   const u32 xb = float_bits(x);
   const u32 sign = (xb >> 24) & 0x80u;
   const u32 ab = xb & 0x7fffffffu;
-  if (ab > 0x7f800000u) return 0x7fu;
-  if (ab > 0x43e00000u) return static_cast<u8>(sign | 0x7eu);  // > 448 (incl. inf): saturate
   const u32 e = ab >> 23;  // biased fp32 exponent
-  if (e >= 121u) {         // >= 2^-6: E4M3 normal range
-    u32 code = ((e - 120u) << 3) | ((ab >> 20) & 0x7u);
-    const u32 rem = ab & 0xfffffu;
-    if (rem > 0x80000u || (rem == 0x80000u && (code & 1u))) ++code;  // may carry into exp
-    return static_cast<u8>(sign | code);
-  }
-  // Subnormal: value = k * 2^-9 with k = rne(x * 2^9) in 0..8 (8 carries to 2^-6).
-  if (e < 110u) return static_cast<u8>(sign);  // |x| < 2^-17: far below half of 2^-9
-  const u32 sig = (ab & 0x7fffffu) | 0x800000u;  // 24-bit significand, value sig * 2^(e-150)
-  const u32 shift = 141u - e;                    // k = sig >> shift (e <= 120 -> shift >= 21)
-  if (shift > 24u) return static_cast<u8>(sign);  // < 0.5 * 2^-9
-  u32 k = sig >> shift;
-  const u32 rem = sig & ((1u << shift) - 1u);
-  const u32 half = 1u << (shift - 1u);
-  if (rem > half || (rem == half && (k & 1u))) ++k;
-  return static_cast<u8>(sign | k);
+  // Normal range (|x| >= 2^-6, e >= 121): keep 3 mantissa bits, round half to even; a
+  // carry out of the mantissa correctly bumps the exponent.
+  u32 normal = ((e - 120u) << 3) | ((ab >> 20) & 0x7u);
+  const u32 rem = ab & 0xfffffu;
+  normal += static_cast<u32>(rem > 0x80000u || (rem == 0x80000u && (normal & 1u)));
+  // Subnormal range (|x| < 2^-6): the code is k = rne(|x| * 2^9) in 0..8 (8 carries into
+  // the smallest normal, code 0x08). |x| * 2^9 < 8 is exact, and adding 2^23 rounds it to
+  // an integer, half to even, in the low mantissa bits.
+  const u32 subnormal = float_bits(add_rn(mul_rn(bits_float(ab), 512.0f), 8388608.0f)) - 0x4b000000u;
+  u32 code = e >= 121u ? normal : subnormal;
+  code = ab > 0x43e00000u ? 0x7eu : code;  // > 448, infinity included: saturate
+  return static_cast<u8>(ab > 0x7f800000u ? 0x7fu : (sign | code));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -241,6 +248,37 @@ JC_HD u8 float_to_e2m1_satfinite(float x) {
                    static_cast<u32>(a > 1.25f) + static_cast<u32>(a >= 1.75f) +
                    static_cast<u32>(a > 2.5f) + static_cast<u32>(a >= 3.5f) +
                    static_cast<u32>(a > 5.0f);
+  return static_cast<u8>(sign | code);
+}
+
+// The E2M1 code of x / sf for an E4M3 scale value sf > 0, decided by comparing x with the
+// seven decision points t * sf instead of dividing. This is exactly
+// float_to_e2m1_satfinite(div_rn(x, sf)) for every fp32 x:
+//   * c = t * sf is exact in fp32 (t has at most 3 significant bits, sf at most 4).
+//   * x > c  =>  x >= c + ulp(c), and ulp(c) / sf > ulp(t) / 2 because sf's significand is
+//     below 2, so x / sf lies more than half an ulp above t and rounds above t. x <= c
+//     => x / sf <= t. Hence rn(x / sf) > t  <=>  x > c, and likewise with the gap below c,
+//     rn(x / sf) >= t  <=>  x >= c. The tie rules of float_to_e2m1_satfinite (> at 0.25,
+//     1.25, 2.5, 5; >= at 0.75, 1.75, 3.5) therefore carry over unchanged.
+// tests/kernel_templates/test_conversions.cpp checks the equivalence exhaustively around
+// every decision point of every scale.
+struct E2M1Bounds {
+  float c[7];
+};
+
+JC_HD E2M1Bounds e2m1_bounds(float sf) {
+  return E2M1Bounds{{mul_rn(0.25f, sf), mul_rn(0.75f, sf), mul_rn(1.25f, sf), mul_rn(1.75f, sf),
+                     mul_rn(2.5f, sf), mul_rn(3.5f, sf), mul_rn(5.0f, sf)}};
+}
+
+JC_HD u8 e2m1_encode_scaled(float x, const E2M1Bounds& b) {
+  if (is_nan(x)) return 0x7u;
+  const u32 sign = (float_bits(x) >> 28) & 0x8u;
+  const float a = abs_f(x);
+  const u32 code = static_cast<u32>(a > b.c[0]) + static_cast<u32>(a >= b.c[1]) +
+                   static_cast<u32>(a > b.c[2]) + static_cast<u32>(a >= b.c[3]) +
+                   static_cast<u32>(a > b.c[4]) + static_cast<u32>(a >= b.c[5]) +
+                   static_cast<u32>(a > b.c[6]);
   return static_cast<u8>(sign | code);
 }
 
@@ -285,9 +323,10 @@ JC_HD u8 quantize_block(const u32* x_words, float latent_scale, u32* q_words) {
   q_words[0] = 0u;
   q_words[1] = 0u;
   if (sf_value != 0.0f) {
+    const E2M1Bounds bounds = e2m1_bounds(sf_value);
     JC_UNROLL
     for (int i = 0; i < k_block_elems; ++i) {
-      const u32 q = float_to_e2m1_satfinite(div_rn(x[i], sf_value));
+      const u32 q = e2m1_encode_scaled(x[i], bounds);
       q_words[i / 8] |= q << (4 * (i % 8));
     }
   }
@@ -365,23 +404,24 @@ JC_HD void store_as(void* p, const T& v) {
 JC_HD Vec16 load16(const void* p) { return load_as<Vec16>(p); }
 JC_HD void store16(void* p, const Vec16& v) { store_as<Vec16>(p, v); }
 
+JC_HD Vec8 load8(const void* p) { return load_as<Vec8>(p); }
+JC_HD void store8(void* p, const Vec8& v) { store_as<Vec8>(p, v); }
+
+JC_HD u16 bf16_at(const Vec16& v, int i) { return static_cast<u16>((v.w[i / 2] >> (16 * (i & 1))) & 0xffffu); }
+
+// The RoPE elements lane r < k_rope_lanes owns: 8 bf16, one 16-byte load.
+JC_HD Vec16 load_rope_input(const WriterParams& p, i64 token, int r) {
+  return load16(p.k_pe + token * p.k_pe_stride + r * k_rope_elems_per_lane);
+}
+
 // Writer, fp8 RoPE only: this lane's part of amax(|k_pe|); 0 for other lanes.
 template <RopeMode RM>
 JC_HD float writer_rope_partial_amax(const WriterParams& p, i64 token, int lane) {
-  if (RM != RopeMode::fp8 || lane < k_latent_lanes || lane >= k_latent_lanes + k_rope_lanes)
-    return 0.0f;
-  const int r = lane - k_latent_lanes;
-  const u16* src = p.k_pe + token * p.k_pe_stride + r * k_rope_elems_per_lane;
+  if (RM != RopeMode::fp8 || lane >= k_rope_lanes) return 0.0f;
+  const Vec16 in = load_rope_input(p, token, lane);
   float amax = 0.0f;
   JC_UNROLL
-  for (int v = 0; v < 2; ++v) {
-    const Vec16 in = load16(src + 8 * v);
-    JC_UNROLL
-    for (int i = 0; i < 8; ++i) {
-      const u16 h = static_cast<u16>((in.w[i / 2] >> (16 * (i & 1))) & 0xffffu);
-      amax = max_num(amax, abs_f(bf16_to_float(h)));
-    }
-  }
+  for (int i = 0; i < k_rope_elems_per_lane; ++i) amax = max_num(amax, abs_f(bf16_to_float(bf16_at(in, i))));
   return amax;
 }
 
@@ -397,44 +437,33 @@ JC_HD void writer_lane(const WriterParams& p, i64 token, int lane, float latent_
     return;
   }
   u8* record = p.cache + slot * record_bytes(RM);
-  if (lane < k_latent_lanes) {
-    const u16* src = p.kv_c + token * p.kv_c_stride + lane * 2 * k_block_elems;
-    Vec16 in[4];
-    JC_UNROLL
-    for (int v = 0; v < 4; ++v) in[v] = load16(src + 8 * v);
-    Vec16 out;
-    const u8 sf0 = quantize_block<LM>(&in[0].w[0], latent_scale, &out.w[0]);
-    const u8 sf1 = quantize_block<LM>(&in[2].w[0], latent_scale, &out.w[2]);
-    store16(record + lane * 16, out);
-    store_as<u16>(record + k_scales_offset + 2 * lane,
-                  static_cast<u16>(sf0 | (static_cast<u32>(sf1) << 8)));
-    return;
-  }
-  if (lane >= k_latent_lanes + k_rope_lanes) return;
-  const int r = lane - k_latent_lanes;
-  const u16* src = p.k_pe + token * p.k_pe_stride + r * k_rope_elems_per_lane;
+  // Latent block `lane`: 16 bf16 in, 8 bytes of E2M1 and its scale byte out.
+  const u16* src = p.kv_c + token * p.kv_c_stride + lane * k_block_elems;
+  const Vec16 in[2] = {load16(src), load16(src + 8)};
+  const u32 x_words[8] = {in[0].w[0], in[0].w[1], in[0].w[2], in[0].w[3],
+                          in[1].w[0], in[1].w[1], in[1].w[2], in[1].w[3]};
+  Vec8 q;
+  const u8 sf = quantize_block<LM>(x_words, latent_scale, &q.w[0]);
+  store8(record + 8 * lane, q);
+  record[k_scales_offset + lane] = sf;
+
+  if (lane >= k_rope_lanes) return;
   if constexpr (RM == RopeMode::bf16) {
-    store16(record + k_rope_offset + 32 * r, load16(src));
-    store16(record + k_rope_offset + 32 * r + 16, load16(src + 8));
-    if (r == 0) store16(record + k_pad_offset, Vec16{{0u, 0u, 0u, 0u}});
+    store16(record + k_rope_offset + 16 * lane, load_rope_input(p, token, lane));
+    if (lane == 0) store16(record + k_pad_offset, Vec16{{0u, 0u, 0u, 0u}});
   } else {
     const float rope_scale = div_rn(rope_amax, 448.0f);
-    Vec16 out{{0u, 0u, 0u, 0u}};
+    Vec8 out{{0u, 0u}};
     if (rope_scale != 0.0f) {
+      const Vec16 rope = load_rope_input(p, token, lane);
       JC_UNROLL
-      for (int v = 0; v < 2; ++v) {
-        const Vec16 in = load16(src + 8 * v);
-        JC_UNROLL
-        for (int i = 0; i < 8; ++i) {
-          const u16 h = static_cast<u16>((in.w[i / 2] >> (16 * (i & 1))) & 0xffffu);
-          const u32 code = float_to_e4m3_satfinite(div_rn(bf16_to_float(h), rope_scale));
-          const int e = 8 * v + i;
-          out.w[e / 4] |= code << (8 * (e % 4));
-        }
+      for (int i = 0; i < k_rope_elems_per_lane; ++i) {
+        const u32 code = float_to_e4m3_satfinite(div_rn(bf16_to_float(bf16_at(rope, i)), rope_scale));
+        out.w[i / 4] |= code << (8 * (i % 4));
       }
     }
-    store16(record + k_rope_offset + 16 * r, out);
-    if (r == 0) store16(record + k_pad_offset, Vec16{{float_bits(rope_scale), 0u, 0u, 0u}});
+    store8(record + k_rope_offset + 8 * lane, out);
+    if (lane == 0) store16(record + k_pad_offset, Vec16{{float_bits(rope_scale), 0u, 0u, 0u}});
   }
 }
 
@@ -445,51 +474,41 @@ JC_HD void gather_lane(const GatherParams& p, i64 row, int lane, float latent_sc
   const i32 slot = p.slots[row];
   const bool out_of_range = slot >= 0 && slot >= p.num_slots;
   if (out_of_range && lane == 0) report(p.status, k_status_slot_out_of_range);
+  u16* latent_dst = dst + lane * k_block_elems;
+  u16* rope_dst = dst + k_latent_dim + lane * k_rope_elems_per_lane;
   const Vec16 zero{{0u, 0u, 0u, 0u}};
   if (slot < 0 || out_of_range) {
-    if (lane < k_latent_lanes) {
-      JC_UNROLL
-      for (int v = 0; v < 4; ++v) store16(dst + lane * 32 + 8 * v, zero);
-    } else if (lane < k_latent_lanes + k_rope_lanes) {
-      const int r = lane - k_latent_lanes;
-      store16(dst + k_latent_dim + 16 * r, zero);
-      store16(dst + k_latent_dim + 16 * r + 8, zero);
-    }
+    store16(latent_dst, zero);
+    store16(latent_dst + 8, zero);
+    if (lane < k_rope_lanes) store16(rope_dst, zero);
     return;
   }
   const u8* record = p.cache + static_cast<i64>(slot) * record_bytes(RM);
-  if (lane < k_latent_lanes) {
-    const Vec16 q = load16(record + 16 * lane);
-    const u16 scales = load_as<u16>(record + k_scales_offset + 2 * lane);
-    Vec16 out[4];
-    dequantize_block<LM>(&q.w[0], static_cast<u8>(scales & 0xffu), latent_scale, &out[0].w[0]);
-    dequantize_block<LM>(&q.w[2], static_cast<u8>(scales >> 8), latent_scale, &out[2].w[0]);
-    JC_UNROLL
-    for (int v = 0; v < 4; ++v) store16(dst + lane * 32 + 8 * v, out[v]);
-    return;
-  }
-  if (lane >= k_latent_lanes + k_rope_lanes) return;
-  const int r = lane - k_latent_lanes;
-  u16* rope_dst = dst + k_latent_dim + 16 * r;
+  // Latent block `lane`: 8 bytes of E2M1 and its scale byte in, 16 bf16 out.
+  const Vec8 q = load8(record + 8 * lane);
+  Vec16 out[2];
+  dequantize_block<LM>(&q.w[0], record[k_scales_offset + lane], latent_scale, &out[0].w[0]);
+  store16(latent_dst, out[0]);
+  store16(latent_dst + 8, out[1]);
+
+  if (lane >= k_rope_lanes) return;
   if constexpr (RM == RopeMode::bf16) {
-    store16(rope_dst, load16(record + k_rope_offset + 32 * r));
-    store16(rope_dst + 8, load16(record + k_rope_offset + 32 * r + 16));
+    store16(rope_dst, load16(record + k_rope_offset + 16 * lane));
   } else {
     const float rope_scale = bits_float(load_as<u32>(record + k_pad_offset));
-    const Vec16 in = load16(record + k_rope_offset + 16 * r);
-    Vec16 out[2];
+    const Vec8 in = load8(record + k_rope_offset + 8 * lane);
+    Vec16 rope;
     JC_UNROLL
-    for (int e = 0; e < 16; e += 2) {
+    for (int e = 0; e < k_rope_elems_per_lane; e += 2) {
       u32 pair = 0u;
       JC_UNROLL
       for (int j = 0; j < 2; ++j) {
         const u8 code = static_cast<u8>((in.w[(e + j) / 4] >> (8 * ((e + j) % 4))) & 0xffu);
         pair |= static_cast<u32>(float_to_bf16(mul_rn(e4m3_to_float(code), rope_scale))) << (16 * j);
       }
-      out[e / 8].w[(e % 8) / 2] = pair;
+      rope.w[e / 2] = pair;
     }
-    store16(rope_dst, out[0]);
-    store16(rope_dst + 8, out[1]);
+    store16(rope_dst, rope);
   }
 }
 
@@ -508,10 +527,11 @@ __device__ __forceinline__ void writer_kernel(const WriterParams& p, float laten
   if (token >= p.num_tokens) return;  // uniform across the warp
   float rope_amax = writer_rope_partial_amax<RM>(p, token, lane);
   if constexpr (RM == RopeMode::fp8) {
-    // The four RoPE lanes form an aligned group of 4: xor 1 and 2 stay inside it.
+    // The RoPE lanes 0..7 form an aligned group of 8: xor 1, 2 and 4 stay inside it.
     // max is exact, so this order gives the host executor's result.
     rope_amax = max_num(rope_amax, __shfl_xor_sync(0xffffffffu, rope_amax, 1));
     rope_amax = max_num(rope_amax, __shfl_xor_sync(0xffffffffu, rope_amax, 2));
+    rope_amax = max_num(rope_amax, __shfl_xor_sync(0xffffffffu, rope_amax, 4));
   }
   writer_lane<LM, RM>(p, token, lane, latent_scale, rope_amax);
 }

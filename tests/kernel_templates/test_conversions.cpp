@@ -114,6 +114,25 @@ TEST(E4m3, EncodeMatchesNvidiaAndReference) {
   EXPECT_EQ(mismatches, 0);
 }
 
+// Every fp32 whose low 16 mantissa bits are one of the patterns that sit on or next to a
+// rounding boundary of E4M3 (exact, just above/below a half, sticky bits), with all 65536
+// combinations of sign, exponent and high mantissa bits: every tie, carry, saturation
+// and subnormal boundary of the format is among them.
+TEST(E4m3, EncodeMatchesNvidiaOnEveryRoundingBoundary) {
+  int mismatches = 0, checked = 0;
+  for (std::uint32_t high = 0; high < 0x10000u; ++high) {
+    for (std::uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      const float x = from_bits((high << 16) | low);
+      const std::uint8_t ours = jc::float_to_e4m3_satfinite(x);
+      ++checked;
+      if (ours != nv_e4m3(x) && ++mismatches <= 10)
+        ADD_FAILURE() << "bits=0x" << std::hex << to_bits(x) << " ours=0x" << int(ours)
+                      << " nvidia=0x" << int(nv_e4m3(x));
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << "of " << checked;
+}
+
 TEST(E4m3, EdgeCases) {
   EXPECT_EQ(jc::float_to_e4m3_satfinite(448.0f), 0x7e);
   EXPECT_EQ(jc::float_to_e4m3_satfinite(463.9f), 0x7e);  // would round to 448 anyway
@@ -161,6 +180,53 @@ TEST(E2m1, TiesRoundToEven) {
   // NaN saturates to +6 and infinities to +-6, as cuda_fp4.h does.
   EXPECT_EQ(jc::float_to_e2m1_satfinite(NAN), 7);
   EXPECT_EQ(jc::float_to_e2m1_satfinite(-INFINITY), 15);
+}
+
+// The writer decides E2M1 codes by comparing with t * sf (e2m1_encode_scaled) instead of
+// dividing by sf. That must equal the brief's E2M1_satfinite_rn(x / sf) for every fp32 x
+// and every scale: checked for each of the 126 positive finite E4M3 scales against each
+// decision point's neighbourhood (4 ulps either side, both signs), every bf16 value, the
+// specials, and fresh random fp32 values of every exponent; NVIDIA's conversion of the
+// correctly rounded quotient agrees as well.
+TEST(E2m1, ScaledEncodeEqualsDivideThenEncode) {
+  std::mt19937_64 rng(test_seed("E2m1.ScaledEncodeEqualsDivideThenEncode"));
+  std::uniform_int_distribution<std::uint32_t> any;
+  const float points[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 0.5f, 1.0f, 3.0f};
+  long checked = 0;
+  int mismatches = 0;
+  auto check = [&](float x, float sf, const jc::E2M1Bounds& bounds) {
+    const float q = x / sf;  // correctly rounded on the host (no contraction, no fast math)
+    const std::uint8_t expected = jc::float_to_e2m1_satfinite(q);
+    const std::uint8_t ours = jc::e2m1_encode_scaled(x, bounds);
+    ++checked;
+    if ((ours != expected || expected != nv_e2m1(q)) && ++mismatches <= 10)
+      ADD_FAILURE() << "x bits=0x" << std::hex << to_bits(x) << " sf=" << std::dec << sf
+                    << " scaled=" << int(ours) << " divided=" << int(expected)
+                    << " nvidia=" << int(nv_e2m1(q));
+  };
+  int scales = 0;
+  for (int code = 1; code < 0x7f; ++code) {
+    const float sf = jc::e4m3_to_float(static_cast<std::uint8_t>(code));
+    ASSERT_GT(sf, 0.0f);
+    ++scales;
+    const jc::E2M1Bounds bounds = jc::e2m1_bounds(sf);
+    for (float t : points) {
+      const float c = t * sf;
+      ASSERT_EQ(static_cast<double>(c), static_cast<double>(t) * sf) << "t * sf must be exact";
+      for (int k = -4; k <= 4; ++k) {
+        const float x = from_bits(static_cast<std::uint32_t>(static_cast<std::int64_t>(to_bits(c)) + k));
+        check(x, sf, bounds);
+        check(-x, sf, bounds);
+      }
+    }
+    for (std::uint32_t h = 0; h < 0x10000u; ++h) check(jc::bf16_to_float(static_cast<std::uint16_t>(h)), sf, bounds);
+    for (float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, std::numeric_limits<float>::max(),
+                    std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()})
+      check(x, sf, bounds);
+    for (int i = 0; i < 4000; ++i) check(from_bits(any(rng)), sf, bounds);
+  }
+  EXPECT_EQ(scales, 126);
+  EXPECT_EQ(mismatches, 0) << "of " << checked;
 }
 
 TEST(Bf16, RoundingMatchesNvidia) {

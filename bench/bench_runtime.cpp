@@ -5,13 +5,16 @@
 //   - prepare() with a cold cache in a fresh process, and cold / warm (target >= 300x);
 //   - the launch path's per-layer lookup, PreparedModel::layer(i) (target <= 50 ns);
 //   - NVRTC compile of one variant against `nvcc -cubin` of the same source and options
-//     in the same run (target: NVRTC >= 5x faster);
+//     in the same run (target: NVRTC >= 5x faster), with where each tool's time goes: an
+//     empty kernel through both (each tool's fixed cost) and the variant to PTX only
+//     (NVRTC's front end and NVVM; the rest is ptxas);
 //   - 8 processes running `jitcache warm` at once on a cold cache (target: compiles ==
 //     distinct variants).
 // Fresh-process figures spawn this program again (--child-*) once per sample.
 //
 //   bench_runtime [--checkpoint=DIR] [--jitcache-cli=PATH] [--nvcc=PATH] [benchmark flags]
 #include <benchmark/benchmark.h>
+#include <nvrtc.h>
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -408,6 +411,13 @@ void BM_Compile_Nvrtc(benchmark::State& state) {
 }
 BENCHMARK(BM_Compile_Nvrtc)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
+// NVRTC's options spelled the nvcc way, for `file` in `dir` (headers under dir/include).
+std::vector<std::string> nvcc_command(const fs::path& dir, const std::string& file) {
+  return {g_config.nvcc.string(), "-cubin", "-arch=" + k_compile_spec.target.name, "-std=c++17", "--fmad=false",
+          "--prec-div=true", "--prec-sqrt=true", "--ftz=false", "-Xptxas", "-v", "-I", (dir / "include").string(),
+          "-o", (dir / "out.cubin").string(), (dir / file).string()};
+}
+
 // nvcc on the very text NVRTC compiles: the generated unit and its embedded headers
 // written out, and NVRTC's options spelled the nvcc way.
 void BM_Compile_Nvcc(benchmark::State& state) {
@@ -423,10 +433,7 @@ void BM_Compile_Nvcc(benchmark::State& state) {
     fs::create_directories(path.parent_path());
     std::ofstream(path) << h.text;
   }
-  const std::vector<std::string> command = {g_config.nvcc.string(), "-cubin", "-arch=" + k_compile_spec.target.name,
-                                            "-std=c++17", "--fmad=false", "--prec-div=true", "--prec-sqrt=true",
-                                            "--ftz=false", "-Xptxas", "-v", "-I", (dir / "include").string(),
-                                            "-o", (dir / "out.cubin").string(), (dir / source.program_name).string()};
+  const std::vector<std::string> command = nvcc_command(dir, source.program_name);
   for (auto _ : state) {
     const ProcessResult r = run(command);
     if (r.exit_code != 0) {
@@ -439,6 +446,132 @@ void BM_Compile_Nvcc(benchmark::State& state) {
   state.counters["cubin_bytes"] = static_cast<double>(fs::file_size(dir / "out.cubin"));
 }
 BENCHMARK(BM_Compile_Nvcc)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// ---- where compile time goes ------------------------------------------------------------
+// Both tools run the same NVVM optimizer and the same ptxas on the same kernel; what differs
+// is everything around them. An empty kernel, compiled with the same options, measures
+// each tool's fixed cost; the variant compiled to PTX only splits NVRTC's time into front
+// end + NVVM and ptxas. The summary turns these into the best ratio any kernel with this
+// much NVVM + ptxas work could reach.
+
+constexpr const char* k_empty_kernel =
+    "extern \"C\" __global__ void jc_empty(float* x) { x[threadIdx.x] = 1.0f; }\n";
+
+// One NVRTC compile of `source` (with the variant's headers) for `arch`, in milliseconds;
+// PTX only when arch is virtual (compute_*).
+double nvrtc_compile_ms(const std::string& source, const std::vector<kernel_templates::EmbeddedHeader>& headers,
+                        const std::string& arch) {
+  std::vector<const char*> texts, names;
+  for (const auto& h : headers) {
+    texts.push_back(h.text.data());
+    names.push_back(h.include_name.data());
+  }
+  std::vector<std::string> options = make_nvrtc_compiler()->options(k_compile_spec);
+  for (auto& o : options)
+    if (o.starts_with("--gpu-architecture=")) o = "--gpu-architecture=" + arch;
+  std::vector<const char*> argv;
+  for (const auto& o : options) argv.push_back(o.c_str());
+  const auto t = Clock::now();
+  nvrtcProgram program = nullptr;
+  if (nvrtcCreateProgram(&program, source.c_str(), "bench.cu", static_cast<int>(texts.size()), texts.data(),
+                         names.data()) != NVRTC_SUCCESS)
+    throw std::runtime_error("nvrtcCreateProgram failed");
+  const nvrtcResult rc = nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
+  const double ms = ms_since(t);
+  nvrtcDestroyProgram(&program);
+  if (rc != NVRTC_SUCCESS) throw std::runtime_error(std::string("NVRTC failed: ") + nvrtcGetErrorString(rc));
+  return ms;
+}
+
+void BM_Compile_Nvrtc_PtxOnly(benchmark::State& state) {
+  const GeneratedSource source = generate(k_compile_spec);
+  const std::string arch = "compute_" + k_compile_spec.target.name.substr(3);  // sm_90 -> compute_90
+  (void)nvrtc_compile_ms(source.source, source.headers, arch);
+  for (auto _ : state) {
+    const double ms = nvrtc_compile_ms(source.source, source.headers, arch);
+    state.SetIterationTime(ms / 1e3);
+    g_samples["compile.nvrtc_ptx_ms"].push_back(ms);
+  }
+  state.SetLabel(k_compile_spec.label() + " to " + arch + " PTX");
+}
+BENCHMARK(BM_Compile_Nvrtc_PtxOnly)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+
+void BM_Compile_Nvrtc_EmptyKernel(benchmark::State& state) {
+  const std::string arch = k_compile_spec.target.name;
+  (void)nvrtc_compile_ms(k_empty_kernel, {}, arch);
+  for (auto _ : state) {
+    const double ms = nvrtc_compile_ms(k_empty_kernel, {}, arch);
+    state.SetIterationTime(ms / 1e3);
+    g_samples["compile.nvrtc_empty_ms"].push_back(ms);
+  }
+}
+BENCHMARK(BM_Compile_Nvrtc_EmptyKernel)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+
+void BM_Compile_Nvcc_EmptyKernel(benchmark::State& state) {
+  if (g_config.nvcc.empty()) {
+    state.SkipWithError("no nvcc (pass --nvcc=PATH)");
+    return;
+  }
+  const fs::path dir = fresh_dir("nvcc-empty");
+  std::ofstream(dir / "empty.cu") << k_empty_kernel;
+  std::vector<std::string> command = nvcc_command(dir, "empty.cu");
+  for (auto _ : state) {
+    const ProcessResult r = run(command);
+    if (r.exit_code != 0) {
+      state.SkipWithError(("nvcc failed: " + r.out).c_str());
+      return;
+    }
+    state.SetIterationTime(r.wall_ms / 1e3);
+    g_samples["compile.nvcc_empty_ms"].push_back(r.wall_ms);
+  }
+}
+BENCHMARK(BM_Compile_Nvcc_EmptyKernel)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// Every sm_90 variant through both tools (3 compiles each, medians): the ratio depends on
+// how much NVVM + ptxas work a variant carries.
+struct VariantRatio {
+  std::string label;
+  double nvrtc_ms = 0, nvcc_ms = 0;
+};
+std::vector<VariantRatio> g_variant_ratios;
+
+void BM_Compile_EveryVariant(benchmark::State& state) {
+  if (g_config.nvcc.empty()) {
+    state.SkipWithError("no nvcc (pass --nvcc=PATH)");
+    return;
+  }
+  const auto compiler = make_nvrtc_compiler();
+  for (auto _ : state) {
+    g_variant_ratios.clear();
+    for (const KernelSpec& spec : all_variants(k_compile_spec.target)) {
+      const GeneratedSource source = generate(spec);
+      const fs::path dir = fresh_dir("variant");
+      std::ofstream(dir / source.program_name) << source.source;
+      for (const auto& h : source.headers) {
+        const fs::path path = dir / "include" / std::string(h.include_name);
+        fs::create_directories(path.parent_path());
+        std::ofstream(path) << h.text;
+      }
+      std::vector<double> nvrtc, nvcc;
+      for (int i = 0; i < 3; ++i) {
+        const auto t = Clock::now();
+        if (!compiler->compile(source)) {
+          state.SkipWithError(("NVRTC failed on " + spec.label()).c_str());
+          return;
+        }
+        nvrtc.push_back(ms_since(t));
+        const ProcessResult r = run(nvcc_command(dir, source.program_name));
+        if (r.exit_code != 0) {
+          state.SkipWithError(("nvcc failed on " + spec.label() + ": " + r.out).c_str());
+          return;
+        }
+        nvcc.push_back(r.wall_ms);
+      }
+      g_variant_ratios.push_back({spec.label(), median(nvrtc), median(nvcc)});
+    }
+  }
+}
+BENCHMARK(BM_Compile_EveryVariant)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 // 8 processes warming one cold cache at once: each variant must be compiled once in all.
 void BM_Warm_8Processes_ColdCache(benchmark::State& state) {
@@ -519,6 +652,27 @@ void print_summary() {
     std::printf("  %s: NVRTC %.1f ms, nvcc -cubin %.1f ms: NVRTC %.1fx faster (target >= 5x: %s)\n",
                 k_compile_spec.label().c_str(), m("compile.nvrtc_ms"), m("compile.nvcc_ms"), ratio,
                 verdict(ratio >= 5));
+  }
+  if (!g_samples["compile.nvrtc_ms"].empty() && !g_samples["compile.nvrtc_ptx_ms"].empty() &&
+      !g_samples["compile.nvrtc_empty_ms"].empty() && !g_samples["compile.nvcc_empty_ms"].empty()) {
+    const double nvrtc = m("compile.nvrtc_ms"), ptx = m("compile.nvrtc_ptx_ms");
+    const double fixed_nvrtc = m("compile.nvrtc_empty_ms"), fixed_nvcc = m("compile.nvcc_empty_ms");
+    // The kernel's own work: what this variant costs NVRTC beyond an empty kernel. nvcc
+    // runs the same NVVM and ptxas on it, so it pays this too, on top of its fixed cost.
+    const double work = std::max(nvrtc - fixed_nvrtc, 0.0);
+    std::printf("  where NVRTC's %.1f ms go: front end + NVVM %.1f ms, ptxas %.1f ms\n", nvrtc, ptx, nvrtc - ptx);
+    std::printf("  empty kernel: NVRTC %.1f ms, nvcc -cubin %.1f ms (%.1fx)\n", fixed_nvrtc, fixed_nvcc,
+                fixed_nvcc / fixed_nvrtc);
+    std::printf("  this variant's own work (NVVM + ptxas beyond an empty kernel), W = %.1f ms, is paid by both "
+                "tools: (nvcc empty + W) / (NVRTC empty + W) = %.1fx (measured %.1fx); 5x needs W <= %.1f ms\n",
+                work, (fixed_nvcc + work) / (fixed_nvrtc + work), m("compile.nvcc_ms") / nvrtc,
+                std::max((fixed_nvcc - 5 * fixed_nvrtc) / 4, 0.0));
+  }
+  if (!g_variant_ratios.empty()) {
+    std::printf("  every %s variant, NVRTC vs nvcc -cubin (medians of 3):\n", k_target);
+    for (const auto& v : g_variant_ratios)
+      std::printf("    %-28s NVRTC %6.1f ms  nvcc %6.1f ms  %.1fx\n", v.label.c_str(), v.nvrtc_ms, v.nvcc_ms,
+                  v.nvcc_ms / v.nvrtc_ms);
   }
   if (!g_samples["eight.compiles"].empty())
     std::printf("  8 processes warming a cold cache: %.0f compiles for %.0f distinct variants in %.0f ms (%s)\n",

@@ -96,8 +96,7 @@ class AtomicFile {
   }
 
   Status open() {
-    const std::filesystem::path dir =
-        m_target.has_parent_path() ? m_target.parent_path() : std::filesystem::path(".");
+    const std::filesystem::path dir = directory();
     for (int attempt = 0; attempt < 16; ++attempt) {
       std::filesystem::path tmp =
           dir / ("." + m_target.filename().string() + ".tmp-" + unique_suffix());
@@ -113,6 +112,10 @@ class AtomicFile {
                                              dir.string() + "': " + errno_text(errno));
     }
     return make_error(ErrorCode::io, m_target.string() + ": cannot create a unique temporary file");
+  }
+
+  std::filesystem::path directory() const {
+    return m_target.has_parent_path() ? m_target.parent_path() : std::filesystem::path(".");
   }
 
   Status write(std::span<const std::uint8_t> bytes) {
@@ -141,6 +144,12 @@ class AtomicFile {
                         m_target.string() +
                             ": cannot rename the temporary file into place: " + errno_text(errno));
     m_committed = true;
+    // The rename is only durable once the directory entry is: without this a crash
+    // could leave the old file (or none) behind although the write reported success.
+    const Fd dir(::open(directory().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (dir.get() < 0 || ::fsync(dir.get()) != 0)
+      return make_error(ErrorCode::io, m_target.string() + ": written, but cannot fsync its directory '" +
+                                           directory().string() + "': " + errno_text(errno));
     return {};
   }
 

@@ -100,8 +100,9 @@ namespace jitcache {
 // Raw file helpers the npy writer and the `kv` record files share.
 //
 // write_file_atomic writes the concatenated parts to a unique temporary file in the
-// destination's directory, fsyncs it and renames it into place: readers see the old
-// file or the whole new one, and a failure leaves nothing behind.
+// destination's directory, fsyncs it, renames it into place and fsyncs the directory:
+// readers see the old file or the whole new one, the result survives a crash once the
+// call returns, and a failure before the rename leaves nothing behind.
 Status write_file_atomic(const std::filesystem::path& path,
                          std::span<const std::span<const std::uint8_t>> parts);
 Result<std::vector<std::uint8_t>> read_file(const std::filesystem::path& path);

@@ -18,6 +18,25 @@ add_test(NAME c_abi_exports_check_refuses_foreign_symbols
 set_tests_properties(c_abi_exports_check_refuses_foreign_symbols PROPERTIES
   PASS_REGULAR_EXPRESSION "symbols outside the C[^;]*XXH128_cmp")
 
+# Nothing jitcache builds depends on the CUDA driver library (it is dlopen'ed). The shared
+# library is linked with --no-as-needed, so its dependencies are its whole link line.
+add_test(NAME no_cuda_driver_dependency
+  COMMAND ${CMAKE_COMMAND} -DREADELF=${CMAKE_READELF}
+          "-DFILES=$<TARGET_FILE:jitcache_shared>;$<TARGET_FILE:jitcache_cli>"
+          -P ${PROJECT_SOURCE_DIR}/cmake/check_no_driver.cmake)
+
+# ... and the check is not vacuous: a program that does link the driver is refused.
+file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/generated/driver_linked_probe.c
+     CONTENT "int main(void) { return 0; }\n")
+add_executable(driver_linked_probe ${CMAKE_CURRENT_BINARY_DIR}/generated/driver_linked_probe.c)
+target_link_libraries(driver_linked_probe PRIVATE CUDA::cuda_driver)
+target_link_options(driver_linked_probe PRIVATE "LINKER:--no-as-needed")
+add_test(NAME no_cuda_driver_dependency_check_refuses_a_driver_link
+  COMMAND ${CMAKE_COMMAND} -DREADELF=${CMAKE_READELF} -DFILES=$<TARGET_FILE:driver_linked_probe>
+          -P ${PROJECT_SOURCE_DIR}/cmake/check_no_driver.cmake)
+set_tests_properties(no_cuda_driver_dependency_check_refuses_a_driver_link PROPERTIES
+  PASS_REGULAR_EXPRESSION "depends on libcuda\\.so")
+
 # A C program built against the installed package, through find_package and through
 # pkg-config, links and runs.
 add_test(NAME c_abi_installed_consumer

@@ -6,9 +6,10 @@
 //     (kernel_templates/generator.cpp), into the GPU kernels;
 //   * by the host compiler into libjitcache's host executor (runtime/host_executor.cpp),
 //     which runs the same lane bodies on the CPU.
-// Every arithmetic step is a correctly rounded fp32 operation (division and
-// multiplication through div_rn/mul_rn, no FMA contraction, no approximate reciprocal),
-// so the CPU result is bit-identical to the GPU's. The file includes no CUDA header, because
+// Every arithmetic step is a correctly rounded fp32 operation (div_rn/mul_rn/add_rn, no
+// FMA contraction, no approximate reciprocal), so the CPU result is bit-identical to the
+// GPU's. Where the brief's formula divides by the block scale, the writer compares with
+// exact multiples of it instead (e2m1_encode_scaled), which gives the same codes. The file includes no CUDA header, because
 // NVRTC compiles it without the host's standard library (only <cstdint> on the host).
 //
 // Record layout (brief, "The nvfp4_ds_mla KV record"), per token:

@@ -10,6 +10,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "jitcache/runtime.hpp"
 
@@ -28,6 +29,16 @@ namespace jitcache {
 namespace {
 
 thread_local std::string t_last_error;
+
+// A C caller may pass any int where the header names an enum, and reading a value outside
+// a C++ enum's range through the enum type is undefined. Every enum that crosses the ABI is
+// therefore read as its bytes into the underlying integer first, then checked.
+template <class Enum>
+int abi_enum_value(const Enum& value) {
+  std::underlying_type_t<Enum> raw;
+  std::memcpy(&raw, &value, sizeof raw);
+  return static_cast<int>(raw);
+}
 
 jitcache_status to_status(ErrorCode code) {
   switch (code) {
@@ -125,7 +136,7 @@ const char* jitcache_version(void) { return JITCACHE_VERSION; }
 uint32_t jitcache_abi_version(void) { return JITCACHE_ABI_VERSION; }
 
 const char* jitcache_status_name(jitcache_status status) {
-  switch (status) {
+  switch (jitcache::abi_enum_value(status)) {
     case JITCACHE_OK: return "JITCACHE_OK";
     case JITCACHE_ERROR_INVALID_ARGUMENT: return "JITCACHE_ERROR_INVALID_ARGUMENT";
     case JITCACHE_ERROR_INVALID_INPUT: return "JITCACHE_ERROR_INVALID_INPUT";
@@ -160,11 +171,10 @@ jitcache_status jitcache_set_log_callback(jitcache_log_fn fn, void* user_data) {
 
 jitcache_status jitcache_set_log_level(jitcache_log_level level) {
   return guarded(__func__, [&](const char* self) {
-    const int value = static_cast<int>(level);
+    const int value = abi_enum_value(level);
     if (value < JITCACHE_LOG_DEBUG || value > JITCACHE_LOG_OFF)
-      return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
-                  std::string(self) + ": no log level " + std::to_string(static_cast<int>(level)));
-    set_log_level(static_cast<LogLevel>(level));
+      return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no log level " + std::to_string(value));
+    set_log_level(static_cast<LogLevel>(value));
     return JITCACHE_OK;
   });
 }
@@ -182,13 +192,13 @@ jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jit
     const auto read = read_options(given);
     if (!read) return fail(read.error());
     const jitcache_runtime_options& options = *read;
-    if (options.device != JITCACHE_DEVICE_AUTO && options.device != JITCACHE_DEVICE_NONE)
-      return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
-                  std::string(self) + ": no device use " + std::to_string(static_cast<int>(options.device)));
+    const int device = abi_enum_value(options.device);
+    if (device != JITCACHE_DEVICE_AUTO && device != JITCACHE_DEVICE_NONE)
+      return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no device use " + std::to_string(device));
     RuntimeOptions cxx;
     if (options.cache_dir != nullptr) cxx.cache_dir = options.cache_dir;
     cxx.jobs = options.jobs;
-    cxx.device = options.device == JITCACHE_DEVICE_NONE ? DeviceUse::none : DeviceUse::automatic;
+    cxx.device = device == JITCACHE_DEVICE_NONE ? DeviceUse::none : DeviceUse::automatic;
     cxx.device_ordinal = options.device_ordinal;
     cxx.cache_max_bytes = options.cache_max_bytes;
     auto opened = Runtime::open(std::move(cxx));
@@ -229,12 +239,12 @@ jitcache_status jitcache_prepare(jitcache_runtime* runtime, const char* checkpoi
     if (runtime == nullptr) return null_argument(self, "runtime");
     if (checkpoint == nullptr) return null_argument(self, "checkpoint");
     if (out == nullptr) return null_argument(self, "out");
-    if (rope != JITCACHE_ROPE_BF16 && rope != JITCACHE_ROPE_FP8)
-      return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
-                  std::string(self) + ": no RoPE format " + std::to_string(static_cast<int>(rope)));
+    const int rope_value = abi_enum_value(rope);
+    if (rope_value != JITCACHE_ROPE_BF16 && rope_value != JITCACHE_ROPE_FP8)
+      return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no RoPE format " + std::to_string(rope_value));
     ModelSpec spec;
     spec.checkpoint = checkpoint;
-    spec.rope = rope == JITCACHE_ROPE_FP8 ? RopeFormat::fp8 : RopeFormat::bf16;
+    spec.rope = rope_value == JITCACHE_ROPE_FP8 ? RopeFormat::fp8 : RopeFormat::bf16;
     if (target != nullptr) spec.target = target;
     if (scales_override != nullptr) spec.scales_override = std::filesystem::path(scales_override);
     auto prepared = runtime->runtime->prepare(spec);

@@ -418,22 +418,24 @@ std::vector<std::string> nvcc_command(const fs::path& dir, const std::string& fi
           "-o", (dir / "out.cubin").string(), (dir / file).string()};
 }
 
-// nvcc on the very text NVRTC compiles: the generated unit and its embedded headers
-// written out, and NVRTC's options spelled the nvcc way.
-void BM_Compile_Nvcc(benchmark::State& state) {
-  if (g_config.nvcc.empty()) {
-    state.SkipWithError("no nvcc (pass --nvcc=PATH)");
-    return;
-  }
-  const GeneratedSource source = generate(k_compile_spec);
-  const fs::path dir = fresh_dir("nvcc");
+// The generated unit and its embedded headers written out for nvcc; returns the unit's name.
+std::string write_source_tree(const fs::path& dir, const GeneratedSource& source) {
   std::ofstream(dir / source.program_name) << source.source;
   for (const auto& h : source.headers) {
     const fs::path path = dir / "include" / std::string(h.include_name);
     fs::create_directories(path.parent_path());
     std::ofstream(path) << h.text;
   }
-  const std::vector<std::string> command = nvcc_command(dir, source.program_name);
+  return source.program_name;
+}
+
+// Times `nvcc -cubin` of dir/file once per iteration into g_samples[sample].
+void time_nvcc(benchmark::State& state, const fs::path& dir, const std::string& file, const std::string& sample) {
+  if (g_config.nvcc.empty()) {
+    state.SkipWithError("no nvcc (pass --nvcc=PATH)");
+    return;
+  }
+  const std::vector<std::string> command = nvcc_command(dir, file);
   for (auto _ : state) {
     const ProcessResult r = run(command);
     if (r.exit_code != 0) {
@@ -441,9 +443,17 @@ void BM_Compile_Nvcc(benchmark::State& state) {
       return;
     }
     state.SetIterationTime(r.wall_ms / 1e3);
-    g_samples["compile.nvcc_ms"].push_back(r.wall_ms);
+    g_samples[sample].push_back(r.wall_ms);
   }
-  state.counters["cubin_bytes"] = static_cast<double>(fs::file_size(dir / "out.cubin"));
+}
+
+// nvcc on the very text NVRTC compiles: the generated unit and its embedded headers
+// written out, and NVRTC's options spelled the nvcc way.
+void BM_Compile_Nvcc(benchmark::State& state) {
+  const fs::path dir = fresh_dir("nvcc");
+  time_nvcc(state, dir, write_source_tree(dir, generate(k_compile_spec)), "compile.nvcc_ms");
+  std::error_code ec;
+  if (const auto bytes = fs::file_size(dir / "out.cubin", ec); !ec) state.counters["cubin_bytes"] = static_cast<double>(bytes);
 }
 BENCHMARK(BM_Compile_Nvcc)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
@@ -508,22 +518,9 @@ void BM_Compile_Nvrtc_EmptyKernel(benchmark::State& state) {
 BENCHMARK(BM_Compile_Nvrtc_EmptyKernel)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
 void BM_Compile_Nvcc_EmptyKernel(benchmark::State& state) {
-  if (g_config.nvcc.empty()) {
-    state.SkipWithError("no nvcc (pass --nvcc=PATH)");
-    return;
-  }
   const fs::path dir = fresh_dir("nvcc-empty");
   std::ofstream(dir / "empty.cu") << k_empty_kernel;
-  std::vector<std::string> command = nvcc_command(dir, "empty.cu");
-  for (auto _ : state) {
-    const ProcessResult r = run(command);
-    if (r.exit_code != 0) {
-      state.SkipWithError(("nvcc failed: " + r.out).c_str());
-      return;
-    }
-    state.SetIterationTime(r.wall_ms / 1e3);
-    g_samples["compile.nvcc_empty_ms"].push_back(r.wall_ms);
-  }
+  time_nvcc(state, dir, "empty.cu", "compile.nvcc_empty_ms");
 }
 BENCHMARK(BM_Compile_Nvcc_EmptyKernel)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
@@ -546,12 +543,7 @@ void BM_Compile_EveryVariant(benchmark::State& state) {
     for (const KernelSpec& spec : all_variants(k_compile_spec.target)) {
       const GeneratedSource source = generate(spec);
       const fs::path dir = fresh_dir("variant");
-      std::ofstream(dir / source.program_name) << source.source;
-      for (const auto& h : source.headers) {
-        const fs::path path = dir / "include" / std::string(h.include_name);
-        fs::create_directories(path.parent_path());
-        std::ofstream(path) << h.text;
-      }
+      write_source_tree(dir, source);
       std::vector<double> nvrtc, nvcc;
       for (int i = 0; i < 3; ++i) {
         const auto t = Clock::now();

@@ -9,8 +9,9 @@
 // Every arithmetic step is a correctly rounded fp32 operation (div_rn/mul_rn/add_rn, no
 // FMA contraction, no approximate reciprocal), so the CPU result is bit-identical to the
 // GPU's. Where the brief's formula divides by the block scale, the writer compares with
-// exact multiples of it instead (e2m1_encode_scaled), which gives the same codes. The file includes no CUDA header, because
-// NVRTC compiles it without the host's standard library (only <cstdint> on the host).
+// exact multiples of it instead (e2m1_encode_scaled), which gives the same codes. The
+// file includes no CUDA header, because NVRTC compiles it without the host's standard
+// library (only <cstdint> on the host).
 //
 // Record layout (brief, "The nvfp4_ds_mla KV record"), per token:
 //   [0,256)    E2M1 latent, element 2i = low nibble of byte i
@@ -408,7 +409,10 @@ JC_HD void store16(void* p, const Vec16& v) { store_as<Vec16>(p, v); }
 JC_HD Vec8 load8(const void* p) { return load_as<Vec8>(p); }
 JC_HD void store8(void* p, const Vec8& v) { store_as<Vec8>(p, v); }
 
-JC_HD u16 bf16_at(const Vec16& v, int i) { return static_cast<u16>((v.w[i / 2] >> (16 * (i & 1))) & 0xffffu); }
+// Element i of 8 bf16 held in a Vec16 (element 2k in the low half of word k).
+JC_HD u16 bf16_at(const Vec16& v, int i) {
+  return static_cast<u16>((v.w[i / 2] >> (16 * (i & 1))) & 0xffffu);
+}
 
 // The RoPE elements lane r < k_rope_lanes owns: 8 bf16, one 16-byte load.
 JC_HD Vec16 load_rope_input(const WriterParams& p, i64 token, int r) {
@@ -422,7 +426,8 @@ JC_HD float writer_rope_partial_amax(const WriterParams& p, i64 token, int lane)
   const Vec16 in = load_rope_input(p, token, lane);
   float amax = 0.0f;
   JC_UNROLL
-  for (int i = 0; i < k_rope_elems_per_lane; ++i) amax = max_num(amax, abs_f(bf16_to_float(bf16_at(in, i))));
+  for (int i = 0; i < k_rope_elems_per_lane; ++i)
+    amax = max_num(amax, abs_f(bf16_to_float(bf16_at(in, i))));
   return amax;
 }
 

@@ -173,7 +173,8 @@ jitcache_status jitcache_set_log_level(jitcache_log_level level) {
   return guarded(__func__, [&](const char* self) {
     const int value = abi_enum_value(level);
     if (value < JITCACHE_LOG_DEBUG || value > JITCACHE_LOG_OFF)
-      return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no log level " + std::to_string(value));
+      return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
+                  std::string(self) + ": no log level " + std::to_string(value));
     set_log_level(static_cast<LogLevel>(value));
     return JITCACHE_OK;
   });
@@ -194,7 +195,8 @@ jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jit
     const jitcache_runtime_options& options = *read;
     const int device = abi_enum_value(options.device);
     if (device != JITCACHE_DEVICE_AUTO && device != JITCACHE_DEVICE_NONE)
-      return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no device use " + std::to_string(device));
+      return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
+                  std::string(self) + ": no device use " + std::to_string(device));
     RuntimeOptions cxx;
     if (options.cache_dir != nullptr) cxx.cache_dir = options.cache_dir;
     cxx.jobs = options.jobs;
@@ -241,7 +243,8 @@ jitcache_status jitcache_prepare(jitcache_runtime* runtime, const char* checkpoi
     if (out == nullptr) return null_argument(self, "out");
     const int rope_value = abi_enum_value(rope);
     if (rope_value != JITCACHE_ROPE_BF16 && rope_value != JITCACHE_ROPE_FP8)
-      return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no RoPE format " + std::to_string(rope_value));
+      return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
+                  std::string(self) + ": no RoPE format " + std::to_string(rope_value));
     ModelSpec spec;
     spec.checkpoint = checkpoint;
     spec.rope = rope_value == JITCACHE_ROPE_FP8 ? RopeFormat::fp8 : RopeFormat::bf16;

@@ -219,7 +219,8 @@ TEST(E2m1, ScaledEncodeEqualsDivideThenEncode) {
         check(-x, sf, bounds);
       }
     }
-    for (std::uint32_t h = 0; h < 0x10000u; ++h) check(jc::bf16_to_float(static_cast<std::uint16_t>(h)), sf, bounds);
+    for (std::uint32_t h = 0; h < 0x10000u; ++h)
+      check(jc::bf16_to_float(static_cast<std::uint16_t>(h)), sf, bounds);
     for (float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, std::numeric_limits<float>::max(),
                     std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()})
       check(x, sf, bounds);

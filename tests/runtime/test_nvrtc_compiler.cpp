@@ -70,8 +70,10 @@ TEST_F(AllVariants, VectorizedLatentAccesses) {
   for (const auto& r : *s_results) {
     ASSERT_OK(r);
     const bool writer = r->spec.kernel == KernelKind::writer;
-    EXPECT_NE(r->ptx.find(writer ? "ld.global.v4.u32" : "ld.global.v2.u32"), std::string::npos) << r->spec.label();
-    EXPECT_NE(r->ptx.find(writer ? "st.global.v2.u32" : "st.global.v4.u32"), std::string::npos) << r->spec.label();
+    const char* load = writer ? "ld.global.v4.u32" : "ld.global.v2.u32";
+    const char* store = writer ? "st.global.v2.u32" : "st.global.v4.u32";
+    EXPECT_NE(r->ptx.find(load), std::string::npos) << r->spec.label() << ": no " << load;
+    EXPECT_NE(r->ptx.find(store), std::string::npos) << r->spec.label() << ": no " << store;
   }
 }
 

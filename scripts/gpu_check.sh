@@ -1,11 +1,46 @@
 #!/usr/bin/env bash
-# GPU check, for a machine with an NVIDIA GPU: builds, runs the GPU tests (device output
+# GPU check, for a machine with an NVIDIA GPU: runs the GPU tests (device output
 # bit-identical to the host executor for both kernels x both modes x both layouts; the
 # identity guard on the device), then times both kernels at 64k tokens against a
 # device-to-device copy. A few minutes in all. Without a GPU the tests skip.
+#
+#   scripts/gpu_check.sh              builds first (scripts/build.sh; needs apt-get)
+#   scripts/gpu_check.sh --prebuilt   uses .gpu-bundle/ from scripts/gpu_bundle.sh, for a
+#                                     machine without network (the device tool's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/build.sh
+root=$PWD
+cache="$(mktemp -d)/cache"
+
+if [ "${1:-}" = "--prebuilt" ]; then
+  bundle=$root/.gpu-bundle
+  [ -x "$bundle/bin/test_runtime" ] || { echo "gpu_check: no $bundle; run scripts/gpu_bundle.sh first" >&2; exit 2; }
+  # NVRTC comes from this machine's CUDA toolkit (or the pip wheel of it).
+  nvrtc_dirs=""
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -e "$d/libnvrtc.so.13" ] && nvrtc_dirs="$nvrtc_dirs:$d"
+  done
+  wheel=$(python3 -c 'import nvidia.cuda_nvrtc as m, os; print(os.path.join(os.path.dirname(m.__file__), "lib"))' 2>/dev/null || true)
+  [ -n "$wheel" ] && nvrtc_dirs="$nvrtc_dirs:$wheel"
+  export LD_LIBRARY_PATH="$bundle/lib$nvrtc_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if ! "$bundle/bin/test_runtime" --gtest_list_tests >/dev/null 2>&1; then
+    echo "==> the programs do not start with this machine's libstdc++; using the bundled one"
+    export LD_LIBRARY_PATH="$bundle/compat:$LD_LIBRARY_PATH"
+  fi
+  if ! "$bundle/bin/test_runtime" --gtest_list_tests >/dev/null; then
+    ldd "$bundle/bin/test_runtime" | grep -i "not found" >&2 || true
+    echo "gpu_check: the bundled programs cannot start here" >&2
+    exit 2
+  fi
+  export JCTEST_SOURCE_DIR=$root  # the tests read examples/ and golden files from here
+  test_runtime=$bundle/bin/test_runtime
+  bench=$bundle/bin/bench_gpu_kernels
+else
+  scripts/build.sh
+  test_runtime=build/tests/test_runtime
+  bench=build/bench/bench_gpu_kernels
+fi
+
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
-JITCACHE_DIR="$(mktemp -d)/cache" build/tests/test_runtime --gtest_filter='GpuTest.*:RuntimeTest.*' --gtest_color=no
-build/bench/bench_gpu_kernels examples/glm5-mini
+JITCACHE_DIR="$cache" "$test_runtime" --gtest_filter='GpuTest.*:RuntimeTest.*' --gtest_color=no
+"$bench" examples/glm5-mini

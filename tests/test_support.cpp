@@ -36,4 +36,9 @@ std::uint64_t test_seed(const char* what) {
   return seed;
 }
 
+std::filesystem::path source_dir() {
+  if (const char* env = std::getenv("JCTEST_SOURCE_DIR"); env && *env) return env;
+  return JITCACHE_TEST_SOURCE_DIR;
+}
+
 }  // namespace jitcache::testing

@@ -27,6 +27,12 @@ class TempDirTest : public ::testing::Test {
 // Seed from JITCACHE_TEST_SEED when set (to replay), else fresh; always printed.
 std::uint64_t test_seed(const char* what);
 
+// The source tree the tests read (examples/, golden files): JCTEST_SOURCE_DIR when set,
+// for test programs built elsewhere and run from another checkout (scripts/gpu_bundle.sh),
+// else the tree they were built from. (Not JITCACHE_*: that prefix belongs to the
+// runtime's environment registry, which warns about names it does not know.)
+std::filesystem::path source_dir();
+
 }  // namespace jitcache::testing
 
 // Assert a Result/Status holds a value; on failure print the error text.

@@ -24,7 +24,8 @@ CompiledArtifact sample() {
   return a;
 }
 
-const char* k_golden = JITCACHE_TEST_SOURCE_DIR "/tests/runtime/golden/kernel_bundle_v1.bin";
+const std::filesystem::path k_golden =
+    jitcache::testing::source_dir() / "tests" / "runtime" / "golden" / "kernel_bundle_v1.bin";
 
 TEST(ArtifactBundle, RoundTrips) {
   const CompiledArtifact a = sample();

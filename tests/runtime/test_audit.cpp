@@ -14,7 +14,7 @@
 namespace jitcache {
 namespace {
 
-const std::filesystem::path k_checkpoint = JITCACHE_TEST_SOURCE_DIR "/examples/glm5-mini";
+const std::filesystem::path k_checkpoint = jitcache::testing::source_dir() / "examples" / "glm5-mini";
 
 // Compiles each variant once for the whole suite (sm_100a, bf16 RoPE).
 const CompiledArtifact& artifact(KernelKind kind, LatentScale mode) {

@@ -14,7 +14,7 @@
 namespace jitcache {
 namespace {
 
-const std::filesystem::path k_checkpoint = JITCACHE_TEST_SOURCE_DIR "/examples/glm5-mini";
+const std::filesystem::path k_checkpoint = jitcache::testing::source_dir() / "examples" / "glm5-mini";
 
 std::string last_error() { return jitcache_last_error(); }
 

@@ -17,7 +17,7 @@
 namespace jitcache {
 namespace {
 
-const std::filesystem::path k_checkpoint = JITCACHE_TEST_SOURCE_DIR "/examples/glm5-mini";
+const std::filesystem::path k_checkpoint = jitcache::testing::source_dir() / "examples" / "glm5-mini";
 
 // A device allocation freed on scope exit.
 class DeviceBuffer {

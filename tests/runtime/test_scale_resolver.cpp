@@ -118,7 +118,7 @@ TEST_F(ScaleResolverTest, LoadsInlineObjectFromConfig) {
 }
 
 TEST_F(ScaleResolverTest, BundledExampleCheckpointResolves) {
-  const fs::path example = fs::path(JITCACHE_TEST_SOURCE_DIR) / "examples" / "glm5-mini";
+  const fs::path example = jitcache::testing::source_dir() / "examples" / "glm5-mini";
   const auto resolved = resolve_scales(options(example));
   ASSERT_OK(resolved);
   ASSERT_EQ(resolved->layers.size(), 79u);

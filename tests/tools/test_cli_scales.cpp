@@ -30,7 +30,7 @@ class CliTest : public testing::TempDirTest {
     return testing::run_cli(dir(), args, extra_env, {"JITCACHE_", "VLLM_NVFP4_MLA_"});
   }
 
-  fs::path example() const { return fs::path(JITCACHE_TEST_SOURCE_DIR) / "examples" / "glm5-mini"; }
+  fs::path example() const { return jitcache::testing::source_dir() / "examples" / "glm5-mini"; }
   fs::path example_sidecar() const { return example() / "nvfp4_ds_mla_outer_scales.json"; }
 
   fs::path write(const std::string& name, const std::string& text) {

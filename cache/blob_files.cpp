@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -60,6 +61,17 @@ Result<BlobFiles> BlobFiles::open(int root_fd, const std::filesystem::path& root
   files.m_blobs = JC_TRY(open_private_subdir(root_fd, "blobs", root / "blobs"));
   files.m_tmp = JC_TRY(open_private_subdir(root_fd, "tmp", root / "tmp"));
   files.m_quarantine = JC_TRY(open_private_subdir(root_fd, "quarantine", root / "quarantine"));
+  return files;
+}
+
+Result<BlobFiles> BlobFiles::open_read_only(int root_fd, const std::filesystem::path& root) {
+  BlobFiles files;
+  files.m_root = root;
+  files.m_blobs = JC_TRY(open_private_subdir(root_fd, "blobs", root / "blobs"));
+  // Only listed and swept by gc, which a read-only store refuses: absent is fine.
+  if (auto tmp = open_private_subdir(root_fd, "tmp", root / "tmp")) files.m_tmp = std::move(*tmp);
+  if (auto quarantine = open_private_subdir(root_fd, "quarantine", root / "quarantine"))
+    files.m_quarantine = std::move(*quarantine);
   return files;
 }
 
@@ -193,6 +205,41 @@ Status BlobFiles::remove(const BlobDigest& digest) const {
   if (::unlinkat(shard_fd.get(), hex.c_str(), 0) != 0 && errno != ENOENT)
     return std::unexpected(errno_error("removing " + path_of(digest).string(), errno));
   return {};
+}
+
+Result<bool> BlobFiles::remove_unless(const BlobDigest& digest, const KeepBlob& keep) const {
+  static std::atomic<std::uint64_t> sequence{0};
+  const std::string hex = digest.to_hex();
+  const int shard_raw =
+      ::openat(m_blobs.get(), shard_of(hex).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (shard_raw < 0) return false;
+  UniqueFd shard_fd(shard_raw);
+  const std::string aside = "orphan." + hex + "." + std::to_string(::getpid()) + "." + std::to_string(sequence++);
+  if (::renameat(shard_fd.get(), hex.c_str(), m_tmp.get(), aside.c_str()) != 0) {
+    if (errno == ENOENT) return false;
+    return std::unexpected(errno_error("moving " + path_of(digest).string() + " aside", errno));
+  }
+  struct stat st;
+  if (::fstatat(m_tmp.get(), aside.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return std::unexpected(errno_error((m_root / "tmp" / aside).string(), errno));
+  }
+  const std::int64_t mtime_ms =
+      static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1'000'000;
+  auto kept = keep(mtime_ms);
+  if (kept && !*kept) {
+    if (::unlinkat(m_tmp.get(), aside.c_str(), 0) != 0 && errno != ENOENT)
+      return std::unexpected(errno_error("removing " + (m_root / "tmp" / aside).string(), errno));
+    return true;
+  }
+  // Back in place; a copy published meanwhile has the same bytes and may stay instead.
+  if (::renameat2(m_tmp.get(), aside.c_str(), shard_fd.get(), hex.c_str(), RENAME_NOREPLACE) != 0) {
+    const int e = errno;
+    if (e == EEXIST) ::unlinkat(m_tmp.get(), aside.c_str(), 0);
+    else if (::renameat(m_tmp.get(), aside.c_str(), shard_fd.get(), hex.c_str()) != 0)
+      return std::unexpected(errno_error("putting " + path_of(digest).string() + " back", errno));
+  }
+  if (!kept) return std::unexpected(kept.error());
+  return false;
 }
 
 Result<std::vector<StoredBlob>> BlobFiles::list() const {

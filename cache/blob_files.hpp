@@ -53,6 +53,11 @@ class BlobFiles {
  public:
   // Opens, creating as needed, blobs/, tmp/ and quarantine/ below an open private root.
   static Result<BlobFiles> open(int root_fd, const std::filesystem::path& root);
+  // For a root that cannot be written: only blobs/ is opened (it must exist); publish,
+  // quarantine and the sweeps fail or do nothing.
+  static Result<BlobFiles> open_read_only(int root_fd, const std::filesystem::path& root);
+  // No directory at all: every blob is missing, nothing can be published.
+  static BlobFiles detached() { return BlobFiles(); }
 
   std::filesystem::path path_of(const BlobDigest& digest) const;
 
@@ -68,6 +73,13 @@ class BlobFiles {
   // Moves the blob (if still present) into quarantine/. Best effort: logs on failure.
   void quarantine(const BlobDigest& digest) const;
   Status remove(const BlobDigest& digest) const;
+
+  // Removes the blob unless `keep` says otherwise. The file is first moved aside into
+  // tmp/, so a publish of the same content that lands meanwhile is never lost: `keep`
+  // sees the moved file's modification time, and a kept file goes back (unless a newer
+  // copy took its place). Returns whether the blob was removed.
+  using KeepBlob = std::function<Result<bool>(std::int64_t mtime_ms)>;
+  Result<bool> remove_unless(const BlobDigest& digest, const KeepBlob& keep) const;
 
   // Every file in blobs/ whose name is a digest in its right shard.
   Result<std::vector<StoredBlob>> list() const;

@@ -122,22 +122,63 @@ bool is_network_filesystem(std::int64_t type) {
   }
 }
 
-Result<UniqueFd> open_private_dir(const std::filesystem::path& path, CreateParents parents) {
-  if (path.empty())
-    return make_error(ErrorCode::invalid_argument, "cache directory: empty path");
-  const std::filesystem::path absolute = path.is_absolute() ? path : std::filesystem::absolute(path);
-  const std::filesystem::path parent = absolute.parent_path();
+Result<std::filesystem::path> resolve_root_path(const std::filesystem::path& path) {
+  if (path.empty()) return make_error(ErrorCode::invalid_argument, "cache directory: empty path");
+  std::error_code ec;
+  std::filesystem::path absolute = path.is_absolute() ? path : std::filesystem::absolute(path, ec);
+  if (ec) return make_error(ErrorCode::io, path.string() + ": " + ec.message());
+  // "dir/" names dir: drop trailing separators before taking the leaf.
+  while (absolute.has_relative_path() && absolute.filename().empty()) absolute = absolute.parent_path();
   const std::string leaf = absolute.filename().string();
   if (leaf.empty() || leaf == "." || leaf == "..")
     return make_error(ErrorCode::invalid_argument,
                       absolute.string() + ": cache directory must name a directory entry");
+  // Everything above the root is resolved the way the kernel would (symlinks followed,
+  // ".." taken physically), as `realpath` and every other tool do: clusters link /home to
+  // /data/home. The root itself is never resolved; it must be a real directory.
+  const std::filesystem::path parent = std::filesystem::weakly_canonical(absolute.parent_path(), ec);
+  if (ec) return make_error(ErrorCode::io, absolute.parent_path().string() + ": " + ec.message());
+  std::filesystem::path existing = parent;
+  struct stat st;
+  while (::stat(existing.c_str(), &st) != 0) {
+    if (errno != ENOENT && errno != ENOTDIR)
+      return std::unexpected(errno_error(existing.string() + " (above the cache directory)", errno));
+    existing = existing.parent_path();
+  }
+  if (!S_ISDIR(st.st_mode))
+    return make_error(ErrorCode::invalid_input,
+                      existing.string() + ": not a directory, so the cache directory " + absolute.string() +
+                          " cannot be below it");
+  const std::filesystem::path root = parent / leaf;
+  struct statfs fs;
+  if (existing != root && ::statfs(existing.c_str(), &fs) == 0 &&
+      is_network_filesystem(static_cast<std::int64_t>(fs.f_type)))
+    return make_error(ErrorCode::unsafe,
+                      root.string() + ": would be created on a network filesystem (" + existing.string() +
+                          "), where SQLite's and flock's locking is unreliable; put the cache on a local "
+                          "disk (--cache-dir or JITCACHE_DIR)");
+  // The longest path SQLite will open is the index's write-ahead log; past its limit it
+  // fails only after the directories exist, so refuse first.
+  const std::size_t longest = (root / "index.db-wal").string().size();
+  if (longest > k_max_index_path_bytes)
+    return make_error(ErrorCode::invalid_input,
+                      root.string() + ": path too long for the cache index (" + std::to_string(longest) +
+                          " bytes with /index.db-wal; SQLite opens at most " +
+                          std::to_string(k_max_index_path_bytes) + "); choose a shorter cache directory");
+  return root;
+}
+
+Result<UniqueFd> open_private_dir(const std::filesystem::path& path, CreateParents parents) {
+  const std::filesystem::path root = JC_TRY(resolve_root_path(path));
+  const std::filesystem::path parent = root.parent_path();
   if (parents == CreateParents::yes) {
-    std::error_code ec;
-    // Missing parents get the same 0700 as the root (the XDG rule for ~/.cache).
+    // Missing parents get the same 0700 as the root (the XDG rule for ~/.cache). Created
+    // only now that every check that can be made before the root exists has passed.
     std::filesystem::path walk;
     for (const auto& part : parent) {
       walk /= part;
-      if (std::filesystem::exists(walk, ec)) continue;
+      struct stat st;
+      if (::lstat(walk.c_str(), &st) == 0) continue;
       if (::mkdir(walk.c_str(), 0700) != 0 && errno != EEXIST)
         return std::unexpected(errno_error("creating " + walk.string(), errno));
       ::chmod(walk.c_str(), 0700);
@@ -146,7 +187,7 @@ Result<UniqueFd> open_private_dir(const std::filesystem::path& path, CreateParen
   const int parent_fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (parent_fd < 0) return std::unexpected(errno_error(parent.string(), errno));
   UniqueFd parent_owner(parent_fd);
-  return open_or_create(parent_fd, leaf.c_str(), absolute);
+  return open_or_create(parent_fd, root.filename().c_str(), root);
 }
 
 Result<UniqueFd> open_private_subdir(int parent_fd, const std::string& name,

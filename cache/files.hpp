@@ -41,7 +41,16 @@ Error errno_error(const std::string& what, int error_number);
 
 enum class CreateParents { no, yes };
 
-// Opens `path` as a private directory, creating it (and, on request, missing parents)
+// SQLite's unix VFS opens no path longer than this (its MAX_PATHNAME).
+inline constexpr std::size_t k_max_index_path_bytes = 512;
+
+// The absolute path a cache root is used under, checked before anything is created:
+// the part above the root resolved to its canonical form (symlinks above the root are
+// fine: /home may link to /data/home), the root's own name kept as given, the nearest
+// existing ancestor a directory, and the index path within SQLite's limit.
+Result<std::filesystem::path> resolve_root_path(const std::filesystem::path& path);
+
+// Opens `path` (resolved by resolve_root_path) as a private directory, creating it (and, on request, missing parents)
 // with mode 0700 whatever the umask. Refuses a symlink, a non-directory, a directory
 // owned by another user, a group- or world-writable one, and one on a network filesystem.
 Result<UniqueFd> open_private_dir(const std::filesystem::path& path, CreateParents parents);

@@ -146,13 +146,32 @@ Error Index::db_error(const std::string& what, int rc) {
 
 std::expected<std::unique_ptr<Index>, Index::OpenFailure> Index::open(
     const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout,
-    Durability durability) {
+    Durability durability, IndexAccess access) {
   std::unique_ptr<Index> index(new Index());
   index->m_path = db_path;
   auto fail = [&](const std::string& what, int rc) {
     const bool corrupt = is_corruption(rc);
-    return std::unexpected(OpenFailure{index->db_error(what, rc), corrupt});
+    const int primary = rc & 0xFF;
+    const bool unwritable = primary == SQLITE_FULL || primary == SQLITE_IOERR || primary == SQLITE_READONLY ||
+                            primary == SQLITE_CANTOPEN || primary == SQLITE_PERM;
+    return std::unexpected(OpenFailure{index->db_error(what, rc), corrupt, unwritable});
   };
+  if (access == IndexAccess::read_only) {
+    // TEMPORARY until the index's own read-only mode lands: immutable, as a baked image is.
+    std::error_code ec;
+    const auto wal_size = std::filesystem::file_size(db_path.string() + "-wal", ec);
+    const bool wal = !ec && wal_size > 0;
+    const std::string uri = "file:" + db_path.string() + (wal ? "?mode=ro" : "?immutable=1");
+    int rc = sqlite3_open_v2(uri.c_str(), &index->m_db,
+                             SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, nullptr);
+    if (rc != SQLITE_OK) return fail("cannot open read-only", rc);
+    index->m_file_id = file_id_of(db_path);
+    sqlite3_extended_result_codes(index->m_db, 1);
+    rc = sqlite3_prepare_v3(index->m_db, "SELECT digest, size, compile_ms FROM entries WHERE key = ?1", -1,
+                            SQLITE_PREPARE_PERSISTENT, &index->m_lookup, nullptr);
+    if (rc != SQLITE_OK) return fail("preparing the lookup", rc);
+    return index;
+  }
   // NOMUTEX: the connection is only used under m_mutex. NOFOLLOW: the index is never a link.
   int rc = sqlite3_open_v2(db_path.c_str(), &index->m_db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |

@@ -77,16 +77,20 @@ struct IndexTotals {
   std::uint64_t bytes = 0;
 };
 
+enum class IndexAccess { read_write, read_only };
+
 class Index {
  public:
   struct OpenFailure {
     Error error;
     bool corrupt = false;  // the file is not a usable SQLite database: rebuild it
+    bool unwritable = false;  // it could not be written (full disk, read-only, I/O error): try read-only
   };
 
   static std::expected<std::unique_ptr<Index>, OpenFailure> open(const std::filesystem::path& db_path,
                                                                   std::chrono::milliseconds busy_timeout,
-                                                                  Durability durability);
+                                                                  Durability durability,
+                                                                  IndexAccess access = IndexAccess::read_write);
   ~Index();
   Index(const Index&) = delete;
   Index& operator=(const Index&) = delete;

@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <string>
 #include <thread>
+
+#include "jitcache/log.hpp"
 
 namespace jitcache::cache {
 namespace {
@@ -19,6 +22,25 @@ bool same_file(int fd, int dir_fd, const char* name) {
   return held.st_dev == named.st_dev && held.st_ino == named.st_ino;
 }
 
+// The holder's note: "<pid> <label>". Only informational; the flock is the truth.
+void write_holder(int fd, std::string_view label) {
+  const std::string note = std::to_string(::getpid()) + " " + std::string(label) + "\n";
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, note.data(), note.size(), 0);
+}
+
+std::string read_holder(int fd) {
+  char buffer[256];
+  const ssize_t n = ::pread(fd, buffer, sizeof buffer - 1, 0);
+  if (n <= 0) return "another process";
+  std::string note(buffer, static_cast<std::size_t>(n));
+  if (const auto end = note.find('\n'); end != std::string::npos) note.resize(end);
+  const auto space = note.find(' ');
+  const std::string pid = note.substr(0, space);
+  if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) return "another process";
+  const std::string what = space == std::string::npos ? std::string() : note.substr(space + 1);
+  return "process " + pid + (what.empty() ? std::string() : " compiling " + what);
+}
+
 bool is_lock_name(const std::string& name) {
   constexpr std::string_view k_suffix = ".lock";
   return name.size() == k_hash_hex_chars + k_suffix.size() && name.ends_with(k_suffix) &&
@@ -28,10 +50,12 @@ bool is_lock_name(const std::string& name) {
 }  // namespace
 
 Result<std::optional<KeyLock>> KeyLock::acquire(int locks_fd, const std::filesystem::path& locks_dir,
-                                                const CacheKey& key,
-                                                std::chrono::milliseconds timeout) {
+                                                const CacheKey& key, std::chrono::milliseconds timeout,
+                                                std::string_view label) {
   const std::string name = key.to_hex() + ".lock";
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto started = std::chrono::steady_clock::now();
+  const auto deadline = started + timeout;
+  auto next_report = started + k_wait_report_first;
   // Polling with a short, growing sleep: a compile takes seconds, so waking a few
   // milliseconds late costs nothing, and unlike a blocking flock it honours the timeout.
   auto pause = std::chrono::microseconds(500);
@@ -45,11 +69,22 @@ Result<std::optional<KeyLock>> KeyLock::acquire(int locks_fd, const std::filesys
       if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) break;
       if (errno != EWOULDBLOCK && errno != EINTR)
         return std::unexpected(errno_error("flock " + (locks_dir / name).string(), errno));
-      if (std::chrono::steady_clock::now() >= deadline) return std::optional<KeyLock>();
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return std::optional<KeyLock>();
+      if (now >= next_report) {
+        // Ranks starting together otherwise sit silent for a whole compile.
+        const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - started).count();
+        log_info("cache: waiting for " + read_holder(fd.get()) + " (key " + key.to_hex() + ", " +
+                 std::to_string(waited) + " s so far)");
+        next_report = now + k_wait_report_every;
+      }
       std::this_thread::sleep_for(pause);
       pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
     }
-    if (same_file(fd.get(), locks_fd, name.c_str())) return std::optional<KeyLock>(KeyLock(std::move(fd)));
+    if (same_file(fd.get(), locks_fd, name.c_str())) {
+      write_holder(fd.get(), label.empty() ? std::string_view(name) : label);
+      return std::optional<KeyLock>(KeyLock(std::move(fd)));
+    }
     // gc unlinked the file between our open and our lock: lock the current one instead.
   }
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 
 #include "cache/files.hpp"
 #include "cache/hash.hpp"
@@ -16,16 +17,21 @@
 
 namespace jitcache::cache {
 
+inline constexpr std::chrono::seconds k_wait_report_first{2};
+inline constexpr std::chrono::seconds k_wait_report_every{30};
+
 class KeyLock {
  public:
   KeyLock(KeyLock&&) = default;
   KeyLock& operator=(KeyLock&&) = default;
   ~KeyLock() = default;  // closing the descriptor releases the lock
 
-  // Waits up to `timeout` for the lock; std::nullopt when it timed out.
+  // Waits up to `timeout` for the lock; std::nullopt when it timed out. The holder writes
+  // its PID and `label` (what it produces) into the file; a waiter names them in a log
+  // line after k_wait_report_first, then every k_wait_report_every.
   static Result<std::optional<KeyLock>> acquire(int locks_fd, const std::filesystem::path& locks_dir,
-                                                const CacheKey& key,
-                                                std::chrono::milliseconds timeout);
+                                                const CacheKey& key, std::chrono::milliseconds timeout,
+                                                std::string_view label = {});
 
   // Removes lock files older than `cutoff_ms` that nobody holds. Returns how many.
   static Result<std::uint64_t> sweep(int locks_fd, const std::filesystem::path& locks_dir,

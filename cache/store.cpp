@@ -86,28 +86,50 @@ struct Store::Flight {
   std::shared_future<Result<Fetched>> future = promise.get_future().share();
 };
 
-Store::Store(std::filesystem::path root, StoreOptions options, UniqueFd root_fd, BlobFiles blobs,
+const char* to_string(StoreMode mode) {
+  switch (mode) {
+    case StoreMode::read_write: return "read-write";
+    case StoreMode::read_only: return "read-only";
+    case StoreMode::memory_only: return "memory-only";
+  }
+  return "?";
+}
+
+Store::Store(std::filesystem::path root, StoreOptions options, StoreMode mode, UniqueFd root_fd, BlobFiles blobs,
              UniqueFd locks_fd)
     : m_root(std::move(root)),
       m_options(std::move(options)),
+      m_mode(mode),
       m_root_fd(std::move(root_fd)),
       m_blobs(std::move(blobs)),
-      m_locks_fd(std::move(locks_fd)) {}
+      m_locks_fd(std::move(locks_fd)) {
+  m_last_flush_ms = unix_now_ms();
+}
+
+namespace {
+
+// Whether this process may create files in an existing directory: a read-only mount
+// (EROFS) or missing write permission (EACCES) say no; root passes the permission check.
+bool directory_writable(const std::filesystem::path& path) {
+  return ::faccessat(AT_FDCWD, path.c_str(), W_OK, AT_EACCESS) == 0 || (errno != EROFS && errno != EACCES);
+}
+
+bool exists_nofollow(const std::filesystem::path& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& root, StoreOptions options) {
-  if (root.empty()) return make_error(ErrorCode::invalid_argument, "cache directory: empty path");
-  std::error_code ec;
-  const std::filesystem::path cwd_relative = std::filesystem::absolute(root, ec);
-  if (ec) return make_error(ErrorCode::io, root.string() + ": " + ec.message());
-  const std::filesystem::path absolute = cwd_relative.lexically_normal();
-  std::filesystem::path clean = absolute;
-  if (clean.has_relative_path() && clean.filename().empty()) clean = clean.parent_path();
+  const std::filesystem::path clean = JC_TRY(resolve_root_path(root));
+  if (exists_nofollow(clean) && !directory_writable(clean)) return open_read_only(clean, std::move(options));
   UniqueFd root_fd = JC_TRY(open_private_dir(clean, CreateParents::yes));
   write_cachedir_tag(root_fd.get());
   BlobFiles blobs = JC_TRY(BlobFiles::open(root_fd.get(), clean));
   UniqueFd locks_fd = JC_TRY(open_private_subdir(root_fd.get(), "locks", clean / "locks"));
-  std::unique_ptr<Store> store(
-      new Store(clean, std::move(options), std::move(root_fd), std::move(blobs), std::move(locks_fd)));
+  std::unique_ptr<Store> store(new Store(clean, std::move(options), StoreMode::read_write, std::move(root_fd),
+                                         std::move(blobs), std::move(locks_fd)));
   JC_TRY(prepare_index_file(store->m_root_fd.get(), store->index_path()));
   const auto before = file_id_of(store->index_path());
   auto index = Index::open(store->index_path(), store->m_options.busy_timeout, store->m_options.durability);
@@ -116,11 +138,54 @@ Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& root, St
   } else if (index.error().corrupt) {
     log_warning(index.error().error.message);
     store->m_index = JC_TRY(store->open_index(before));
+  } else if (index.error().unwritable) {
+    // A full disk still serves what is stored: read the index, write nothing.
+    auto read_only = Index::open(store->index_path(), store->m_options.busy_timeout, store->m_options.durability,
+                                 IndexAccess::read_only);
+    if (!read_only) return std::unexpected(index.error().error);
+    log_warning("cache: " + index.error().error.message + "; using the cache read-only (nothing stored)");
+    store->m_index = std::move(*read_only);
+    store->m_mode = StoreMode::read_only;
+    store->m_mode_reason = index.error().error.message;
   } else {
     return std::unexpected(index.error().error);
   }
-  store->m_last_flush_ms = unix_now_ms();
   return store;
+}
+
+Result<std::unique_ptr<Store>> Store::open_read_only(const std::filesystem::path& root, StoreOptions options) {
+  UniqueFd root_fd = JC_TRY(open_private_dir(root, CreateParents::no));
+  const std::filesystem::path index_path = root / k_index_name;
+  struct stat st;
+  if (::fstatat(root_fd.get(), k_index_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return make_error(ErrorCode::io, root.string() + ": read-only to this process and holds no " +
+                                         std::string(k_index_name) +
+                                         ": there is nothing to read and nothing can be stored");
+  if (!S_ISREG(st.st_mode)) return make_error(ErrorCode::unsafe, index_path.string() + ": not a regular file");
+  if (st.st_uid != ::geteuid())
+    return make_error(ErrorCode::unsafe, index_path.string() + ": owned by uid " + std::to_string(st.st_uid) +
+                                             ", not by the current user");
+  BlobFiles blobs = JC_TRY(BlobFiles::open_read_only(root_fd.get(), root));
+  std::unique_ptr<Store> store(new Store(root, std::move(options), StoreMode::read_only, std::move(root_fd),
+                                         std::move(blobs), UniqueFd()));
+  auto index = Index::open(index_path, store->m_options.busy_timeout, store->m_options.durability,
+                           IndexAccess::read_only);
+  if (!index) return std::unexpected(index.error().error);
+  store->m_index = std::move(*index);
+  store->m_mode_reason = root.string() + " is read-only to this process";
+  log_info("cache: " + store->m_mode_reason + "; using it read-only (lookups only, nothing stored)");
+  return store;
+}
+
+std::unique_ptr<Store> Store::open_memory_only(StoreOptions options) {
+  return std::unique_ptr<Store>(new Store({}, std::move(options), StoreMode::memory_only, UniqueFd(),
+                                          BlobFiles::detached(), UniqueFd()));
+}
+
+Error Store::needs_writable(const std::string& what) const {
+  if (m_mode == StoreMode::memory_only)
+    return Error{ErrorCode::unavailable, what + ": the cache is memory-only (no usable cache directory)", {}};
+  return Error{ErrorCode::io, what + ": " + m_root.string() + " is read-only to this process", {}};
 }
 
 Store::~Store() {
@@ -180,6 +245,7 @@ Status Store::recover_index(const std::shared_ptr<Index>& broken) {
 template <class F>
 auto Store::with_index(F&& f) -> decltype(f(std::declval<Index&>())) {
   std::shared_ptr<Index> current = index();
+  if (!current) return std::unexpected(needs_writable("cache index"));
   auto result = f(*current);
   if (!result && current->corrupt()) {
     log_warning(result.error().message);
@@ -265,6 +331,13 @@ void Store::memory_put(const CacheKey& key, SharedBytes bytes, double compile_ms
 
 Status Store::flush() {
   const std::int64_t now = unix_now_ms();
+  if (m_mode != StoreMode::read_write) {
+    // Nothing is recorded where nothing may be written; the session counters stay.
+    std::lock_guard lock(m_stats_mutex);
+    m_pending_usage.clear();
+    m_unflushed = Counters{};
+    return {};
+  }
   m_last_flush_ms = now;
   std::vector<Usage> usage;
   Counters delta;
@@ -321,6 +394,11 @@ Counters Store::session_counters() const {
 }
 
 void Store::quarantine(const CacheKey& key, const BlobDigest& digest, const BlobFailure& failure) {
+  if (m_mode != StoreMode::read_write) {
+    log_warning("cache: entry " + key.to_hex() + ": " + failure.detail + " (" + to_string(failure.problem) +
+                "); not served, and left in place (the cache is " + to_string(m_mode) + ")");
+    return;
+  }
   if (failure.problem != BlobProblem::missing) m_blobs.quarantine(digest);
   auto removed = with_index([&](Index& index) { return index.remove_digest(digest); });
   std::uint64_t count_removed = removed ? removed->entries.size() : 0;
@@ -334,6 +412,7 @@ void Store::quarantine(const CacheKey& key, const BlobDigest& digest, const Blob
 }
 
 Result<std::optional<Store::DiskHit>> Store::disk_get(const CacheKey& key) {
+  if (m_mode == StoreMode::memory_only) return std::optional<DiskHit>();
   const auto row = JC_TRY(with_index([&](Index& index) { return index.lookup(key); }));
   if (!row) return std::optional<DiskHit>();
   auto bytes = m_blobs.read_verified(row->digest, row->size);
@@ -399,6 +478,7 @@ Status Store::publish(const CacheKey& key, const Facts& facts, std::span<const s
 Status Store::put(const CacheKey& key, const Facts& facts, std::span<const std::byte> bytes,
                   double compile_ms) {
   JC_TRY(check_facts(key, facts));
+  if (m_mode != StoreMode::read_write) return std::unexpected(needs_writable("storing " + key.to_hex()));
   JC_TRY(publish(key, facts, bytes, compile_ms));
   if (m_options.memory_max_bytes > 0)
     memory_put(key, std::make_shared<const Bytes>(bytes.begin(), bytes.end()), compile_ms, 0);
@@ -406,7 +486,8 @@ Status Store::put(const CacheKey& key, const Facts& facts, std::span<const std::
   return {};
 }
 
-Result<Fetched> Store::get_or_create(const CacheKey& key, const Facts& facts, const Producer& producer) {
+Result<Fetched> Store::get_or_create(const CacheKey& key, const Facts& facts, const Producer& producer,
+                                     std::string_view label) {
   if (auto bytes = memory_get(key)) return Fetched{std::move(*bytes), Source::memory};
 
   std::shared_ptr<Flight> flight;
@@ -431,7 +512,7 @@ Result<Fetched> Store::get_or_create(const CacheKey& key, const Facts& facts, co
 
   Result<Fetched> result = make_error(ErrorCode::internal, "cache: producer did not finish");
   try {
-    result = lead(key, facts, producer);
+    result = lead(key, facts, producer, label);
   } catch (const std::exception& e) {
     result = make_error(ErrorCode::internal, std::string("cache: producer threw: ") + e.what());
   } catch (...) {
@@ -448,7 +529,8 @@ Result<Fetched> Store::get_or_create(const CacheKey& key, const Facts& facts, co
   return result;
 }
 
-Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Producer& producer) {
+Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Producer& producer,
+                            std::string_view label) {
   // The previous leader may have finished between our memory miss and our flight.
   if (auto bytes = memory_get(key)) return Fetched{std::move(*bytes), Source::memory};
   JC_TRY(check_facts(key, facts));
@@ -458,7 +540,7 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
     if (m_options.memory_max_bytes > 0) memory_put(key, hit.bytes, hit.compile_ms, 1);
     return Fetched{std::move(hit.bytes), Source::disk};
   };
-  bool index_usable = true;
+  bool index_usable = m_mode == StoreMode::read_write;
   if (auto disk = disk_get(key); !disk) {
     log_warning("cache: " + disk.error().to_string() + "; producing without the cache");
     index_usable = false;
@@ -468,7 +550,7 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
 
   std::optional<KeyLock> lock;
   if (index_usable) {
-    auto acquired = KeyLock::acquire(m_locks_fd.get(), m_root / "locks", key, m_options.lock_timeout);
+    auto acquired = KeyLock::acquire(m_locks_fd.get(), m_root / "locks", key, m_options.lock_timeout, label);
     if (!acquired) {
       log_warning("cache: " + acquired.error().to_string() + "; producing " + key.to_hex() + " unlocked");
     } else if (!*acquired) {
@@ -495,6 +577,11 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
   if (index_usable) {
     if (auto stored = publish(key, facts, *bytes, compile_ms); !stored)
       log_warning("cache: could not store " + key.to_hex() + ": " + stored.error().to_string());
+  } else if (m_mode == StoreMode::read_only) {
+    std::call_once(m_unstored_warning, [&] {
+      log_warning("cache: " + m_mode_reason +
+                  ": compiled kernels are kept in memory only and compiled again by the next process");
+    });
   }
   if (m_options.memory_max_bytes > 0) memory_put(key, bytes, compile_ms, 0);
   return Fetched{std::move(bytes), Source::produced};
@@ -502,6 +589,7 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
 
 Status Store::flush_and_fold() {
   JC_TRY(flush());
+  if (m_mode != StoreMode::read_write) return {};
   return with_index([&](Index& index) { return index.fold_usage(); });
 }
 
@@ -511,6 +599,8 @@ Result<std::vector<EntryInfo>> Store::list(const EntryFilter& filter) {
 }
 
 Result<std::vector<EntryInfo>> Store::remove(const EntryFilter& filter, DryRun dry_run) {
+  if (m_mode != StoreMode::read_write && dry_run == DryRun::no)
+    return std::unexpected(needs_writable("removing entries"));
   JC_TRY(flush_and_fold());
   if (dry_run == DryRun::yes) return with_index([&](Index& index) { return index.list(filter); });
   Removed removed = JC_TRY(with_index([&](Index& index) { return index.remove(filter); }));
@@ -569,6 +659,7 @@ Result<VerifyReport> Store::verify() {
 }
 
 Result<GcReport> Store::gc(const GcOptions& options) {
+  if (m_mode != StoreMode::read_write) return std::unexpected(needs_writable("gc"));
   JC_TRY(flush());
   GcReport report;
   const std::uint64_t cap = options.max_bytes.value_or(m_options.max_bytes);
@@ -582,19 +673,20 @@ Result<GcReport> Store::gc(const GcOptions& options) {
   count(delta);
 
   const std::int64_t cutoff = unix_now_ms() - options.grace.count();
-  const auto referenced = JC_TRY(with_index([&](Index& index) { return index.referenced_digests(); }));
-  const std::unordered_set<BlobDigest> in_use(referenced.begin(), referenced.end());
-  for (const StoredBlob& blob : JC_TRY(m_blobs.list())) {
-    // Young orphans may belong to a writer between its rename and its row commit.
-    if (in_use.contains(blob.digest) || blob.mtime_ms >= cutoff) continue;
-    if (m_blobs.remove(blob.digest)) ++report.orphan_blobs;
-  }
+  for (const StoredBlob& blob : JC_TRY(orphan_blobs(options.grace)))
+    if (auto removed = remove_orphan_blob(blob.digest, options.grace); removed && *removed) ++report.orphan_blobs;
   report.temp_files = JC_TRY(m_blobs.sweep_tmp(cutoff));
   report.quarantine_files = JC_TRY(m_blobs.sweep_quarantine(cutoff));
   report.lock_files = JC_TRY(KeyLock::sweep(m_locks_fd.get(), m_root / "locks", cutoff));
   JC_TRY(flush());
   report.bytes_after = JC_TRY(with_index([&](Index& index) { return index.totals(); })).bytes;
   return report;
+}
+
+Result<bool> Store::contains(const CacheKey& key) {
+  if (m_mode == StoreMode::memory_only) return false;
+  const auto row = JC_TRY(with_index([&](Index& index) { return index.lookup(key); }));
+  return row.has_value();
 }
 
 Result<Stats> Store::stats() {
@@ -665,21 +757,27 @@ Result<std::expected<SharedBytes, BlobFailure>> Store::read_blob(const BlobDiges
   return Inner(std::make_shared<const Bytes>(std::move(*bytes)));
 }
 
-Result<std::vector<StoredBlob>> Store::orphan_blobs() {
+Result<std::vector<StoredBlob>> Store::orphan_blobs(std::chrono::milliseconds min_age) {
+  if (m_mode == StoreMode::memory_only) return std::vector<StoredBlob>();
+  // Blobs are listed before the rows are read: a blob published after the listing is not
+  // in it, and one published before it has its row committed or is still young.
+  const std::vector<StoredBlob> blobs = JC_TRY(m_blobs.list());
   const auto referenced = JC_TRY(with_index([&](Index& index) { return index.referenced_digests(); }));
   const std::unordered_set<BlobDigest> in_use(referenced.begin(), referenced.end());
+  const std::int64_t cutoff = unix_now_ms() - min_age.count();
   std::vector<StoredBlob> orphans;
-  for (const StoredBlob& blob : JC_TRY(m_blobs.list()))
-    if (!in_use.contains(blob.digest)) orphans.push_back(blob);
+  for (const StoredBlob& blob : blobs)
+    if (!in_use.contains(blob.digest) && blob.mtime_ms < cutoff) orphans.push_back(blob);
   return orphans;
 }
 
-Status Store::remove_orphan_blob(const BlobDigest& digest) {
-  // A writer may have published a row for this content since the audit looked.
-  const auto referenced = JC_TRY(with_index([&](Index& index) { return index.referenced_digests(); }));
-  if (std::find(referenced.begin(), referenced.end(), digest) != referenced.end())
-    return make_error(ErrorCode::invalid_argument, "blob " + digest.to_hex() + " is referenced again; not removed");
-  return m_blobs.remove(digest);
+Result<bool> Store::remove_orphan_blob(const BlobDigest& digest, std::chrono::milliseconds min_age) {
+  if (m_mode != StoreMode::read_write) return std::unexpected(needs_writable("removing blob " + digest.to_hex()));
+  return m_blobs.remove_unless(digest, [&](std::int64_t mtime_ms) -> Result<bool> {
+    if (mtime_ms >= unix_now_ms() - min_age.count()) return true;
+    const auto referenced = JC_TRY(with_index([&](Index& index) { return index.referenced_digests(); }));
+    return std::find(referenced.begin(), referenced.end(), digest) != referenced.end();
+  });
 }
 
 }  // namespace jitcache::cache

@@ -114,10 +114,14 @@ struct VerifyReport {
   bool clean() const { return bad.empty() && integrity_problems.empty(); }
 };
 
+// A blob file younger than this that no index row refers to may belong to a writer
+// between its rename and its row commit: gc spares it, and it is no audit finding.
+inline constexpr std::chrono::milliseconds k_publish_grace = std::chrono::minutes(15);
+
 struct GcOptions {
   std::optional<std::uint64_t> max_bytes;  // default: StoreOptions::max_bytes
   // Leftovers younger than this may belong to a writer still at work; they are spared.
-  std::chrono::milliseconds grace{std::chrono::minutes(15)};
+  std::chrono::milliseconds grace = k_publish_grace;
 };
 
 struct GcReport {
@@ -133,10 +137,27 @@ struct GcReport {
 
 enum class DryRun { no, yes };
 
+// How much of the store is backed by disk.
+//   read_write   the normal case
+//   read_only    a root this process cannot write (a cache baked into a read-only image):
+//                lookups read the index and verify blobs; nothing is written (no usage,
+//                no quarantine, no publish: a miss is produced and kept in memory, with
+//                one warning); remove and gc are refused
+//   memory_only  no directory at all (the runtime's fallback when the cache directory is
+//                unusable): every entry lives in this process's memory tier
+enum class StoreMode { read_write, read_only, memory_only };
+const char* to_string(StoreMode mode);
+
 class Store {
  public:
+  // Opens the root, creating it when missing; a root that exists but cannot be written
+  // (read-only filesystem, no write permission) opens read_only when it holds an index.
   static Result<std::unique_ptr<Store>> open(const std::filesystem::path& root,
                                              StoreOptions options = {});
+  // A store without a directory: get_or_create produces and keeps entries in memory
+  // (options.memory_max_bytes must be > 0 for anything to be kept); every operation
+  // that needs the disk fails with ErrorCode::unavailable.
+  static std::unique_ptr<Store> open_memory_only(StoreOptions options = {});
   // Flushes batched usage and counters; errors are logged.
   ~Store();
   Store(const Store&) = delete;
@@ -153,7 +174,9 @@ class Store {
   // runs at most once per key at a time across threads and processes; its error is
   // returned to every caller waiting on it. A failing index degrades to "produce and do
   // not store" (logged), so a broken cache never fails a caller whose producer works.
-  Result<Fetched> get_or_create(const CacheKey& key, const Facts& facts, const Producer& producer);
+  // `label` says what the producer makes, for the log line of a process waiting on it.
+  Result<Fetched> get_or_create(const CacheKey& key, const Facts& facts, const Producer& producer,
+                                std::string_view label = {});
 
   // Entries, most recently used first.
   Result<std::vector<EntryInfo>> list(const EntryFilter& filter = {});
@@ -170,12 +193,20 @@ class Store {
   // use, touching the memory tier or quarantining. The outer error is a failure to look
   // (the index); the inner one is what is wrong with the blob.
   Result<std::expected<SharedBytes, BlobFailure>> read_blob(const BlobDigest& digest, std::uint64_t size);
-  // Blob files no index row refers to, whatever their age.
-  Result<std::vector<StoredBlob>> orphan_blobs();
-  // Removes a blob file after checking again that no index row refers to it.
-  Status remove_orphan_blob(const BlobDigest& digest);
+  // Blob files no index row refers to, at least `min_age` old (younger ones may be a
+  // publish in flight: renamed into place, row not yet committed).
+  Result<std::vector<StoredBlob>> orphan_blobs(std::chrono::milliseconds min_age = {});
+  // Removes an orphan blob file unless, checked again after it was moved aside, an index
+  // row refers to it or it is younger than `min_age` (a publish of the same content
+  // landed since it was listed). Returns whether it was removed.
+  Result<bool> remove_orphan_blob(const BlobDigest& digest, std::chrono::milliseconds min_age = k_publish_grace);
 
   Result<Stats> stats();
+  StoreMode mode() const { return m_mode; }
+  // Why the store is not read_write (names the directory); empty when it is.
+  const std::string& mode_reason() const { return m_mode_reason; }
+  // Whether the index has an entry under `key` (its blob is not read).
+  Result<bool> contains(const CacheKey& key);
   // What this Store object did since it was opened.
   Counters session_counters() const;
   // Writes batched uses and counters to the index (appended to usage_log; list, remove
@@ -203,8 +234,11 @@ class Store {
   };
   struct Flight;
 
-  Store(std::filesystem::path root, StoreOptions options, UniqueFd root_fd, BlobFiles blobs,
+  Store(std::filesystem::path root, StoreOptions options, StoreMode mode, UniqueFd root_fd, BlobFiles blobs,
         UniqueFd locks_fd);
+  static Result<std::unique_ptr<Store>> open_read_only(const std::filesystem::path& root, StoreOptions options);
+  // An error for an operation that needs a writable directory, naming why there is none.
+  Error needs_writable(const std::string& what) const;
 
   std::shared_ptr<Index> index() const;
   Result<std::shared_ptr<Index>> open_index(const std::optional<FileId>& broken);
@@ -222,7 +256,7 @@ class Store {
                  double compile_ms);
   void remove_blobs(const std::vector<BlobDigest>& digests);
   Status check_facts(const CacheKey& key, const Facts& facts) const;
-  Result<Fetched> lead(const CacheKey& key, const Facts& facts, const Producer& producer);
+  Result<Fetched> lead(const CacheKey& key, const Facts& facts, const Producer& producer, std::string_view label);
   void count(const Counters& delta);
   void maybe_flush();
   // Flushes, then folds every process's recorded uses into the entries' rows.
@@ -230,9 +264,12 @@ class Store {
 
   std::filesystem::path m_root;
   StoreOptions m_options;
+  StoreMode m_mode = StoreMode::read_write;
+  std::string m_mode_reason;
   UniqueFd m_root_fd;
-  BlobFiles m_blobs;
-  UniqueFd m_locks_fd;
+  BlobFiles m_blobs;     // detached in memory_only mode
+  UniqueFd m_locks_fd;   // absent unless read_write
+  std::once_flag m_unstored_warning;
 
   mutable std::mutex m_index_mutex;
   std::shared_ptr<Index> m_index;

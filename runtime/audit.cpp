@@ -185,7 +185,7 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
   const auto entries = JC_TRY(store.list());
   report.entries = entries.size();
   for (const cache::EntryInfo& e : entries) audit_entry(store, e, report);
-  for (const cache::StoredBlob& blob : JC_TRY(store.orphan_blobs())) {
+  for (const cache::StoredBlob& blob : JC_TRY(store.orphan_blobs(options.orphan_grace))) {
     Finding f;
     f.kind = FindingKind::orphan_blob;
     f.digest = blob.digest.to_hex();
@@ -260,7 +260,10 @@ Result<std::vector<std::string>> clear_flagged(cache::Store& store, const AuditR
   for (const Finding& f : report.findings) {
     if (f.kind == FindingKind::orphan_blob) {
       const auto digest = JC_TRY(cache::BlobDigest::from_hex(f.digest));
-      if (dry_run == cache::DryRun::no) JC_TRY(store.remove_orphan_blob(digest));
+      if (dry_run == cache::DryRun::no && !JC_TRY(store.remove_orphan_blob(digest))) {
+        lines.push_back("kept orphan blob " + f.digest + ": an entry refers to it again");
+        continue;
+      }
       lines.push_back(std::string(verb) + " orphan blob " + f.digest);
       continue;
     }

@@ -8,7 +8,8 @@
 //   fact-mismatch   the index's facts differ from the artifact's embedded facts
 //   corrupt         a blob whose digest or size is wrong, or that is not a kernel artifact
 //   missing-blob    an index row whose blob file is gone
-//   orphan-blob     a blob file no index row refers to
+//   orphan-blob     a blob file no index row refers to, older than the publish grace
+//                   (15 min, as gc): younger ones may be a publish in flight
 //
 // With a checkpoint it also reports, per layer, which variant the layer needs, whether a
 // valid entry exists for it, and whether anything a calibrated layer would be bound to is
@@ -89,6 +90,9 @@ struct AuditOptions {
   std::optional<std::filesystem::path> scales_override;
   std::string target;
   RopeFormat rope = RopeFormat::bf16;
+  // A blob no row refers to is an orphan-blob finding only once it is this old: a younger
+  // one may be a concurrent publish between its rename and its row commit.
+  std::chrono::milliseconds orphan_grace = cache::k_publish_grace;
 };
 
 Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, const AuditOptions& options = {});

@@ -19,6 +19,8 @@ struct jitcache_runtime {
   // Held here so the strings handed out stay valid for the runtime's life.
   jitcache::DeviceStatus device;
   std::string cache_dir;
+  std::string cache_reason;
+  jitcache_cache_mode cache_mode = JITCACHE_CACHE_READ_WRITE;
 };
 
 struct jitcache_model {
@@ -207,7 +209,12 @@ jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jit
     if (!opened) return fail(opened.error());
     auto handle = std::make_unique<jitcache_runtime>();
     handle->device = (*opened)->device();
-    handle->cache_dir = (*opened)->cache_dir().string();
+    const CacheStatus& cache = (*opened)->cache_status();
+    handle->cache_dir = cache.dir.string();
+    handle->cache_reason = cache.reason;
+    handle->cache_mode = cache.mode == CacheMode::read_write  ? JITCACHE_CACHE_READ_WRITE
+                         : cache.mode == CacheMode::read_only ? JITCACHE_CACHE_READ_ONLY
+                                                              : JITCACHE_CACHE_MEMORY_ONLY;
     handle->runtime = std::move(*opened);
     *out = handle.release();
     return JITCACHE_OK;
@@ -233,6 +240,17 @@ jitcache_status jitcache_runtime_device(const jitcache_runtime* runtime, jitcach
 
 const char* jitcache_runtime_cache_dir(const jitcache_runtime* runtime) {
   return runtime == nullptr ? "" : runtime->cache_dir.c_str();
+}
+
+jitcache_status jitcache_runtime_cache_status(const jitcache_runtime* runtime, jitcache_cache_status* out) {
+  return guarded(__func__, [&](const char* self) {
+    if (runtime == nullptr) return null_argument(self, "runtime");
+    if (out == nullptr) return null_argument(self, "out");
+    out->mode = runtime->cache_mode;
+    out->dir = runtime->cache_dir.c_str();
+    out->reason = runtime->cache_reason.c_str();
+    return JITCACHE_OK;
+  });
 }
 
 jitcache_status jitcache_prepare(jitcache_runtime* runtime, const char* checkpoint, jitcache_rope rope,

@@ -112,7 +112,7 @@ Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& sou
       log_debug("compiled " + spec.label() + " in " + std::to_string(artifact.compile_ms) + " ms");
       return cache::Produced{serialize_bundle(artifact), artifact.compile_ms};
     };
-    cache::Fetched fetched = JC_TRY(m_store.get_or_create(key, facts, producer));
+    cache::Fetched fetched = JC_TRY(m_store.get_or_create(key, facts, producer, spec.label()));
     bytes = std::move(fetched.bytes);
     source_tier = fetched.source;
   }

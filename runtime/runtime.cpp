@@ -16,6 +16,7 @@
 #include "runtime/cuda_driver.hpp"
 #include "runtime/host_executor.hpp"
 #include "runtime/kernel_cache.hpp"
+#include "support/env.hpp"
 
 namespace jitcache {
 
@@ -102,12 +103,14 @@ class PreparedModelImpl final : public PreparedModel {
 
 class RuntimeImpl final : public Runtime {
  public:
-  RuntimeImpl(RuntimeOptions options, std::filesystem::path cache_dir, std::unique_ptr<cache::Store> store)
+  RuntimeImpl(RuntimeOptions options, CacheStatus cache, std::unique_ptr<cache::Store> store)
       : m_options(std::move(options)),
-        m_cache_dir(std::move(cache_dir)),
+        m_cache(std::move(cache)),
         m_store(std::move(store)),
-        // A fresh process then skips the fingerprint compile (most of a warm prepare).
-        m_compiler(make_nvrtc_compiler(NvrtcOptions{m_cache_dir / k_fingerprint_memo_name})),
+        // A fresh process then skips the fingerprint compile (most of a warm prepare). A
+        // refused directory is not read from at all.
+        m_compiler(make_nvrtc_compiler(NvrtcOptions{
+            m_cache.mode == CacheMode::memory_only ? std::filesystem::path() : m_cache.dir / k_fingerprint_memo_name})),
         m_kernels(*m_store, *m_compiler) {
     if (m_options.device == DeviceUse::none) {
       m_device.reason = "device use disabled";
@@ -125,7 +128,8 @@ class RuntimeImpl final : public Runtime {
   }
 
   DeviceStatus device() const override { return m_device; }
-  const std::filesystem::path& cache_dir() const override { return m_cache_dir; }
+  const std::filesystem::path& cache_dir() const override { return m_cache.dir; }
+  const CacheStatus& cache_status() const override { return m_cache; }
 
   Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) override {
     const auto started = std::chrono::steady_clock::now();
@@ -183,6 +187,9 @@ class RuntimeImpl final : public Runtime {
       info.registers = fetched.artifact->usage.registers;
       info.cubin_bytes = fetched.artifact->cubin.size();
       info.compiled_now = fetched.source == cache::Source::produced;
+      // Read from disk means stored; anything else is asked of the index (a compile whose
+      // publish failed, or a memory-only or read-only cache, leaves nothing there).
+      info.stored = fetched.source == cache::Source::disk || m_store->contains(fetched.key).value_or(false);
       prepared.m_kernels[i] = std::move(kernel);
       if (m_options.progress) {
         std::lock_guard lock(progress_mutex);
@@ -225,7 +232,10 @@ class RuntimeImpl final : public Runtime {
       if (e) return std::unexpected(*e);
 
     prepared.m_stats.variants = specs.size();
-    for (const auto& k : prepared.m_kernels) (k->info.compiled_now ? prepared.m_stats.compiled : prepared.m_stats.cached)++;
+    for (const auto& k : prepared.m_kernels) {
+      (k->info.compiled_now ? prepared.m_stats.compiled : prepared.m_stats.cached)++;
+      if (k->info.stored) ++prepared.m_stats.stored;
+    }
     if (m_driver)
       for (auto& k : prepared.m_kernels) JC_TRY(load(*k));
     return {};
@@ -280,7 +290,7 @@ class RuntimeImpl final : public Runtime {
   }
 
   RuntimeOptions m_options;
-  std::filesystem::path m_cache_dir;
+  CacheStatus m_cache;
   std::unique_ptr<cache::Store> m_store;
   std::unique_ptr<Compiler> m_compiler;
   KernelCache m_kernels;
@@ -290,16 +300,64 @@ class RuntimeImpl final : public Runtime {
 
 }  // namespace
 
-Result<std::unique_ptr<Runtime>> Runtime::open(RuntimeOptions options) {
-  if (options.log_sink) set_log_sink(options.log_sink);
-  std::optional<std::filesystem::path> explicit_dir;
-  if (!options.cache_dir.empty()) explicit_dir = options.cache_dir;
-  const auto dir = JC_TRY(runtime::resolve_cache_dir(explicit_dir));
+const char* to_string(CacheMode mode) {
+  switch (mode) {
+    case CacheMode::read_write: return "read-write";
+    case CacheMode::read_only: return "read-only";
+    case CacheMode::memory_only: return "memory-only";
+  }
+  return "?";
+}
+
+namespace {
+
+Result<bool> cache_required(CacheRequirement requirement) {
+  switch (requirement) {
+    case CacheRequirement::optional: return false;
+    case CacheRequirement::required: return true;
+    case CacheRequirement::from_environment: break;
+  }
+  return env::get_bool(env::jitcache_require_cache);
+}
+
+// A cache is an optimisation: a directory that cannot be used costs compile time, never
+// the engine's start, unless the caller asked for a cache.
+Result<std::pair<CacheStatus, std::unique_ptr<cache::Store>>> open_cache(const RuntimeOptions& options) {
+  const bool required = JC_TRY(cache_required(options.cache_requirement));
   cache::StoreOptions store_options;
   if (options.cache_max_bytes != 0) store_options.max_bytes = options.cache_max_bytes;
-  auto store = cache::Store::open(dir.path, store_options);
-  if (!store) return std::unexpected(store.error());
-  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), dir.path, std::move(*store)));
+  std::optional<std::filesystem::path> explicit_dir;
+  if (!options.cache_dir.empty()) explicit_dir = options.cache_dir;
+  CacheStatus status;
+  auto dir = runtime::resolve_cache_dir(explicit_dir);
+  Result<std::unique_ptr<cache::Store>> store = dir ? cache::Store::open(dir->path, store_options)
+                                                    : Result<std::unique_ptr<cache::Store>>(std::unexpected(dir.error()));
+  if (dir) status.dir = dir->path;
+  if (store) {
+    status.dir = (*store)->root();
+    if ((*store)->mode() == cache::StoreMode::read_only) {
+      status.mode = CacheMode::read_only;
+      status.reason = (*store)->mode_reason();
+    }
+    return std::pair(std::move(status), std::move(*store));
+  }
+  if (required) return std::unexpected(store.error());
+  status.mode = CacheMode::memory_only;
+  status.reason = store.error().message;
+  log_warning("cache: not using " + (status.dir.empty() ? std::string("a cache directory") : status.dir.string()) +
+              ": " + store.error().message +
+              "; running memory-only: compiled kernels are kept for this runtime's life and compiled again "
+              "by the next process. Fix the directory or point JITCACHE_DIR (or the cache_dir option) at a "
+              "private directory on a local disk; JITCACHE_REQUIRE_CACHE=1 makes this an error");
+  return std::pair(std::move(status), cache::Store::open_memory_only(store_options));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> Runtime::open(RuntimeOptions options) {
+  if (options.log_sink) set_log_sink(options.log_sink);
+  auto [status, store] = JC_TRY(open_cache(options));
+  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), std::move(status), std::move(store)));
 }
 
 }  // namespace jitcache

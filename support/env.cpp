@@ -30,11 +30,14 @@ const EnvVar jitcache_lineinfo{"JITCACHE_LINEINFO", EnvType::boolean, "0",
                                "Compile kernels with line information (-lineinfo) for profilers; "
                                "recorded in every kernel's cache key.",
                                true};
+const EnvVar jitcache_require_cache{"JITCACHE_REQUIRE_CACHE", EnvType::boolean, "0",
+                                    "Fail Runtime::open / jitcache_runtime_open when the cache "
+                                    "directory cannot be used, instead of running memory-only."};
 
 namespace {
 const EnvVar* const k_registry[] = {&jitcache_dir, &jitcache_log_level, &jitcache_strict,
                                     &vllm_nvfp4_mla_scales_file, &xdg_cache_home, &home,
-                                    &jitcache_lineinfo};
+                                    &jitcache_lineinfo, &jitcache_require_cache};
 
 // VLLM_NVFP4_MLA_ is owned too: a misspelt VLLM_NVFP4_MLA_SCALES_FILE silently drops the
 // override, the very mistake the registry exists to catch.

@@ -35,6 +35,7 @@ extern const EnvVar vllm_nvfp4_mla_scales_file;
 extern const EnvVar xdg_cache_home;
 extern const EnvVar home;
 extern const EnvVar jitcache_lineinfo;
+extern const EnvVar jitcache_require_cache;
 
 std::span<const EnvVar* const> registry();
 

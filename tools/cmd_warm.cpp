@@ -35,12 +35,26 @@ void show_progress(const PrepareProgress& p, bool tty) {
   std::fflush(stderr);
 }
 
+// A deploy step that pre-fills a cache must be able to tell that it did not: any needed
+// variant missing from the cache afterwards (a full disk, a read-only directory) is an
+// environment error.
+int unstored_exit(const PrepareStats& s, const CacheStatus& cache) {
+  if (s.stored == s.variants) return k_exit_ok;
+  std::fprintf(stderr,
+               "jitcache: error: stored %zu of %zu variants in %s (%s): %zu could not be stored (see the "
+               "warnings above), so the next start compiles them again\n",
+               s.stored, s.variants, cache.dir.string().c_str(), to_string(cache.mode), s.variants - s.stored);
+  return k_exit_usage;
+}
+
 int run_warm(const WarmArgs& args, const GlobalOptions& global) {
   auto rope = parse_rope_format(args.rope);
   RuntimeOptions options;
   options.cache_dir = global.cache_dir;
   options.jobs = args.jobs;
   options.device = DeviceUse::none;  // warming needs no GPU
+  // Warming is the cache's job: an unusable directory is an error, not a memory-only run.
+  options.cache_requirement = CacheRequirement::required;
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   if (!args.json) options.progress = [tty](const PrepareProgress& p) { show_progress(p, tty); };
   auto runtime = Runtime::open(options);
@@ -63,6 +77,7 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
                           {"target", k.target},
                           {"key", k.key},
                           {"compiled", k.compiled_now},
+                          {"stored", k.stored},
                           {"registers", k.registers},
                           {"cubin_bytes", k.cubin_bytes}});
     const nlohmann::json out = {{"checkpoint", args.checkpoint},
@@ -75,17 +90,19 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
                                 {"variants_needed", s.variants},
                                 {"already_cached", s.cached},
                                 {"compiled", s.compiled},
+                                {"stored", s.stored},
+                                {"cache_mode", to_string((*runtime)->cache_status().mode)},
                                 {"wall_ms", s.wall_ms},
                                 {"variants", variants}};
     std::printf("%s\n", out.dump(2).c_str());
-    return k_exit_ok;
+    return unstored_exit(s, (*runtime)->cache_status());
   }
   std::printf("warm %s for %s (%s RoPE): %zu layers (%d dynamic, %d identity)\n", args.checkpoint.c_str(),
               m.target().c_str(), args.rope.c_str(), m.layers().size(), m.scales().count(ScaleMode::dynamic),
               m.scales().count(ScaleMode::identity));
-  std::printf("variants needed %zu, already cached %zu, compiled %zu, wall time %.1f ms\n", s.variants, s.cached,
-              s.compiled, s.wall_ms);
-  return k_exit_ok;
+  std::printf("variants needed %zu, already cached %zu, compiled %zu, stored %zu of %zu, wall time %.1f ms\n",
+              s.variants, s.cached, s.compiled, s.stored, s.variants, s.wall_ms);
+  return unstored_exit(s, (*runtime)->cache_status());
 }
 
 void register_warm(CLI::App& root, Context& context) {

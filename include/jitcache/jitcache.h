@@ -69,6 +69,14 @@ typedef enum jitcache_device_use {
   JITCACHE_DEVICE_NONE = 1  /* never touch the driver: compile and cache only */
 } jitcache_device_use;
 
+typedef enum jitcache_cache_mode {
+  JITCACHE_CACHE_READ_WRITE = 0, /* the cache directory: lookups and stores */
+  JITCACHE_CACHE_READ_ONLY = 1,  /* a directory this process cannot write (a baked image):
+                                    lookups only; misses compiled and kept in memory */
+  JITCACHE_CACHE_MEMORY_ONLY = 2 /* no usable directory: everything compiled is kept in
+                                    memory for the runtime's life, nothing persisted */
+} jitcache_cache_mode;
+
 typedef enum jitcache_rope {
   JITCACHE_ROPE_BF16 = 0, /* 432-byte records */
   JITCACHE_ROPE_FP8 = 1   /* 368-byte records */
@@ -142,8 +150,14 @@ JITCACHE_API void jitcache_runtime_options_init(jitcache_runtime_options* option
 
 /* Opens (creating when needed) the cache directory and, with JITCACHE_DEVICE_AUTO,
  * loads the CUDA driver if there is one; a missing driver or device is not an error
- * (see jitcache_runtime_device). `options` NULL means the defaults. On success *out
- * owns a new runtime. */
+ * (see jitcache_runtime_device). Nor is a cache directory that cannot be used (another
+ * owner, group- or world-writable, a network filesystem, an unopenable index): the
+ * runtime then runs memory-only and logs one WARNING naming the directory, the broken
+ * rule and the fix (see jitcache_runtime_cache_status), unless the environment sets
+ * JITCACHE_REQUIRE_CACHE=1, which makes it the directory's error (for example
+ * JITCACHE_ERROR_UNSAFE). A directory this process cannot write but that holds an index
+ * opens read-only. `options` NULL means the defaults. On success *out owns a new
+ * runtime. */
 JITCACHE_API jitcache_status jitcache_runtime_open(const jitcache_runtime_options* options,
                                                    jitcache_runtime** out);
 /* Destroys a runtime (NULL is a no-op). Models prepared by it stay valid. */
@@ -160,8 +174,20 @@ typedef struct jitcache_device_status {
  * closed. */
 JITCACHE_API jitcache_status jitcache_runtime_device(const jitcache_runtime* runtime,
                                                      jitcache_device_status* out);
-/* The cache directory in use. Owned by the runtime, valid until it is closed. */
+/* The cache directory in use (in memory-only mode: the one that was refused, or "").
+ * Owned by the runtime, valid until it is closed. */
 JITCACHE_API const char* jitcache_runtime_cache_dir(const jitcache_runtime* runtime);
+
+typedef struct jitcache_cache_status {
+  jitcache_cache_mode mode;
+  const char* dir;    /* as jitcache_runtime_cache_dir */
+  const char* reason; /* why not JITCACHE_CACHE_READ_WRITE (the broken rule); "" when it is */
+} jitcache_cache_status;
+
+/* How the runtime's cache is backed; decided at open. The strings are owned by the
+ * runtime and valid until it is closed. */
+JITCACHE_API jitcache_status jitcache_runtime_cache_status(const jitcache_runtime* runtime,
+                                                           jitcache_cache_status* out);
 
 /* ---- Models ------------------------------------------------------------------------- */
 

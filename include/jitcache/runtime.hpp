@@ -34,6 +34,30 @@ struct PrepareProgress {
   double ms = 0.0;        // time this variant took
 };
 
+// What Runtime::open does when the cache directory cannot be used (another owner, group-
+// or world-writable, a network filesystem, an unopenable index, ...). A cache is an
+// optimisation, so by default an engine still starts.
+enum class CacheRequirement {
+  from_environment,  // JITCACHE_REQUIRE_CACHE (a boolean; unset: optional)
+  optional,          // fall back to memory-only, with one WARNING naming the directory and the fix
+  required,          // fail with the store's error
+};
+
+// How the runtime's cache is backed.
+enum class CacheMode {
+  read_write,   // the cache directory: lookups and stores
+  read_only,    // a directory this process cannot write (a baked image): lookups only;
+                // misses are compiled and kept in memory for the runtime's life
+  memory_only,  // no usable directory: everything compiled lives in memory for the runtime's life
+};
+const char* to_string(CacheMode mode);  // "read-write", "read-only", "memory-only"
+
+struct CacheStatus {
+  CacheMode mode = CacheMode::read_write;
+  std::filesystem::path dir;  // the directory in use, or the one that was refused
+  std::string reason;         // why not read_write; empty when it is
+};
+
 enum class DeviceUse {
   automatic,  // use the GPU when a driver and device are present (load modules, allow launches)
   none,       // never touch the driver: compile and cache only
@@ -48,6 +72,7 @@ struct RuntimeOptions {
   std::function<void(const PrepareProgress&)> progress;  // called from prepare()'s thread
   DeviceUse device = DeviceUse::automatic;
   int device_ordinal = 0;
+  CacheRequirement cache_requirement = CacheRequirement::from_environment;
 };
 
 struct ModelSpec {
@@ -70,6 +95,7 @@ struct KernelInfo {
   int registers = -1;
   std::size_t cubin_bytes = 0;
   bool compiled_now = false;  // compiled by this prepare() (else from the cache)
+  bool stored = false;        // in the persistent cache when prepare() returned
   bool loaded = false;        // loaded into the device (a GPU was present)
   bool ptx_fallback = false;  // loaded from PTX because the cubin cannot run on this device
 };
@@ -113,6 +139,7 @@ struct PrepareStats {
   std::size_t variants = 0;  // distinct variants the layers need
   std::size_t cached = 0;    // found in the cache (memory or disk)
   std::size_t compiled = 0;  // compiled by this call
+  std::size_t stored = 0;    // of `variants`, how many are in the persistent cache afterwards
   double wall_ms = 0.0;
 };
 
@@ -153,6 +180,7 @@ class Runtime {
   virtual Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) = 0;
   virtual DeviceStatus device() const = 0;
   virtual const std::filesystem::path& cache_dir() const = 0;
+  virtual const CacheStatus& cache_status() const = 0;
 };
 
 }  // namespace jitcache

@@ -145,6 +145,83 @@ TEST_F(RootSafetyTest, EmptyPathIsRefused) {
   EXPECT_EQ(store.error().code, ErrorCode::invalid_argument);
 }
 
+// Clusters link /home to /data/home: a symlink above the root is resolved like every
+// tool resolves it; only the root and what is inside it must be real.
+TEST_F(RootSafetyTest, SymlinkAboveTheRootIsResolved) {
+  std::filesystem::create_directories(dir() / "data" / "home");
+  std::filesystem::create_directory_symlink(dir() / "data" / "home", dir() / "home");
+  const std::filesystem::path given = dir() / "home" / ".cache" / "jitcache";
+  auto store = Store::open(given);
+  ASSERT_OK(store);
+  const std::filesystem::path real = std::filesystem::canonical(dir()) / "data" / "home" / ".cache" / "jitcache";
+  EXPECT_EQ((*store)->root(), real);
+  const Facts facts = sample_facts("above");
+  ASSERT_OK((*store)->put(facts.key(), facts, make_bytes(32, 7), 1.0));
+  store->reset();
+  auto again = Store::open(given);
+  ASSERT_OK(again);
+  auto hit = (*again)->get(facts.key());
+  ASSERT_OK(hit);
+  EXPECT_TRUE(hit->has_value()) << "the entry survives a reopen through the link";
+  EXPECT_TRUE(std::filesystem::exists(real / "index.db"));
+}
+
+TEST_F(RootSafetyTest, SymlinkAboveTheRootWithDotDotIsResolvedPhysically) {
+  std::filesystem::create_directories(dir() / "a" / "b");
+  std::filesystem::create_directory_symlink(dir() / "a" / "b", dir() / "link");
+  // link/.. is a, not dir(): the kernel takes ".." after following the link.
+  auto store = Store::open(dir() / "link" / ".." / "cache");
+  ASSERT_OK(store);
+  EXPECT_EQ((*store)->root(), std::filesystem::canonical(dir()) / "a" / "cache");
+}
+
+TEST_F(RootSafetyTest, RootThatIsASymlinkBelowALinkedParentIsStillRefused) {
+  std::filesystem::create_directories(dir() / "data" / "real");
+  std::filesystem::create_directory_symlink(dir() / "data", dir() / "home");
+  std::filesystem::create_directory_symlink(dir() / "data" / "real", dir() / "data" / "cache");
+  auto store = Store::open(dir() / "home" / "cache");
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::unsafe);
+  EXPECT_NE(store.error().message.find("symbolic link"), std::string::npos) << store.error().message;
+}
+
+// Every check that can be made before the root exists is made before anything is created.
+TEST_F(RootSafetyTest, TooLongPathIsRefusedBeforeAnythingIsCreated) {
+  std::filesystem::path deep = dir();
+  while (deep.string().size() < 540) deep /= std::string(60, 'd');
+  auto store = Store::open(deep / "cache");
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::invalid_input);
+  EXPECT_NE(store.error().message.find("path too long"), std::string::npos) << store.error().message;
+  EXPECT_NE(store.error().message.find("512"), std::string::npos) << "names the rule: " << store.error().message;
+  EXPECT_TRUE(std::filesystem::is_empty(dir())) << "nothing was created";
+}
+
+TEST_F(RootSafetyTest, LongPathWithinTheLimitWorks) {
+  std::filesystem::path deep = dir();
+  while (deep.string().size() < 400) deep /= std::string(40, 'd');
+  auto store = Store::open(deep / "cache");
+  ASSERT_OK(store);
+  const Facts facts = sample_facts("long");
+  ASSERT_OK((*store)->put(facts.key(), facts, make_bytes(16, 3), 1.0));
+}
+
+TEST_F(RootSafetyTest, FileInThePathIsRefusedBeforeAnythingIsCreated) {
+  write_file(dir() / "plain", "a file");
+  auto store = Store::open(dir() / "plain" / "sub" / "cache");
+  ASSERT_FALSE(store);
+  EXPECT_NE(store.error().message.find((dir() / "plain").string() + ": not a directory"), std::string::npos)
+      << store.error().message;
+  EXPECT_FALSE(std::filesystem::exists(dir() / "plain" / "sub"));
+}
+
+TEST_F(RootSafetyTest, HostileExistingRootGetsNothingCreatedInside) {
+  std::filesystem::create_directory(root());
+  ::chmod(root().c_str(), 0777);
+  expect_refused("world-writable");
+  EXPECT_TRUE(std::filesystem::is_empty(root())) << "no blobs/, locks/ or index.db in a refused root";
+}
+
 TEST(NetworkFilesystems, AreRecognized) {
   EXPECT_TRUE(is_network_filesystem(0x6969));        // NFS
   EXPECT_TRUE(is_network_filesystem(0xFF534D42));    // CIFS

@@ -4,7 +4,11 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <condition_variable>
 #include <fstream>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include "runtime/artifact_bundle.hpp"
 #include "runtime/audit.hpp"
@@ -190,6 +194,8 @@ TEST_F(AuditTest, FindsLegacyKeysFactMismatchesAndCorruption) {
     ::chmod(path.parent_path().c_str(), 0700);
     std::ofstream(path) << lonely;
     ::chmod(path.c_str(), 0600);
+    // Older than the publish grace: not a publish in flight.
+    std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
   }
   // And one healthy entry that must survive.
   const std::string keep = healthy(KernelKind::writer, LatentScale::dynamic);
@@ -220,6 +226,133 @@ TEST_F(AuditTest, FindsLegacyKeysFactMismatchesAndCorruption) {
   ASSERT_OK(left);
   ASSERT_EQ(left->size(), 1u);
   EXPECT_EQ(left->front().key.to_hex(), keep);
+}
+
+// Pauses a second store's publish between the blob's rename and its index row, where a
+// concurrent audit sees a blob that no row refers to yet.
+class PausedPublish {
+ public:
+  explicit PausedPublish(const std::filesystem::path& root) {
+    cache::StoreOptions options;
+    options.publish_hook = [this](cache::PublishStep step) {
+      if (step != cache::PublishStep::renamed) return;
+      std::unique_lock lock(m_mutex);
+      m_renamed = true;
+      m_changed.notify_all();
+      m_changed.wait(lock, [this] { return m_go; });
+    };
+    auto store = cache::Store::open(root, options);
+    EXPECT_TRUE(store.has_value()) << store.error().to_string();
+    m_store = std::move(*store);
+  }
+  ~PausedPublish() {
+    resume();
+    if (m_thread.joinable()) m_thread.join();
+  }
+  void start(std::function<void(cache::Store&)> publish) {
+    m_thread = std::thread([this, publish] { publish(*m_store); });
+    std::unique_lock lock(m_mutex);
+    ASSERT_TRUE(m_changed.wait_for(lock, std::chrono::seconds(60), [this] { return m_renamed; }))
+        << "the publish never reached its rename";
+  }
+  void resume() {
+    std::lock_guard lock(m_mutex);
+    m_go = true;
+    m_changed.notify_all();
+  }
+  void finish() {
+    resume();
+    if (m_thread.joinable()) m_thread.join();
+  }
+
+ private:
+  std::unique_ptr<cache::Store> m_store;
+  std::thread m_thread;
+  std::mutex m_mutex;
+  std::condition_variable m_changed;
+  bool m_renamed = false;
+  bool m_go = false;
+};
+
+// Issue 10, item 3: an audit or clear --stale between a publish's rename and its row
+// commit flagged the new blob as an orphan, and clearing deleted it (the row then
+// pointed at nothing, and the next clear removed the entry too).
+TEST_F(AuditTest, PublishInFlightIsNoOrphanAndClearingKeepsIt) {
+  const KernelSpec spec{KernelKind::writer, LatentScale::dynamic, RopeFormat::bf16, Target{"sm_100a"}};
+  PausedPublish writer(m_root);
+  std::string key;
+  writer.start([&](cache::Store& store) {
+    KernelCache kernels(store, *m_compiler);
+    auto got = kernels.get(spec);
+    EXPECT_TRUE(got.has_value()) << got.error().to_string();
+    if (got) key = got->key.to_hex();
+  });
+  const AuditReport during = audit();
+  EXPECT_TRUE(during.findings.empty()) << during.findings.front().explanation;
+  auto cleared = clear_flagged(*m_store, during, cache::DryRun::no);
+  ASSERT_OK(cleared);
+  EXPECT_TRUE(cleared->empty());
+  writer.finish();
+
+  const AuditReport after = audit();
+  EXPECT_TRUE(after.findings.empty()) << after.findings.front().explanation;
+  KernelCache kernels(*m_store, *m_compiler);
+  auto found = kernels.find(spec);
+  ASSERT_OK(found);
+  ASSERT_TRUE(found->has_value()) << "the published entry was lost";
+  EXPECT_EQ((*found)->key.to_hex(), key);
+}
+
+// An old orphan that a publish of the same content replaces while clear --stale runs:
+// the fresh copy stays, and so does its entry.
+TEST_F(AuditTest, OrphanRepublishedWhileClearingIsKept) {
+  const cache::Bytes bytes = [] {
+    cache::Bytes b(300);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::byte(i * 7);
+    return b;
+  }();
+  const cache::BlobDigest digest = cache::BlobDigest::of(bytes);
+  const auto path = m_store->blob_path(digest);
+  std::filesystem::create_directories(path.parent_path());
+  ::chmod(path.parent_path().c_str(), 0700);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  ::chmod(path.c_str(), 0600);
+  std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+  const AuditReport report = audit();
+  ASSERT_NE(find(report, FindingKind::orphan_blob), nullptr);
+
+  const cache::Facts facts{{"kernel", "republished"}};
+  PausedPublish writer(m_root);
+  writer.start([&](cache::Store& store) { EXPECT_OK(store.put(facts.key(), facts, bytes, 1.0)); });
+  auto cleared = clear_flagged(*m_store, report, cache::DryRun::no);
+  ASSERT_OK(cleared);
+  ASSERT_EQ(cleared->size(), 1u);
+  EXPECT_NE(cleared->front().find("kept orphan blob"), std::string::npos) << cleared->front();
+  writer.finish();
+  auto hit = m_store->get(facts.key());
+  ASSERT_OK(hit);
+  EXPECT_TRUE(hit->has_value()) << "the republished entry lost its blob";
+}
+
+// Orphans younger than the publish grace are not findings; older ones are.
+TEST_F(AuditTest, OrphanBlobsAreFindingsOnlyPastTheGrace) {
+  const std::string lonely = "young orphan";
+  const std::string digest = cache::BlobDigest::of(lonely).to_hex();
+  const auto path = m_root / "blobs" / digest.substr(0, 2) / digest;
+  std::filesystem::create_directories(path.parent_path());
+  ::chmod(path.parent_path().c_str(), 0700);
+  std::ofstream(path) << lonely;
+  EXPECT_EQ(find(audit(), FindingKind::orphan_blob), nullptr);
+  AuditOptions no_grace;
+  no_grace.orphan_grace = std::chrono::milliseconds(0);
+  auto report = audit_cache(*m_store, *m_compiler, no_grace);
+  ASSERT_OK(report);
+  ASSERT_NE(find(*report, FindingKind::orphan_blob), nullptr);
+  std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now() - std::chrono::minutes(16));
+  EXPECT_NE(find(audit(), FindingKind::orphan_blob), nullptr);
 }
 
 TEST_F(AuditTest, CheckpointReportShowsWhatEachLayerNeeds) {

@@ -32,6 +32,19 @@ namespace {
 
 thread_local std::string t_last_error;
 
+// Depth of log callbacks running on this thread. A callback runs inside whatever library
+// call logged, possibly a compile worker inside the single-flight wait for its own key; a
+// prepare or open from there could wait on itself for ever, so those calls are refused.
+thread_local int t_log_callback_depth = 0;
+
+class InLogCallback {
+ public:
+  InLogCallback() { ++t_log_callback_depth; }
+  ~InLogCallback() { --t_log_callback_depth; }
+  InLogCallback(const InLogCallback&) = delete;
+  InLogCallback& operator=(const InLogCallback&) = delete;
+};
+
 // A C caller may pass any int where the header names an enum, and reading a value outside
 // a C++ enum's range through the enum type is undefined. Every enum that crosses the ABI is
 // therefore read as its bytes into the underlying integer first, then checked.
@@ -93,6 +106,13 @@ jitcache_status null_argument(const char* function, const char* name) {
   return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + name + " is NULL");
 }
 
+jitcache_status refused_in_log_callback(const char* function) {
+  return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
+              std::string(function) +
+                  ": called from inside a jitcache log callback, which may run within a compile "
+                  "that this call would wait for; call it after the callback returns");
+}
+
 jitcache_scale_mode to_c(ScaleMode mode) {
   return mode == ScaleMode::identity ? JITCACHE_SCALE_IDENTITY : JITCACHE_SCALE_DYNAMIC;
 }
@@ -111,18 +131,65 @@ jitcache_scale_source to_c(ScaleSource source) {
 // never called jitcache_runtime_options_init. Fields added later are read when present.
 constexpr std::size_t k_runtime_options_v1_size =
     offsetof(jitcache_runtime_options, cache_max_bytes) + sizeof(std::uint64_t);
+// A struct from a newer header is larger, but never by this much: a bigger struct_size is
+// garbage (an uninitialised struct), and its "tail" must not be read.
+constexpr std::size_t k_runtime_options_max_size = 4096;
+constexpr std::uint32_t k_max_jobs = 1024;
+constexpr std::int32_t k_max_device_ordinal = 1023;
+constexpr std::uint64_t k_min_cache_bytes = 16ull << 20;  // a few kernel bundles
+constexpr std::uint64_t k_max_cache_bytes = 1ull << 50;   // 1 PiB
 
-// A caller built against a newer header may pass a larger struct: read what we know.
-Result<jitcache_runtime_options> read_options(const jitcache_runtime_options* given) {
+Result<jitcache_runtime_options> read_options(const char* self, const jitcache_runtime_options* given) {
   jitcache_runtime_options options;
   jitcache_runtime_options_init(&options);
   if (given == nullptr) return options;
-  if (given->struct_size < k_runtime_options_v1_size)
+  const std::string field = std::string(self) + ": options.";
+  const std::size_t size = given->struct_size;
+  if (size < k_runtime_options_v1_size || size > k_runtime_options_max_size)
     return make_error(ErrorCode::invalid_argument,
-                      "jitcache_runtime_open: options.struct_size is " + std::to_string(given->struct_size) +
-                          "; fill the options with jitcache_runtime_options_init first");
-  std::memcpy(&options, given, std::min(given->struct_size, sizeof options));
+                      field + "struct_size is " + std::to_string(size) + ", expected " +
+                          std::to_string(sizeof options) + " (at least " +
+                          std::to_string(k_runtime_options_v1_size) +
+                          "); fill the options with jitcache_runtime_options_init first");
+  // Fields this library does not know must be zero: their defaults. A set one asks for
+  // something this library cannot do.
+  const auto* bytes = reinterpret_cast<const unsigned char*>(given);
+  for (std::size_t i = sizeof options; i < size; ++i)
+    if (bytes[i] != 0)
+      return make_error(ErrorCode::invalid_argument,
+                        field + "struct_size is " + std::to_string(size) + " and byte " + std::to_string(i) +
+                            " beyond the " + std::to_string(sizeof options) +
+                            " bytes this library knows is not zero: the caller's header is newer "
+                            "than this library (ABI " +
+                            std::to_string(JITCACHE_ABI_VERSION) + ") and sets an option it does not have");
+  std::memcpy(&options, given, std::min(size, sizeof options));
   options.struct_size = sizeof options;
+
+  if (options.jobs > k_max_jobs)
+    return make_error(ErrorCode::invalid_argument, field + "jobs is " + std::to_string(options.jobs) +
+                                                       ", expected 0 (one per core) to " +
+                                                       std::to_string(k_max_jobs));
+  const int device = abi_enum_value(options.device);
+  if (device != JITCACHE_DEVICE_AUTO && device != JITCACHE_DEVICE_NONE)
+    return make_error(ErrorCode::invalid_argument,
+                      field + "device is " + std::to_string(device) +
+                          ", expected JITCACHE_DEVICE_AUTO (0) or JITCACHE_DEVICE_NONE (1)");
+  if (options.device_ordinal < 0 || options.device_ordinal > k_max_device_ordinal)
+    return make_error(ErrorCode::invalid_argument,
+                      field + "device_ordinal is " + std::to_string(options.device_ordinal) +
+                          ", expected 0 to " + std::to_string(k_max_device_ordinal));
+  if (options.cache_max_bytes != 0 &&
+      (options.cache_max_bytes < k_min_cache_bytes || options.cache_max_bytes > k_max_cache_bytes))
+    return make_error(ErrorCode::invalid_argument,
+                      field + "cache_max_bytes is " + std::to_string(options.cache_max_bytes) +
+                          ", expected 0 (the default cap) or " + std::to_string(k_min_cache_bytes) + " to " +
+                          std::to_string(k_max_cache_bytes));
+  const int requirement = abi_enum_value(options.cache_requirement);
+  if (requirement < JITCACHE_CACHE_FROM_ENVIRONMENT || requirement > JITCACHE_CACHE_REQUIRED)
+    return make_error(ErrorCode::invalid_argument,
+                      field + "cache_requirement is " + std::to_string(requirement) +
+                          ", expected JITCACHE_CACHE_FROM_ENVIRONMENT (0), JITCACHE_CACHE_OPTIONAL (1) or "
+                          "JITCACHE_CACHE_REQUIRED (2)");
   return options;
 }
 
@@ -165,6 +232,7 @@ jitcache_status jitcache_set_log_callback(jitcache_log_fn fn, void* user_data) {
     set_log_sink([fn, user_data](LogLevel level, std::string_view message) {
       // The sink's view need not be NUL-terminated; C wants a string.
       const std::string text(message);
+      const InLogCallback inside;
       fn(user_data, static_cast<jitcache_log_level>(level), text.c_str(), text.size());
     });
     return JITCACHE_OK;
@@ -192,19 +260,22 @@ void jitcache_runtime_options_init(jitcache_runtime_options* options) {
 jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jitcache_runtime** out) {
   return guarded(__func__, [&](const char* self) {
     if (out == nullptr) return null_argument(self, "out");
-    const auto read = read_options(given);
+    if (t_log_callback_depth > 0) return refused_in_log_callback(self);
+    const auto read = read_options(self, given);
     if (!read) return fail(read.error());
     const jitcache_runtime_options& options = *read;
     const int device = abi_enum_value(options.device);
-    if (device != JITCACHE_DEVICE_AUTO && device != JITCACHE_DEVICE_NONE)
-      return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
-                  std::string(self) + ": no device use " + std::to_string(device));
     RuntimeOptions cxx;
     if (options.cache_dir != nullptr) cxx.cache_dir = options.cache_dir;
     cxx.jobs = options.jobs;
     cxx.device = device == JITCACHE_DEVICE_NONE ? DeviceUse::none : DeviceUse::automatic;
     cxx.device_ordinal = options.device_ordinal;
     cxx.cache_max_bytes = options.cache_max_bytes;
+    switch (abi_enum_value(options.cache_requirement)) {
+      case JITCACHE_CACHE_OPTIONAL: cxx.cache_requirement = CacheRequirement::optional; break;
+      case JITCACHE_CACHE_REQUIRED: cxx.cache_requirement = CacheRequirement::required; break;
+      default: cxx.cache_requirement = CacheRequirement::from_environment; break;
+    }
     auto opened = Runtime::open(std::move(cxx));
     if (!opened) return fail(opened.error());
     auto handle = std::make_unique<jitcache_runtime>();
@@ -222,6 +293,15 @@ jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jit
 }
 
 void jitcache_runtime_close(jitcache_runtime* runtime) {
+  if (runtime == nullptr) return;
+  // The runtime may be the one logging (a prepare in progress): closing it under its own
+  // feet would free what that call is using. Refused; nothing is logged, since logging
+  // would call the callback again.
+  if (t_log_callback_depth > 0) {
+    fail(JITCACHE_ERROR_INVALID_ARGUMENT,
+         "jitcache_runtime_close: called from inside a jitcache log callback; the runtime stays open");
+    return;
+  }
   // Destructors of the runtime do not throw; a C caller could not handle it if they did.
   delete runtime;
 }
@@ -259,6 +339,7 @@ jitcache_status jitcache_prepare(jitcache_runtime* runtime, const char* checkpoi
     if (runtime == nullptr) return null_argument(self, "runtime");
     if (checkpoint == nullptr) return null_argument(self, "checkpoint");
     if (out == nullptr) return null_argument(self, "out");
+    if (t_log_callback_depth > 0) return refused_in_log_callback(self);
     const int rope_value = abi_enum_value(rope);
     if (rope_value != JITCACHE_ROPE_BF16 && rope_value != JITCACHE_ROPE_FP8)
       return fail(JITCACHE_ERROR_INVALID_ARGUMENT,

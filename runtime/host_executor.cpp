@@ -1,17 +1,67 @@
 #include "runtime/host_executor.hpp"
 
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <string>
 
 namespace jitcache {
 namespace {
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+Status invalid(const char* field, const std::string& rule) {
+  return make_error(ErrorCode::invalid_argument, std::string("kernel parameter '") + field + "': " + rule);
+}
 
-Status check(bool ok, const char* field, const char* rule) {
-  if (ok) return {};
-  return make_error(ErrorCode::invalid_argument,
-                    std::string("kernel parameter '") + field + "': " + rule);
+std::string hex(std::uint64_t value) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof buffer, "0x%llx", static_cast<unsigned long long>(value));
+  return buffer;
+}
+
+Status check_count(std::int64_t count, const char* field, std::int64_t max) {
+  if (count < 0) return invalid(field, "must be >= 0, got " + std::to_string(count));
+  if (count > max)
+    return invalid(
+        field, "must be <= " + std::to_string(max) + " (one launch's limit), got " + std::to_string(count));
+  return {};
+}
+
+Status check_pointer(const void* p, const char* field, std::size_t alignment, const char* type) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  if (address == 0) return invalid(field, "must be non-null");
+  if (address % alignment != 0)
+    return invalid(
+        field, "must be " + std::to_string(alignment) + "-byte aligned (" + type + "), got " + hex(address));
+  return {};
+}
+
+Status check_optional_pointer(const void* p, const char* field, std::size_t alignment, const char* type) {
+  return p == nullptr ? Status{} : check_pointer(p, field, alignment, type);
+}
+
+Status check_stride(std::int64_t stride, int row_elems, const char* field) {
+  if (stride < row_elems || stride % 8 != 0)
+    return invalid(field, "must be >= " + std::to_string(row_elems) + " and a multiple of 8 elements, got " +
+                              std::to_string(stride));
+  return {};
+}
+
+// The buffer spans (count - 1) * stride + row elements from `base`. That many bytes must
+// fit in int64 (the kernels' index type) and must not wrap the 64-bit address space.
+Status check_extent(const void* base, const char* field, std::int64_t count, std::int64_t stride,
+                    std::int64_t row_elems, std::size_t elem_bytes) {
+  if (count == 0) return {};
+  // Callers bound count (rows <= 2^33) wherever the stride is free, so nothing here wraps.
+  __extension__ typedef unsigned __int128 Wide;
+  const Wide bytes =
+      (static_cast<Wide>(count - 1) * static_cast<Wide>(stride) + static_cast<Wide>(row_elems)) *
+      static_cast<Wide>(elem_bytes);
+  const Wide end = static_cast<Wide>(reinterpret_cast<std::uintptr_t>(base)) + bytes;
+  if (bytes > static_cast<Wide>(std::numeric_limits<std::int64_t>::max()) || end > (Wide{1} << 64))
+    return invalid(field, "the buffer at " + hex(reinterpret_cast<std::uintptr_t>(base)) + " with " +
+                              std::to_string(count) + " rows of stride " + std::to_string(stride) +
+                              " does not fit in the 64-bit address space");
+  return {};
 }
 
 template <jc::LatentMode LM, jc::RopeMode RM>
@@ -66,31 +116,43 @@ jc::u32 dispatch(LatentScale latent, RopeFormat rope, const Params& p, float sca
 }  // namespace
 
 Status validate(const jc::WriterParams& p, RopeFormat rope) {
-  (void)rope;
-  JC_TRY(check(p.num_tokens >= 0, "num_tokens", "must be >= 0"));
-  JC_TRY(check(p.num_slots >= 0, "num_slots", "must be >= 0"));
+  JC_TRY(check_count(p.num_tokens, "num_tokens", k_max_launch_rows));
+  JC_TRY(check_count(p.num_slots, "num_slots", std::numeric_limits<std::int64_t>::max()));
   if (p.num_tokens == 0) return {};
-  JC_TRY(check(p.kv_c != nullptr && aligned16(p.kv_c), "kv_c", "must be non-null and 16-byte aligned"));
-  JC_TRY(check(p.k_pe != nullptr && aligned16(p.k_pe), "k_pe", "must be non-null and 16-byte aligned"));
-  JC_TRY(check(p.slot_mapping != nullptr, "slot_mapping", "must be non-null"));
-  JC_TRY(check(p.cache != nullptr && aligned16(p.cache), "cache", "must be non-null and 16-byte aligned"));
-  JC_TRY(check(p.kv_c_stride >= jc::k_latent_dim && p.kv_c_stride % 8 == 0, "kv_c_stride",
-               "must be >= 512 and a multiple of 8 elements"));
-  JC_TRY(check(p.k_pe_stride >= jc::k_rope_dim && p.k_pe_stride % 8 == 0, "k_pe_stride",
-               "must be >= 64 and a multiple of 8 elements"));
+  JC_TRY(check_pointer(p.kv_c, "kv_c", 16, "bf16 rows"));
+  JC_TRY(check_pointer(p.k_pe, "k_pe", 16, "bf16 rows"));
+  JC_TRY(check_pointer(p.slot_mapping, "slot_mapping", alignof(std::int64_t), "int64"));
+  JC_TRY(check_optional_pointer(p.status, "status", alignof(std::uint32_t), "uint32"));
+  JC_TRY(check_stride(p.kv_c_stride, jc::k_latent_dim, "kv_c_stride"));
+  JC_TRY(check_stride(p.k_pe_stride, jc::k_rope_dim, "k_pe_stride"));
+  JC_TRY(check_extent(p.kv_c, "kv_c", p.num_tokens, p.kv_c_stride, jc::k_latent_dim, sizeof(jc::u16)));
+  JC_TRY(check_extent(p.k_pe, "k_pe", p.num_tokens, p.k_pe_stride, jc::k_rope_dim, sizeof(jc::u16)));
+  JC_TRY(check_extent(p.slot_mapping, "slot_mapping", p.num_tokens, 1, 1, sizeof(std::int64_t)));
+  // Every slot is out of range with no slots: the cache is never written.
+  if (p.num_slots > 0) {
+    JC_TRY(check_pointer(p.cache, "cache", 16, "records"));
+    const int record = record_bytes(rope);
+    JC_TRY(check_extent(p.cache, "cache", p.num_slots, record, record, 1));
+  }
   return {};
 }
 
-Status validate(const jc::GatherParams& p) {
-  JC_TRY(check(p.num_rows >= 0, "num_rows", "must be >= 0"));
-  JC_TRY(check(p.num_slots >= 0, "num_slots", "must be >= 0"));
+Status validate(const jc::GatherParams& p, RopeFormat rope) {
+  JC_TRY(check_count(p.num_rows, "num_rows", k_max_launch_rows));
+  JC_TRY(check_count(p.num_slots, "num_slots", std::numeric_limits<std::int64_t>::max()));
   if (p.num_rows == 0) return {};
-  JC_TRY(check(p.slots != nullptr, "slots", "must be non-null"));
-  JC_TRY(check(p.out != nullptr && aligned16(p.out), "out", "must be non-null and 16-byte aligned"));
-  JC_TRY(check(p.out_stride >= jc::k_out_dim && p.out_stride % 8 == 0, "out_stride",
-               "must be >= 576 and a multiple of 8 elements"));
-  JC_TRY(check(p.num_slots == 0 || (p.cache != nullptr && aligned16(p.cache)), "cache",
-               "must be non-null and 16-byte aligned"));
+  JC_TRY(check_pointer(p.slots, "slots", alignof(std::int32_t), "int32"));
+  JC_TRY(check_pointer(p.out, "out", 16, "bf16 rows"));
+  JC_TRY(check_optional_pointer(p.status, "status", alignof(std::uint32_t), "uint32"));
+  JC_TRY(check_stride(p.out_stride, jc::k_out_dim, "out_stride"));
+  JC_TRY(check_extent(p.slots, "slots", p.num_rows, 1, 1, sizeof(std::int32_t)));
+  JC_TRY(check_extent(p.out, "out", p.num_rows, p.out_stride, jc::k_out_dim, sizeof(jc::u16)));
+  // Every slot is out of range with no slots: the cache is never read.
+  if (p.num_slots > 0) {
+    JC_TRY(check_pointer(p.cache, "cache", 16, "records"));
+    const int record = record_bytes(rope);
+    JC_TRY(check_extent(p.cache, "cache", p.num_slots, record, record, 1));
+  }
   return {};
 }
 
@@ -105,7 +167,7 @@ Result<jc::u32> host_run_writer(LatentScale latent, RopeFormat rope, const jc::W
 
 Result<jc::u32> host_run_gather(LatentScale latent, RopeFormat rope, const jc::GatherParams& p,
                                 float scale) {
-  JC_TRY(validate(p));
+  JC_TRY(validate(p, rope));
   return dispatch(latent, rope, p, scale,
                   []<jc::LatentMode LM, jc::RopeMode RM>(const jc::GatherParams& q, float s) {
                     return run_gather<LM, RM>(q, s);

@@ -81,17 +81,19 @@ class PreparedModelImpl final : public PreparedModel {
                        reinterpret_cast<const jc::i32*>(a.slots), a.num_rows,
                        reinterpret_cast<jc::u16*>(a.out), a.out_stride,
                        reinterpret_cast<jc::u32*>(a.status)};
-    JC_TRY(validate(p));
+    JC_TRY(validate(p, m_rope));
     return launch(*b->gather, &p, b->scale, a.num_rows, stream);
   }
 
  private:
+  // Called after validate(): rows is in [0, k_max_launch_rows], so the grid fits. Without
+  // a GPU a launch is unavailable whatever its row count, so that a zero-row warm-up
+  // cannot pass where real launches would fail.
   static Status launch(const Kernel& kernel, void* params, float scale, std::int64_t rows, void* stream) {
     if (kernel.function == nullptr)
       return make_error(ErrorCode::unavailable, "kernel " + kernel.spec.label() + " is not loaded (no GPU)");
     if (rows == 0) return {};
     const std::int64_t blocks = (rows + jc::k_tokens_per_cta - 1) / jc::k_tokens_per_cta;
-    if (blocks > 0x7fffffff) return make_error(ErrorCode::invalid_argument, "too many rows for one launch");
     void* args[] = {params, &scale};
     const auto& api = kernel.driver->api();
     return kernel.driver->check(
@@ -356,6 +358,7 @@ Result<std::pair<CacheStatus, std::unique_ptr<cache::Store>>> open_cache(const R
 
 Result<std::unique_ptr<Runtime>> Runtime::open(RuntimeOptions options) {
   if (options.log_sink) set_log_sink(options.log_sink);
+  JC_TRY(env::check_startup());
   auto [status, store] = JC_TRY(open_cache(options));
   return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), std::move(status), std::move(store)));
 }

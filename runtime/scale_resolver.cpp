@@ -12,6 +12,7 @@
 #include "runtime/scale_json.hpp"
 #include "support/env.hpp"
 #include "support/sha256.hpp"
+#include "support/text.hpp"
 
 namespace jitcache {
 
@@ -204,7 +205,7 @@ Result<ResolvedScales> resolve_override(const ResolveOptions& options, const Che
   if (revision && contents.model_revision &&
       !revision_matches(*contents.model_revision, revision->value)) {
     const std::string text = revision_mismatch(name, "", *contents.model_revision, *revision);
-    if (env::strict_mode())
+    if (JC_TRY(env::strict_mode()))
       return make_error(ErrorCode::invalid_input,
                         text + " [an error in strict mode, " +
                             std::string(env::jitcache_strict.name) + "]");
@@ -284,6 +285,25 @@ Result<ResolvedScales> resolve_checkpoint(const ResolveOptions& options,
       build_layers(options.checkpoint_dir, config.model, &contents, ScaleSource::checkpoint);
   resolved.provenance = std::move(p);
   return resolved;
+}
+
+// A near-miss key in config.json (see scales_key_near_misses) is most likely scales the
+// publisher meant to ship: a WARNING with a did-you-mean, or an error in strict mode.
+Result<std::vector<std::string>> check_near_misses(const CheckpointConfig& config) {
+  std::vector<std::string> warnings;
+  if (config.near_misses.empty()) return warnings;
+  const bool strict = JC_TRY(env::strict_mode());
+  for (const KeyNearMiss& miss : config.near_misses) {
+    const std::string text = text::shown(config.path) + ": key '" + text::escape_control(miss.found) +
+                             "' is not read (did you mean the top-level key '" + miss.expected +
+                             "'?); without it the checkpoint's layers get no outer scales";
+    if (strict)
+      return make_error(ErrorCode::invalid_input,
+                        text + " [an error in strict mode, " + std::string(env::jitcache_strict.name) + "]");
+    log_warning(text);
+    warnings.push_back(text);
+  }
+  return warnings;
 }
 
 }  // namespace
@@ -403,13 +423,15 @@ json to_json(const ValidatedScaleFile& v) {
 }  // namespace scales
 
 Result<ResolvedScales> resolve_scales(const ResolveOptions& options) {
-  JC_TRY(env::check_unknown_vars());
+  JC_TRY(env::check_startup());
   const CheckpointConfig config = JC_TRY(read_checkpoint_config(options.checkpoint_dir));
+  const std::vector<std::string> key_warnings = JC_TRY(scales::check_near_misses(config));
   const auto revision = scales::known_revision(options.checkpoint_revision, options.checkpoint_dir);
 
   std::optional<fs::path> override_path;
   OverrideOrigin origin = OverrideOrigin::none;
-  if (options.override_file && !options.override_file->empty()) {
+  // Blank means unset, as for VLLM_NVFP4_MLA_SCALES_FILE (env::get): one rule for both.
+  if (options.override_file && !text::is_blank(options.override_file->native())) {
     override_path = *options.override_file;
     origin = OverrideOrigin::argument;
   } else if (options.env == EnvOverride::read) {
@@ -429,6 +451,8 @@ Result<ResolvedScales> resolve_scales(const ResolveOptions& options) {
                                     ScaleSource::identity_default);
     if (revision) resolved.provenance.checkpoint_revision = revision->value;
   }
+  auto& warnings = resolved.provenance.warnings;
+  warnings.insert(warnings.begin(), key_warnings.begin(), key_warnings.end());
   scales::log_resolution(resolved);
   return resolved;
 }

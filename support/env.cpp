@@ -7,6 +7,7 @@
 #include <set>
 
 #include "jitcache/log.hpp"
+#include "support/text.hpp"
 
 extern char** environ;
 
@@ -17,7 +18,8 @@ const EnvVar jitcache_dir{"JITCACHE_DIR", EnvType::path, "",
 const EnvVar jitcache_log_level{"JITCACHE_LOG_LEVEL", EnvType::log_level, "info",
                                 "Minimum level logged: debug, info, warning, error, off."};
 const EnvVar jitcache_strict{"JITCACHE_STRICT", EnvType::boolean, "0",
-                             "Strict mode: unknown JITCACHE_* variables and override revision "
+                             "Strict mode: unknown JITCACHE_* variables, a bad JITCACHE_LOG_LEVEL, "
+                             "near-miss scales keys in config.json and override revision "
                              "mismatches are errors, not warnings."};
 const EnvVar vllm_nvfp4_mla_scales_file{
     "VLLM_NVFP4_MLA_SCALES_FILE", EnvType::path, "",
@@ -51,26 +53,6 @@ bool first_warning(const std::string& key) {
   return warned.insert(key).second;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
 }  // namespace
 
 const char* to_string(EnvType type) {
@@ -88,20 +70,19 @@ std::span<const EnvVar* const> registry() { return k_registry; }
 std::optional<std::string> get(const EnvVar& var) {
   const char* value = std::getenv(std::string(var.name).c_str());
   if (value == nullptr) return std::nullopt;
-  std::string_view text(value);
-  const auto first = text.find_first_not_of(" \t\r\n\v\f");
-  if (first == std::string_view::npos) return std::nullopt;
-  const auto last = text.find_last_not_of(" \t\r\n\v\f");
-  return std::string(text.substr(first, last - first + 1));
+  const std::string_view trimmed = text::trim(value);
+  if (trimmed.empty()) return std::nullopt;
+  return std::string(trimmed);
 }
 
 Result<bool> get_bool(const EnvVar& var) {
   auto value = get(var);
-  const std::string text = lower(value ? *value : std::string(var.default_value));
-  if (text == "1" || text == "true" || text == "yes" || text == "on") return true;
-  if (text.empty() || text == "0" || text == "false" || text == "no" || text == "off") return false;
+  const std::string word = text::ascii_lower(value ? *value : std::string(var.default_value));
+  if (word == "1" || word == "true" || word == "yes" || word == "on") return true;
+  if (word.empty() || word == "0" || word == "false" || word == "no" || word == "off") return false;
   return make_error(ErrorCode::invalid_input,
-                    std::string(var.name) + "=" + *value + ": expected a boolean (1/0, true/false)");
+                    std::string(var.name) + "=" + text::escape_control(*value) +
+                        ": expected a boolean: 1, true, yes, on or 0, false, no, off (any case)");
 }
 
 Status check_value(const EnvVar& var) {
@@ -114,7 +95,7 @@ Status check_value(const EnvVar& var) {
     case EnvType::log_level:
       if (!parse_log_level(*value))
         return make_error(ErrorCode::invalid_input,
-                          std::string(var.name) + "=" + *value +
+                          std::string(var.name) + "=" + text::escape_control(*value) +
                               ": expected a log level (debug, info, warning, error, off)");
       return {};
     case EnvType::path:
@@ -124,14 +105,17 @@ Status check_value(const EnvVar& var) {
   return {};
 }
 
-bool strict_mode() {
-  auto value = get_bool(jitcache_strict);
-  if (!value) {
-    if (first_warning("invalid:" + std::string(jitcache_strict.name)))
-      log_warning(value.error().message + "; strict mode stays off");
-    return false;
+Result<bool> strict_mode() { return get_bool(jitcache_strict); }
+
+Status check_startup() {
+  const bool strict = JC_TRY(strict_mode());
+  if (auto level = check_value(jitcache_log_level); !level) {
+    if (strict)
+      return make_error(ErrorCode::invalid_input, level.error().message + " [strict mode, JITCACHE_STRICT]");
+    if (first_warning("invalid:" + std::string(jitcache_log_level.name)))
+      log_warning(level.error().message + "; it is ignored");
   }
-  return *value;
+  return check_unknown_vars();
 }
 
 std::span<const std::string_view> owned_prefixes() { return k_owned_prefixes; }
@@ -149,7 +133,7 @@ std::vector<UnknownVar> unknown_prefixed_vars(std::span<const std::string> envir
     UnknownVar u{name, {}};
     std::size_t best = 4;  // suggest only near misses
     for (const EnvVar* v : k_registry) {
-      const std::size_t d = edit_distance(lower(name), lower(v->name));
+      const std::size_t d = text::edit_distance(text::ascii_lower(name), text::ascii_lower(v->name));
       if (d < best) {
         best = d;
         u.suggestion = std::string(v->name);
@@ -167,10 +151,11 @@ std::vector<UnknownVar> unknown_prefixed_vars() {
 }
 
 Status check_unknown_vars() {
-  const bool strict = strict_mode();
+  const bool strict = JC_TRY(strict_mode());
   std::string errors;
   for (const UnknownVar& u : unknown_prefixed_vars()) {
-    std::string line = "environment variable " + u.name + " is not a declared jitcache variable";
+    std::string line =
+        "environment variable " + text::escape_control(u.name) + " is not a declared jitcache variable";
     if (!u.suggestion.empty()) line += " (did you mean " + u.suggestion + "?)";
     if (strict) {
       errors += (errors.empty() ? "" : "; ") + line;
@@ -179,7 +164,7 @@ Status check_unknown_vars() {
     }
   }
   if (!errors.empty())
-    return make_error(ErrorCode::invalid_argument, errors + " [strict mode, JITCACHE_STRICT]");
+    return make_error(ErrorCode::invalid_input, errors + " [strict mode, JITCACHE_STRICT]");
   return {};
 }
 

@@ -47,9 +47,17 @@ Result<bool> get_bool(const EnvVar& var);
 // Whether the variable's current value is acceptable for its type (an unset variable is).
 Status check_value(const EnvVar& var);
 
-// Strict mode (JITCACHE_STRICT): warnings that matter become errors. An unparsable value
-// reads as off, with a warning (once per process).
-bool strict_mode();
+// Strict mode (JITCACHE_STRICT): warnings that matter become errors. A value that is not
+// a boolean is an error (ErrorCode::invalid_input listing the accepted values), never a
+// silent "off": a deployment that asked for strictness must not run without it.
+Result<bool> strict_mode();
+
+// The checks every entry point runs once at startup, before any work (the CLI after
+// parsing its arguments, Runtime::open, resolve_scales): JITCACHE_STRICT must parse;
+// JITCACHE_LOG_LEVEL must be a log level (else a warning, once per process, or an error in
+// strict mode); set JITCACHE_* / VLLM_NVFP4_MLA_* variables that are not declared (see
+// check_unknown_vars). Errors are ErrorCode::invalid_input.
+Status check_startup();
 
 // Prefixes owned by jitcache: a set variable under one of them that is not declared is
 // almost certainly a typo of one that is.
@@ -65,7 +73,7 @@ std::vector<UnknownVar> unknown_prefixed_vars();
 std::vector<UnknownVar> unknown_prefixed_vars(std::span<const std::string> environ_entries);
 
 // Logs a warning per unknown variable (each name once per process); in strict mode returns
-// an error naming all of them instead.
+// an error (ErrorCode::invalid_input) naming all of them instead.
 Status check_unknown_vars();
 
 }  // namespace jitcache::env

@@ -5,6 +5,8 @@
 #include <memory>
 #include <mutex>
 
+#include "support/text.hpp"
+
 namespace jitcache {
 namespace {
 
@@ -52,15 +54,18 @@ LogLevel log_level() { return g_level.load(std::memory_order_relaxed); }
 
 void log(LogLevel level, std::string_view message) {
   if (level < g_level.load(std::memory_order_relaxed) || level == LogLevel::off) return;
+  // Messages quote paths and names a user chose: one message must stay one line, so a
+  // newline in a checkpoint path can neither split it nor forge a second line.
+  const std::string line = text::escape_control(message);
   std::shared_ptr<const LogSink> sink;
   {
     std::lock_guard lock(g_sink_mutex);
     sink = g_sink;
   }
   if (sink) {
-    (*sink)(level, message);
+    (*sink)(level, line);
   } else {
-    write_stderr(level, message);
+    write_stderr(level, line);
   }
 }
 

@@ -60,7 +60,7 @@ int run_env(const EnvArgs& args) {
   if (args.json) {
     std::cout << json{{"variables", variables},
                       {"unknown", unknown_json},
-                      {"strict", env::strict_mode()}}
+                      {"strict", env::strict_mode().value_or(false)}}
                      .dump(2)
               << "\n";
   }

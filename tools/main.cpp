@@ -46,13 +46,10 @@ int main(int argc, char** argv) {
     // --log-level beats JITCACHE_LOG_LEVEL, which beats the default (info).
     std::string level = context.global.log_level;
     if (level.empty()) level = jitcache::env::get(jitcache::env::jitcache_log_level).value_or("");
-    if (auto parsed = jitcache::parse_log_level(level)) {
-      jitcache::set_log_level(*parsed);
-    } else if (!level.empty()) {
-      jitcache::log_warning("JITCACHE_LOG_LEVEL=" + level + " is not a log level; using info");
-    }
-    // Misspelt JITCACHE_* variables: a warning, or in strict mode an error before any work.
-    if (auto checked = jitcache::env::check_unknown_vars(); !checked) {
+    if (auto parsed = jitcache::parse_log_level(level)) jitcache::set_log_level(*parsed);
+    // JITCACHE_STRICT must parse; a bad JITCACHE_LOG_LEVEL (ignored, using info) and
+    // misspelt JITCACHE_* variables are warnings, or in strict mode errors before any work.
+    if (auto checked = jitcache::env::check_startup(); !checked) {
       context.startup_error = checked.error();
       throw CLI::Success();  // stop parsing; main reports the error
     }
@@ -62,7 +59,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     // Also --help and --version (CLI11 derives them from Success): print and exit 0.
-    if (context.startup_error) return report(*context.startup_error);
+    // The environment is wrong, whatever the command: a usage/environment error.
+    if (context.startup_error) {
+      report(*context.startup_error);
+      return k_exit_usage;
+    }
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);

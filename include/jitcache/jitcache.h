@@ -52,8 +52,12 @@ extern "C" {
 
 typedef enum jitcache_status {
   JITCACHE_OK = 0,
-  JITCACHE_ERROR_INVALID_ARGUMENT = 1, /* a NULL handle, a bad enum value, a bad layer */
-  JITCACHE_ERROR_INVALID_INPUT = 2,    /* a file or value failed validation */
+  JITCACHE_ERROR_INVALID_ARGUMENT = 1, /* a NULL handle or argument, a bad enum value, a bad
+                                          layer, an option or launch argument out of range,
+                                          a call refused inside a log callback */
+  JITCACHE_ERROR_INVALID_INPUT = 2,    /* a file or value failed validation, the environment
+                                          included (JITCACHE_STRICT, JITCACHE_LOG_LEVEL, an
+                                          unknown JITCACHE_* variable in strict mode) */
   JITCACHE_ERROR_IO = 3,               /* the operating system refused a read or write */
   JITCACHE_ERROR_NOT_FOUND = 4,        /* a named thing that must exist does not */
   JITCACHE_ERROR_UNSAFE = 5,           /* refused for safety (symlink, owner, path escape) */
@@ -76,6 +80,12 @@ typedef enum jitcache_cache_mode {
   JITCACHE_CACHE_MEMORY_ONLY = 2 /* no usable directory: everything compiled is kept in
                                     memory for the runtime's life, nothing persisted */
 } jitcache_cache_mode;
+
+typedef enum jitcache_cache_requirement {
+  JITCACHE_CACHE_FROM_ENVIRONMENT = 0, /* JITCACHE_REQUIRE_CACHE decides (unset: optional) */
+  JITCACHE_CACHE_OPTIONAL = 1,         /* an unusable directory: run memory-only, warn once */
+  JITCACHE_CACHE_REQUIRED = 2          /* an unusable directory: open fails with its error */
+} jitcache_cache_requirement;
 
 typedef enum jitcache_rope {
   JITCACHE_ROPE_BF16 = 0, /* 432-byte records */
@@ -120,8 +130,16 @@ JITCACHE_API const char* jitcache_status_name(jitcache_status status);
 JITCACHE_API const char* jitcache_last_error(void);
 
 /* Receives every log line the library emits, with its level. `message` is valid only
- * during the call and holds `length` bytes plus a terminating NUL. It may be called from
- * any thread, including the library's compile workers, and from several at once. */
+ * during the call and holds `length` bytes plus a terminating NUL; it is one line: control
+ * characters in it (a newline in a path, say) arrive escaped as \xNN. It may be called
+ * from any thread, including the library's compile workers, and from several at once.
+ *
+ * Re-entrancy: a callback runs inside the library call that logged, which may be a
+ * compile that other prepares wait for. jitcache_runtime_open and jitcache_prepare called
+ * from inside a callback (on the thread running it) are refused with
+ * JITCACHE_ERROR_INVALID_ARGUMENT, and jitcache_runtime_close does nothing there (the
+ * runtime stays open; jitcache_last_error says why). Every other function may be called.
+ * A callback must not wait for another thread that calls into the library. */
 typedef void (*jitcache_log_fn)(void* user_data, jitcache_log_level level, const char* message,
                                 size_t length);
 
@@ -135,14 +153,19 @@ JITCACHE_API jitcache_status jitcache_set_log_level(jitcache_log_level level);
 
 /* ---- Runtime ------------------------------------------------------------------------ */
 
+/* Every field is range-checked by jitcache_runtime_open; a value out of range is
+ * JITCACHE_ERROR_INVALID_ARGUMENT naming the field. */
 typedef struct jitcache_runtime_options {
-  size_t struct_size;         /* sizeof(jitcache_runtime_options); set by _init */
+  size_t struct_size;         /* sizeof(jitcache_runtime_options); set by _init. A larger
+                                 size (a newer header) is accepted up to 4096 when every
+                                 byte this library does not know is zero. */
   const char* cache_dir;      /* NULL or "": JITCACHE_DIR, $XDG_CACHE_HOME/jitcache,
                                  ~/.cache/jitcache. Copied; need not outlive the call. */
-  uint32_t jobs;              /* parallel compiles; 0: one per core */
+  uint32_t jobs;              /* parallel compiles, 0 to 1024; 0: one per core */
   jitcache_device_use device; /* default JITCACHE_DEVICE_AUTO */
-  int32_t device_ordinal;     /* default 0 */
-  uint64_t cache_max_bytes;   /* 0: the store's default cap */
+  int32_t device_ordinal;     /* 0 to 1023; default 0 */
+  uint64_t cache_max_bytes;   /* 0: the store's default cap; else 16 MiB to 1 PiB */
+  jitcache_cache_requirement cache_requirement; /* default JITCACHE_CACHE_FROM_ENVIRONMENT */
 } jitcache_runtime_options;
 
 /* Fills `options` with the defaults and its struct_size. */
@@ -153,14 +176,18 @@ JITCACHE_API void jitcache_runtime_options_init(jitcache_runtime_options* option
  * (see jitcache_runtime_device). Nor is a cache directory that cannot be used (another
  * owner, group- or world-writable, a network filesystem, an unopenable index): the
  * runtime then runs memory-only and logs one WARNING naming the directory, the broken
- * rule and the fix (see jitcache_runtime_cache_status), unless the environment sets
- * JITCACHE_REQUIRE_CACHE=1, which makes it the directory's error (for example
- * JITCACHE_ERROR_UNSAFE). A directory this process cannot write but that holds an index
- * opens read-only. `options` NULL means the defaults. On success *out owns a new
- * runtime. */
+ * rule and the fix (see jitcache_runtime_cache_status), unless options.cache_requirement
+ * or the environment (JITCACHE_REQUIRE_CACHE=1) requires a cache, which makes it the
+ * directory's error (for example JITCACHE_ERROR_UNSAFE). A directory this process cannot
+ * write but that holds an index opens read-only, which satisfies the requirement.
+ * `options` NULL means the defaults. On success *out owns a new runtime. The environment
+ * is checked first: JITCACHE_STRICT or JITCACHE_REQUIRE_CACHE that is not a boolean (1,
+ * true, yes, on, 0, false, no, off), and in strict mode an invalid JITCACHE_LOG_LEVEL or
+ * an unknown JITCACHE_* variable, are JITCACHE_ERROR_INVALID_INPUT. */
 JITCACHE_API jitcache_status jitcache_runtime_open(const jitcache_runtime_options* options,
                                                    jitcache_runtime** out);
-/* Destroys a runtime (NULL is a no-op). Models prepared by it stay valid. */
+/* Destroys a runtime (NULL is a no-op). Models prepared by it stay valid. Does nothing
+ * when called from inside a log callback (see jitcache_log_fn). */
 JITCACHE_API void jitcache_runtime_close(jitcache_runtime* runtime);
 
 typedef struct jitcache_device_status {
@@ -194,11 +221,13 @@ JITCACHE_API jitcache_status jitcache_runtime_cache_status(const jitcache_runtim
 /* Resolves the checkpoint's per-layer scales, gets every kernel variant the layers need
  * from the cache (compiling the misses in parallel, once per key across processes),
  * checks each artifact's embedded facts, and binds every layer.
- *   checkpoint       the directory holding config.json
+ *   checkpoint       the directory holding config.json (NULL or "":
+ *                    JITCACHE_ERROR_INVALID_ARGUMENT)
  *   rope             JITCACHE_ROPE_BF16 or JITCACHE_ROPE_FP8
  *   target           "sm_90", "sm_100a", "sm_120a", ...; NULL or "": the device's
  *   scales_override  a v1 scales file that beats the checkpoint and
- *                    VLLM_NVFP4_MLA_SCALES_FILE; NULL: none
+ *                    VLLM_NVFP4_MLA_SCALES_FILE; NULL, "" or whitespace only: none
+ *                    (the rule VLLM_NVFP4_MLA_SCALES_FILE follows)
  * The strings are copied. On success *out owns a new model. */
 JITCACHE_API jitcache_status jitcache_prepare(jitcache_runtime* runtime, const char* checkpoint,
                                               jitcache_rope rope, const char* target,
@@ -235,8 +264,23 @@ JITCACHE_API const char* jitcache_model_target(const jitcache_model* model);
 
 /* ---- Launches ----------------------------------------------------------------------- */
 
-/* Raw device addresses and row strides in elements. Bases must be 16-byte aligned and
- * strides multiples of 8; a stride of 0 means the dense default. */
+/* Raw device addresses and row strides in elements; a stride of 0 means the dense
+ * default. Checked before any device work, each failure JITCACHE_ERROR_INVALID_ARGUMENT
+ * naming the field:
+ *   - counts (num_tokens, num_rows, num_slots) are >= 0; num_tokens and num_rows are at
+ *     most 8589934588 (2^31 - 1 blocks of 4 rows, one launch's grid);
+ *   - each buffer that is read or written is non-zero and aligned for its type: kv_c,
+ *     k_pe, cache and out 16 bytes; slot_mapping 8 (int64); slots 4 (int32); status,
+ *     when not 0, 4 (uint32);
+ *   - strides are at least the row width and multiples of 8 elements;
+ *   - each buffer, from its base through its last row, fits in the 64-bit address space
+ *     and spans less than 2^63 bytes (the kernels index with int64).
+ * A count of 0 (num_tokens, num_rows) enqueues nothing and touches no buffer, so its
+ * pointers may be 0; it returns JITCACHE_OK when the model's kernels are loaded, and
+ * JITCACHE_ERROR_UNAVAILABLE without a GPU, like any launch. num_slots 0 makes every
+ * slot out of range (the status bit, when a status word is given; a gather writes zero
+ * rows) and the cache is not read. A status of 0 (no status word) means errors are not
+ * reported; the kernels still skip what they would report. */
 typedef struct jitcache_writer_launch {
   uint64_t kv_c;         /* bf16 [num_tokens, kv_c_stride >= 512] */
   int64_t kv_c_stride;   /* 0: 512 */
@@ -261,8 +305,8 @@ typedef struct jitcache_gather_launch {
 
 /* Enqueue the layer's writer / gather with the layer's scale on `stream` (a CUstream;
  * NULL: the default stream). Asynchronous, like any CUDA launch.
- * JITCACHE_ERROR_UNAVAILABLE without a GPU; JITCACHE_ERROR_INVALID_ARGUMENT for a bad
- * layer or misaligned arguments. */
+ * JITCACHE_ERROR_INVALID_ARGUMENT for a bad layer or arguments (checked first, with or
+ * without a GPU); then JITCACHE_ERROR_UNAVAILABLE without a GPU. */
 JITCACHE_API jitcache_status jitcache_launch_writer(const jitcache_model* model, int32_t layer,
                                                     const jitcache_writer_launch* args,
                                                     void* stream);

@@ -22,6 +22,8 @@ void set_log_sink(LogSink sink);
 void set_log_level(LogLevel level);
 LogLevel log_level();
 
+// Control characters in `message` (C0 and DEL: newline, tab, ...) reach the sink as \xNN,
+// so every message is exactly one line.
 void log(LogLevel level, std::string_view message);
 inline void log_debug(std::string_view m) { log(LogLevel::debug, m); }
 inline void log_info(std::string_view m) { log(LogLevel::info, m); }

@@ -2,13 +2,20 @@
 // error, the log callback, and the answers for the bundled GLM-5.x-shaped checkpoint,
 // which must be the C++ runtime's answers.
 #include <cmath>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <limits>
 #include <mutex>
 #include <regex>
 #include <thread>
 
 #include "jitcache/jitcache.h"
 #include "jitcache/runtime.hpp"
+#include "test_scale_support.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
@@ -136,7 +143,7 @@ TEST_F(CApiTest, BadArgumentsAreCodesWithMessages) {
 
   options.device = static_cast<jitcache_device_use>(7);
   EXPECT_EQ(jitcache_runtime_open(&options, &rt), JITCACHE_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(last_error().find("device use 7"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("options.device is 7"), std::string::npos) << last_error();
   EXPECT_EQ(rt, nullptr);
 
   EXPECT_EQ(jitcache_set_log_level(static_cast<jitcache_log_level>(-1)), JITCACHE_ERROR_INVALID_ARGUMENT);
@@ -279,20 +286,386 @@ TEST_F(CApiTest, LogCallbackReceivesTheResolverLineAndRespectsTheLevel) {
   EXPECT_TRUE(captured.lines.empty());  // the callback is gone
 }
 
-TEST_F(CApiTest, ALargerOptionsStructFromANewerHeaderIsAccepted) {
-  // A caller built against a later header: its struct has more fields after ours.
+TEST_F(CApiTest, ALargerOptionsStructFromANewerHeaderIsAcceptedWhenItsTailIsZero) {
+  // A caller built against a later header: its struct has more fields after ours. Left at
+  // their defaults (zero) they ask for nothing this library lacks.
   struct Newer {
     jitcache_runtime_options v1;
     std::uint64_t future_field;
   } newer;
+  std::memset(&newer, 0, sizeof newer);
   jitcache_runtime_options_init(&newer.v1);
   newer.v1.struct_size = sizeof newer;
-  newer.future_field = 12345;
   const std::string cache = (dir() / "newer").string();
   newer.v1.cache_dir = cache.c_str();
   newer.v1.device = JITCACHE_DEVICE_NONE;
+  newer.future_field = 12345;
+  jitcache_runtime* rt = nullptr;
+  EXPECT_EQ(jitcache_runtime_open(&newer.v1, &rt), JITCACHE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("beyond the " + std::to_string(sizeof(jitcache_runtime_options)) + " bytes"),
+            std::string::npos)
+      << last_error();
+  EXPECT_EQ(rt, nullptr);
+  newer.future_field = 0;
   ASSERT_EQ(jitcache_runtime_open(&newer.v1, &m_runtime), JITCACHE_OK) << last_error();
   EXPECT_EQ(std::string(jitcache_runtime_cache_dir(m_runtime)), cache);
+}
+
+// Issue 10 item 11: SIZE_MAX opened, and a never-initialised struct (0x01 bytes) gave
+// jobs = 16843009 and a garbage cache cap.
+TEST_F(CApiTest, OptionsStructSizeAndEveryFieldAreRangeChecked) {
+  const std::string cache = (dir() / "cache").string();
+  auto expect_refused = [&](const jitcache_runtime_options& options, const std::string& needle) {
+    jitcache_runtime* rt = nullptr;
+    EXPECT_EQ(jitcache_runtime_open(&options, &rt), JITCACHE_ERROR_INVALID_ARGUMENT) << needle;
+    EXPECT_NE(last_error().find(needle), std::string::npos) << last_error();
+    EXPECT_EQ(rt, nullptr);
+    jitcache_runtime_close(rt);
+  };
+  jitcache_runtime_options garbage;
+  std::memset(&garbage, 0x01, sizeof garbage);
+  expect_refused(garbage, "options.struct_size is 72340172838076673");
+
+  auto valid = [&] {
+    jitcache_runtime_options o;
+    jitcache_runtime_options_init(&o);
+    o.cache_dir = cache.c_str();
+    o.device = JITCACHE_DEVICE_NONE;
+    return o;
+  };
+  jitcache_runtime_options o = valid();
+  o.struct_size = SIZE_MAX;
+  expect_refused(o, "options.struct_size is " + std::to_string(SIZE_MAX));
+  // The 0x01 fields behind a correct struct_size: each named.
+  o = garbage;
+  o.struct_size = sizeof o;
+  o.cache_dir = cache.c_str();
+  expect_refused(o, "options.jobs is 16843009");
+  o = valid();
+  o.jobs = 1025;
+  expect_refused(o, "options.jobs is 1025, expected 0 (one per core) to 1024");
+  o = valid();
+  o.device_ordinal = -1;
+  expect_refused(o, "options.device_ordinal is -1");
+  o = valid();
+  o.cache_max_bytes = 0x0101010101010101ull;
+  expect_refused(o, "options.cache_max_bytes is 72340172838076673");
+  o = valid();
+  o.cache_max_bytes = 4096;
+  expect_refused(o, "options.cache_max_bytes is 4096");
+  o = valid();
+  o.device = static_cast<jitcache_device_use>(0x01010101);
+  expect_refused(o, "options.device is 16843009");
+
+  o = valid();
+  o.jobs = 1024;
+  o.cache_max_bytes = 16ull << 20;
+  ASSERT_EQ(jitcache_runtime_open(&o, &m_runtime), JITCACHE_OK) << last_error();
+}
+
+// Issue 10 item 11: slot_mapping, slots and status were not alignment-checked, and sizes,
+// strides and bases that overflow the address arithmetic passed validation. Every case is
+// refused before any device work, so without a GPU it is INVALID_ARGUMENT, not
+// UNAVAILABLE; the same launch made valid is UNAVAILABLE.
+TEST_F(CApiTest, LaunchArgumentsAreAlignedAndBoundedBeforeAnyDeviceWork) {
+  ASSERT_NE(open_runtime(), nullptr);
+  ASSERT_NE(prepare(), nullptr);
+  alignas(16) static std::uint8_t buffer[4096];
+  const auto base = reinterpret_cast<std::uint64_t>(buffer);
+  constexpr std::int64_t k_i64_max = std::numeric_limits<std::int64_t>::max();
+  constexpr std::uint64_t k_top = std::numeric_limits<std::uint64_t>::max() & ~std::uint64_t{15};
+
+  auto writer = [&] {
+    jitcache_writer_launch w{};
+    w.kv_c = w.k_pe = w.slot_mapping = w.cache = w.status = base;
+    w.num_tokens = 2;
+    w.num_slots = 2;
+    return w;
+  };
+  auto expect_writer = [&](const jitcache_writer_launch& w, const std::string& field) {
+    SCOPED_TRACE(field);
+    EXPECT_EQ(jitcache_launch_writer(m_model, 3, &w, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(last_error().find("kernel parameter '" + field + "'"), std::string::npos) << last_error();
+  };
+  jitcache_writer_launch w = writer();
+  EXPECT_EQ(jitcache_launch_writer(m_model, 3, &w, nullptr), JITCACHE_ERROR_UNAVAILABLE) << last_error();
+  w.slot_mapping = base + 4;
+  expect_writer(w, "slot_mapping");
+  w = writer();
+  w.status = base + 2;
+  expect_writer(w, "status");
+  w = writer();
+  w.num_tokens = k_i64_max;
+  expect_writer(w, "num_tokens");
+  w = writer();
+  w.num_slots = k_i64_max;
+  expect_writer(w, "cache");
+  w = writer();
+  w.kv_c_stride = k_i64_max & ~std::int64_t{7};
+  expect_writer(w, "kv_c");
+  w = writer();
+  w.k_pe_stride = std::int64_t{1} << 62;
+  expect_writer(w, "k_pe");
+  w = writer();
+  w.kv_c = k_top;
+  expect_writer(w, "kv_c");
+  w = writer();
+  w.slot_mapping = std::numeric_limits<std::uint64_t>::max() - 7;  // 8 bytes left, 16 needed
+  expect_writer(w, "slot_mapping");
+  w = writer();
+  w.cache = k_top;
+  expect_writer(w, "cache");
+  w = writer();
+  w.num_tokens = -1;
+  expect_writer(w, "num_tokens");
+
+  auto gather = [&] {
+    jitcache_gather_launch g{};
+    g.cache = g.slots = g.out = g.status = base;
+    g.num_slots = 2;
+    g.num_rows = 2;
+    return g;
+  };
+  auto expect_gather = [&](const jitcache_gather_launch& g, const std::string& field) {
+    SCOPED_TRACE(field);
+    EXPECT_EQ(jitcache_launch_gather(m_model, 3, &g, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(last_error().find("kernel parameter '" + field + "'"), std::string::npos) << last_error();
+  };
+  jitcache_gather_launch g = gather();
+  EXPECT_EQ(jitcache_launch_gather(m_model, 3, &g, nullptr), JITCACHE_ERROR_UNAVAILABLE) << last_error();
+  g.slots = base + 2;
+  expect_gather(g, "slots");
+  g = gather();
+  g.status = base + 1;
+  expect_gather(g, "status");
+  g = gather();
+  g.num_rows = k_i64_max;
+  expect_gather(g, "num_rows");
+  g = gather();
+  g.num_slots = k_i64_max;
+  expect_gather(g, "cache");
+  g = gather();
+  g.out_stride = k_i64_max & ~std::int64_t{7};
+  expect_gather(g, "out");
+  g = gather();
+  g.out = k_top;
+  expect_gather(g, "out");
+  g = gather();
+  g.slots = std::numeric_limits<std::uint64_t>::max() - 3;  // 4 bytes left, 8 needed
+  expect_gather(g, "slots");
+  g = gather();
+  g.cache = k_top;
+  expect_gather(g, "cache");
+
+  // A count of 0 touches no buffer: pointers may be 0; without a GPU it is still
+  // UNAVAILABLE, like any launch. A NULL status is valid.
+  jitcache_writer_launch empty_w{};
+  EXPECT_EQ(jitcache_launch_writer(m_model, 3, &empty_w, nullptr), JITCACHE_ERROR_UNAVAILABLE)
+      << last_error();
+  jitcache_gather_launch empty_g{};
+  EXPECT_EQ(jitcache_launch_gather(m_model, 3, &empty_g, nullptr), JITCACHE_ERROR_UNAVAILABLE)
+      << last_error();
+  w = writer();
+  w.status = 0;
+  EXPECT_EQ(jitcache_launch_writer(m_model, 3, &w, nullptr), JITCACHE_ERROR_UNAVAILABLE) << last_error();
+}
+
+TEST_F(CApiTest, TheCxxLaunchApiRefusesTheSameArguments) {
+  RuntimeOptions options;
+  options.cache_dir = dir() / "cache";
+  options.device = DeviceUse::none;
+  auto rt = Runtime::open(options);
+  ASSERT_OK(rt);
+  auto model = (*rt)->prepare(ModelSpec{k_checkpoint, RopeFormat::fp8, "sm_90", std::nullopt, std::nullopt});
+  ASSERT_OK(model);
+  alignas(16) static std::uint8_t buffer[4096];
+  const auto base = reinterpret_cast<std::uint64_t>(buffer);
+  WriterLaunch w;
+  w.kv_c = w.k_pe = w.slot_mapping = w.cache = base;
+  w.num_tokens = 1;
+  w.num_slots = 1;
+  auto launched = (*model)->launch_writer(0, w, nullptr);
+  ASSERT_FALSE(launched);
+  EXPECT_EQ(launched.error().code, ErrorCode::unavailable);
+  w.slot_mapping = base + 4;
+  launched = (*model)->launch_writer(0, w, nullptr);
+  ASSERT_FALSE(launched);
+  EXPECT_EQ(launched.error().code, ErrorCode::invalid_argument);
+  EXPECT_CONTAINS(launched.error().message, "'slot_mapping': must be 8-byte aligned");
+  GatherLaunch g;
+  g.cache = g.slots = g.out = base;
+  g.num_slots = std::numeric_limits<std::int64_t>::max();
+  g.num_rows = 1;
+  launched = (*model)->launch_gather(0, g, nullptr);
+  ASSERT_FALSE(launched);
+  EXPECT_EQ(launched.error().code, ErrorCode::invalid_argument);
+  EXPECT_CONTAINS(launched.error().message, "'cache'");
+}
+
+// Issue 10 item 11: a callback calling jitcache_prepare for a key being compiled waited for
+// its own compile for ever. Such calls are refused; the outer prepare finishes. The wait
+// is bounded: a hang exits the test program instead of stalling the suite.
+struct Reentrant {
+  jitcache_runtime* runtime = nullptr;
+  std::string checkpoint;
+  std::string other_cache;
+  std::mutex mutex;
+  std::vector<std::pair<jitcache_status, std::string>> prepares;
+  std::vector<std::pair<jitcache_status, std::string>> opens;
+  int closes = 0;
+};
+
+void reenter(void* user_data, jitcache_log_level, const char*, size_t) {
+  auto* r = static_cast<Reentrant*>(user_data);
+  jitcache_model* model = nullptr;
+  const jitcache_status prepared =
+      jitcache_prepare(r->runtime, r->checkpoint.c_str(), JITCACHE_ROPE_BF16, "sm_90", nullptr, &model);
+  const std::string prepare_error = jitcache_last_error();
+  jitcache_model_release(model);
+  jitcache_runtime* other = nullptr;
+  jitcache_runtime_options options;
+  jitcache_runtime_options_init(&options);
+  options.cache_dir = r->other_cache.c_str();
+  options.device = JITCACHE_DEVICE_NONE;
+  const jitcache_status opened = jitcache_runtime_open(&options, &other);
+  const std::string open_error = jitcache_last_error();
+  jitcache_runtime_close(other);
+  jitcache_runtime_close(r->runtime);  // refused: the runtime is the one logging
+  std::lock_guard lock(r->mutex);
+  r->prepares.emplace_back(prepared, prepare_error);
+  r->opens.emplace_back(opened, open_error);
+  ++r->closes;
+}
+
+TEST_F(CApiTest, LogCallbackCannotReenterPrepareOpenOrClose) {
+  ASSERT_NE(open_runtime(), nullptr);
+  Reentrant r;
+  r.runtime = m_runtime;
+  r.checkpoint = k_checkpoint.string();
+  r.other_cache = (dir() / "other-cache").string();
+  ASSERT_EQ(jitcache_set_log_level(JITCACHE_LOG_DEBUG), JITCACHE_OK);
+  ASSERT_EQ(jitcache_set_log_callback(reenter, &r), JITCACHE_OK);
+  auto outer = std::async(std::launch::async, [&] {
+    jitcache_model* model = nullptr;
+    const jitcache_status status =
+        jitcache_prepare(m_runtime, k_checkpoint.c_str(), JITCACHE_ROPE_BF16, "sm_90", nullptr, &model);
+    return std::make_pair(status, model);
+  });
+  if (outer.wait_for(std::chrono::seconds(240)) != std::future_status::ready) {
+    std::fprintf(stderr, "jitcache_prepare did not return within 240 s: a log callback deadlocked it\n");
+    std::_Exit(97);
+  }
+  const auto [status, model] = outer.get();
+  m_model = model;
+  ASSERT_EQ(jitcache_set_log_callback(nullptr, nullptr), JITCACHE_OK);
+  ASSERT_EQ(status, JITCACHE_OK);
+  std::lock_guard lock(r.mutex);
+  ASSERT_FALSE(r.prepares.empty());
+  for (const auto& [code, message] : r.prepares) {
+    EXPECT_EQ(code, JITCACHE_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(message.find("jitcache_prepare: called from inside a jitcache log callback"), std::string::npos)
+        << message;
+  }
+  for (const auto& [code, message] : r.opens) {
+    EXPECT_EQ(code, JITCACHE_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(message.find("jitcache_runtime_open: called from inside a jitcache log callback"),
+              std::string::npos)
+        << message;
+  }
+  // The runtime survived the closes attempted from the callback.
+  EXPECT_GT(r.closes, 0);
+  EXPECT_EQ(std::filesystem::path(jitcache_runtime_cache_dir(m_runtime)), dir() / "cache");
+  jitcache_model* again = nullptr;
+  ASSERT_EQ(jitcache_prepare(m_runtime, k_checkpoint.c_str(), JITCACHE_ROPE_BF16, "sm_90", nullptr, &again),
+            JITCACHE_OK)
+      << last_error();
+  jitcache_model_release(again);
+}
+
+// Issue 10 item 11: "  " was opened as a path (NOT_FOUND) although the environment
+// variable and the docs treat a blank value as unset.
+TEST_F(CApiTest, BlankScalesOverrideIsNone) {
+  ASSERT_NE(open_runtime(), nullptr);
+  for (const char* blank : {"", " ", "\t \n"}) {
+    jitcache_model* model = nullptr;
+    ASSERT_EQ(jitcache_prepare(m_runtime, k_checkpoint.c_str(), JITCACHE_ROPE_BF16, "sm_90", blank, &model),
+              JITCACHE_OK)
+        << last_error();
+    jitcache_layer_info info;
+    ASSERT_EQ(jitcache_model_layer(model, 0, &info), JITCACHE_OK);
+    EXPECT_EQ(info.source, JITCACHE_SOURCE_CHECKPOINT);
+    jitcache_model_release(model);
+  }
+}
+
+TEST_F(CApiTest, EmptyCheckpointPathIsNamed) {
+  ASSERT_NE(open_runtime(), nullptr);
+  jitcache_model* model = nullptr;
+  EXPECT_EQ(jitcache_prepare(m_runtime, "", JITCACHE_ROPE_BF16, "sm_90", nullptr, &model),
+            JITCACHE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(last_error(), "checkpoint directory: empty path; give the directory that holds config.json");
+  EXPECT_EQ(model, nullptr);
+}
+
+TEST_F(CApiTest, ANewlineInTheCheckpointPathStaysInsideOneLogLine) {
+  const std::filesystem::path odd = dir() / "ck\npt";
+  std::filesystem::copy(k_checkpoint, odd, std::filesystem::copy_options::recursive);
+  Captured captured;
+  ASSERT_EQ(jitcache_set_log_callback(capture, &captured), JITCACHE_OK);
+  ASSERT_NE(open_runtime(), nullptr);
+  ASSERT_EQ(jitcache_prepare(m_runtime, odd.c_str(), JITCACHE_ROPE_BF16, "sm_90", nullptr, &m_model),
+            JITCACHE_OK)
+      << last_error();
+  std::lock_guard lock(captured.mutex);
+  bool resolver_line = false;
+  for (const auto& [level, text] : captured.lines) {
+    EXPECT_EQ(text.find_first_of("\n\r"), std::string::npos) << text;
+    resolver_line |= text.find("outer scales for " + (dir() / "ck\\x0apt").string() +
+                               ": checkpoint metadata") != std::string::npos;
+  }
+  EXPECT_TRUE(resolver_line);
+}
+
+// Issue 10 items 7 and 11: the environment is checked at open; its errors are
+// INVALID_INPUT (INVALID_ARGUMENT is for handles, enums and layers).
+TEST_F(CApiTest, EnvironmentErrorsAtOpenAreInvalidInput) {
+  jitcache_runtime_options options;
+  jitcache_runtime_options_init(&options);
+  const std::string cache = (dir() / "cache").string();
+  options.cache_dir = cache.c_str();
+  options.device = JITCACHE_DEVICE_NONE;
+  jitcache_runtime* rt = nullptr;
+  {
+    jitcache::testing::ScopedEnv strict("JITCACHE_STRICT", "maybe");
+    EXPECT_EQ(jitcache_runtime_open(&options, &rt), JITCACHE_ERROR_INVALID_INPUT);
+    EXPECT_NE(
+        last_error().find("JITCACHE_STRICT=maybe: expected a boolean: 1, true, yes, on or 0, false, no, off"),
+        std::string::npos)
+        << last_error();
+  }
+  {
+    jitcache::testing::ScopedEnv strict("JITCACHE_STRICT", "1");
+    jitcache::testing::ScopedEnv typo("JITCACHE_STRCT_TYPO", "1");
+    EXPECT_EQ(jitcache_runtime_open(&options, &rt), JITCACHE_ERROR_INVALID_INPUT);
+    EXPECT_NE(last_error().find("JITCACHE_STRCT_TYPO"), std::string::npos) << last_error();
+  }
+  {
+    jitcache::testing::ScopedEnv strict("JITCACHE_STRICT", "1");
+    jitcache::testing::ScopedEnv level("JITCACHE_LOG_LEVEL", "bogus");
+    EXPECT_EQ(jitcache_runtime_open(&options, &rt), JITCACHE_ERROR_INVALID_INPUT);
+    EXPECT_NE(last_error().find("JITCACHE_LOG_LEVEL=bogus"), std::string::npos) << last_error();
+  }
+  EXPECT_EQ(rt, nullptr);
+  // Not strict: a bad log level is a warning delivered to the callback, and open succeeds.
+  jitcache::testing::ScopedEnv level("JITCACHE_LOG_LEVEL", "bogus");
+  Captured captured;
+  ASSERT_EQ(jitcache_set_log_callback(capture, &captured), JITCACHE_OK);
+  ASSERT_EQ(jitcache_runtime_open(&options, &m_runtime), JITCACHE_OK) << last_error();
+  std::lock_guard lock(captured.mutex);
+  bool warned = false;
+  for (const auto& [lvl, text] : captured.lines)
+    warned |= lvl == JITCACHE_LOG_WARNING && text.find("JITCACHE_LOG_LEVEL=bogus") != std::string::npos;
+  EXPECT_TRUE(warned);
 }
 
 }  // namespace

@@ -181,6 +181,36 @@ TEST_F(CacheFallbackTest, RequireCacheMakesTheDirectoryErrorFatal) {
   EXPECT_TRUE(warnings_naming("memory-only").empty());
 }
 
+TEST_F(CacheFallbackTest, TheOptionBeatsTheEnvironment) {
+  const fs::path cache = dir() / "shared";
+  fs::create_directory(cache);
+  ::chmod(cache.c_str(), 0777);
+  jitcache_runtime_options options;
+  jitcache_runtime_options_init(&options);
+  EXPECT_EQ(options.cache_requirement, JITCACHE_CACHE_FROM_ENVIRONMENT);
+  options.device = JITCACHE_DEVICE_NONE;
+  const std::string path = cache.string();
+  options.cache_dir = path.c_str();
+  jitcache_runtime* runtime = nullptr;
+  {
+    ScopedEnv unset("JITCACHE_REQUIRE_CACHE", nullptr);
+    options.cache_requirement = JITCACHE_CACHE_REQUIRED;
+    EXPECT_EQ(jitcache_runtime_open(&options, &runtime), JITCACHE_ERROR_UNSAFE);
+  }
+  {
+    ScopedEnv require("JITCACHE_REQUIRE_CACHE", "1");
+    options.cache_requirement = JITCACHE_CACHE_OPTIONAL;
+    ASSERT_EQ(jitcache_runtime_open(&options, &runtime), JITCACHE_OK) << jitcache_last_error();
+    jitcache_cache_status status{};
+    ASSERT_EQ(jitcache_runtime_cache_status(runtime, &status), JITCACHE_OK);
+    EXPECT_EQ(status.mode, JITCACHE_CACHE_MEMORY_ONLY);
+    jitcache_runtime_close(runtime);
+  }
+  reinterpret_cast<int&>(options.cache_requirement) = 7;
+  EXPECT_EQ(jitcache_runtime_open(&options, &runtime), JITCACHE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(jitcache_last_error()).find("cache_requirement"), std::string::npos) << jitcache_last_error();
+}
+
 TEST_F(CacheFallbackTest, RequireCacheMustBeABoolean) {
   ScopedEnv require("JITCACHE_REQUIRE_CACHE", "sometimes");
   jitcache_runtime* runtime = nullptr;

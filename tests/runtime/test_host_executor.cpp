@@ -3,6 +3,7 @@
 // gathered rows, on fresh random data and on edge cases.
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -341,6 +342,83 @@ TEST(HostExecutor, RejectsMisalignedOrInvalidParameters) {
   g.out = reinterpret_cast<std::uint16_t*>(out.data());
   g.out_stride = 500;
   EXPECT_FALSE(host_run_gather(LatentScale::identity, RopeFormat::bf16, g, 1.0f));
+}
+
+// Issue 10 item 11: the int64 slot_mapping, int32 slots and uint32 status were not
+// alignment-checked, and counts, strides and bases whose address arithmetic overflows
+// passed. The host executor and the device launches share validate().
+TEST(HostExecutor, EveryPointerIsAlignedForItsTypeAndNoExtentOverflows) {
+  alignas(16) static std::uint8_t buffer[4096];
+  auto* u16 = reinterpret_cast<std::uint16_t*>(buffer);
+  auto* i64 = reinterpret_cast<const std::int64_t*>(buffer);
+  auto* i32 = reinterpret_cast<const std::int32_t*>(buffer);
+  auto* u32 = reinterpret_cast<std::uint32_t*>(buffer);
+  constexpr std::int64_t k_max = std::numeric_limits<std::int64_t>::max();
+  auto at = [](std::uintptr_t address) { return address; };
+  const std::uintptr_t top = std::numeric_limits<std::uintptr_t>::max() & ~std::uintptr_t{15};
+  auto expect_refused = [](const Status& status, const std::string& needle) {
+    ASSERT_FALSE(status) << needle;
+    EXPECT_EQ(status.error().code, ErrorCode::invalid_argument);
+    EXPECT_NE(status.error().message.find(needle), std::string::npos) << status.error().message;
+  };
+
+  const jc::WriterParams w{u16, 512, u16, 64, i64, 2, buffer, 2, u32};
+  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) EXPECT_OK(validate(w, rope));
+  auto bad = w;
+  bad.slot_mapping = reinterpret_cast<const std::int64_t*>(buffer + 4);
+  expect_refused(validate(bad, RopeFormat::bf16), "'slot_mapping': must be 8-byte aligned (int64)");
+  bad = w;
+  bad.status = reinterpret_cast<std::uint32_t*>(buffer + 2);
+  expect_refused(validate(bad, RopeFormat::bf16), "'status': must be 4-byte aligned (uint32)");
+  bad = w;
+  bad.num_tokens = k_max;
+  expect_refused(validate(bad, RopeFormat::bf16), "'num_tokens': must be <= 8589934588");
+  bad = w;
+  bad.num_slots = k_max / 432 + 1;  // slot * 432 overflows int64
+  expect_refused(validate(bad, RopeFormat::bf16), "'cache'");
+  bad.num_slots = k_max / 368;  // fits for fp8 records
+  EXPECT_OK(validate(bad, RopeFormat::fp8));
+  bad = w;
+  bad.kv_c_stride = k_max & ~std::int64_t{7};
+  expect_refused(validate(bad, RopeFormat::bf16), "'kv_c'");
+  bad = w;
+  bad.k_pe = reinterpret_cast<const std::uint16_t*>(at(top));
+  expect_refused(validate(bad, RopeFormat::bf16), "'k_pe'");
+  bad = w;
+  bad.slot_mapping = reinterpret_cast<const std::int64_t*>(at(top + 8));  // 8 bytes left, 16 needed
+  expect_refused(validate(bad, RopeFormat::bf16), "'slot_mapping'");
+
+  const jc::GatherParams g{buffer, 2, i32, 2, u16, 576, u32};
+  EXPECT_OK(validate(g, RopeFormat::bf16));
+  auto gbad = g;
+  gbad.slots = reinterpret_cast<const std::int32_t*>(buffer + 2);
+  expect_refused(validate(gbad, RopeFormat::bf16), "'slots': must be 4-byte aligned (int32)");
+  gbad = g;
+  gbad.status = reinterpret_cast<std::uint32_t*>(buffer + 1);
+  expect_refused(validate(gbad, RopeFormat::bf16), "'status'");
+  gbad = g;
+  gbad.num_rows = k_max;
+  expect_refused(validate(gbad, RopeFormat::bf16), "'num_rows'");
+  gbad = g;
+  gbad.num_slots = k_max;
+  expect_refused(validate(gbad, RopeFormat::fp8), "'cache'");
+  gbad = g;
+  gbad.out_stride = (k_max / 2) & ~std::int64_t{7};
+  expect_refused(validate(gbad, RopeFormat::bf16), "'out'");
+  gbad = g;
+  gbad.out = reinterpret_cast<std::uint16_t*>(at(top));
+  expect_refused(validate(gbad, RopeFormat::bf16), "'out'");
+
+  // A count of 0 reads nothing: null buffers are fine. So is a null status, and a
+  // gather with no slots never reads the cache.
+  EXPECT_OK(
+      validate(jc::WriterParams{nullptr, 0, nullptr, 0, nullptr, 0, nullptr, 0, nullptr}, RopeFormat::bf16));
+  EXPECT_OK(validate(jc::GatherParams{nullptr, 0, nullptr, 0, nullptr, 0, nullptr}, RopeFormat::bf16));
+  gbad = g;
+  gbad.status = nullptr;
+  gbad.cache = nullptr;
+  gbad.num_slots = 0;
+  EXPECT_OK(validate(gbad, RopeFormat::bf16));
 }
 
 }  // namespace

@@ -59,6 +59,39 @@ TEST(ModelConfig, WrongTypesAndRangesAreRefused) {
   }
 }
 
+TEST(ModelConfig, NullDraftLayerCountIsAnErrorNotZero) {
+  // Issue 10 item 7: null read as "no draft layers" silently dropped the MTP layer.
+  json config = glm_config();
+  config["num_nextn_predict_layers"] = nullptr;
+  const auto model = parse_model_config(config, "ckpt/config.json");
+  ASSERT_FALSE(model);
+  EXPECT_EQ(model.error().code, ErrorCode::invalid_input);
+  EXPECT_CONTAINS(
+      model.error().message,
+      "ckpt/config.json: field 'num_nextn_predict_layers': must be an integer in [0, 1024], got null");
+  for (const char* required : {"num_hidden_layers", "kv_lora_rank"}) {
+    json c = glm_config();
+    c[required] = nullptr;
+    const auto m = parse_model_config(c, "ckpt/config.json");
+    ASSERT_FALSE(m) << required;
+    EXPECT_CONTAINS(m.error().message, std::string("field '") + required + "': must be an integer");
+  }
+}
+
+TEST(ModelConfig, NearMissKeysAreFound) {
+  json config = glm_config();
+  EXPECT_TRUE(scales_key_near_misses(config).empty());
+  config["nvfp4_ds_mla_outer_scales"] = json::object();  // the real key is not a near miss
+  config["NVFP4_DS_MLA_OUTER_SCALE"] = 1;
+  config["quantization_config"] = {{"nvfp4_ds_mla_outer_scales", 1}, {"quant_method", "fp8"}};
+  config["model_type_x"] = 1;
+  const auto misses = scales_key_near_misses(config);
+  ASSERT_EQ(misses.size(), 2u);
+  EXPECT_EQ(misses[0].found, "NVFP4_DS_MLA_OUTER_SCALE");
+  EXPECT_EQ(misses[1].found, "quantization_config.nvfp4_ds_mla_outer_scales");
+  EXPECT_EQ(misses[1].expected, "nvfp4_ds_mla_outer_scales");
+}
+
 TEST(ModelConfig, NonObjectIsRefused) {
   const auto model = parse_model_config(json::array(), "config.json");
   ASSERT_FALSE(model);
@@ -66,6 +99,14 @@ TEST(ModelConfig, NonObjectIsRefused) {
 }
 
 class CheckpointConfigTest : public TempDirTest {};
+
+TEST_F(CheckpointConfigTest, EmptyPathIsNamed) {
+  const auto config = read_checkpoint_config("");
+  ASSERT_FALSE(config);
+  EXPECT_EQ(config.error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(config.error().message,
+            "checkpoint directory: empty path; give the directory that holds config.json");
+}
 
 TEST_F(CheckpointConfigTest, MissingConfigIsNotFound) {
   const auto config = read_checkpoint_config(dir());

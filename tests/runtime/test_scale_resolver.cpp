@@ -201,6 +201,100 @@ TEST_F(ScaleResolverTest, BlankEnvironmentVariableIsUnset) {
   }
 }
 
+TEST_F(ScaleResolverTest, BlankOverrideArgumentIsUnsetLikeTheEnvironmentVariable) {
+  // Issue 10 item 11: "  " as the argument was opened as a file (not found), while the
+  // same value in VLLM_NVFP4_MLA_SCALES_FILE counts as unset.
+  const json scales = valid_scales(m_seed);
+  const fs::path ckpt = make_checkpoint(scales, Form::sidecar);
+  for (const char* blank : {"", "   ", "\t\n", " \r\v\f "}) {
+    ResolveOptions o = options(ckpt);
+    o.override_file = fs::path(blank);
+    const auto resolved = resolve_scales(o);
+    ASSERT_OK(resolved);
+    EXPECT_EQ(resolved->provenance.source, ScaleSource::checkpoint);
+    EXPECT_EQ(resolved->provenance.override_origin, OverrideOrigin::none);
+  }
+}
+
+// Issue 10 item 7: a misspelt scales key silently gave 78 identity layers.
+TEST_F(ScaleResolverTest, NearMissScalesKeyWarnsWithDidYouMeanOrFailsInStrictMode) {
+  const json scales = valid_scales(m_seed);
+  for (const std::string key : {"nvfp4_ds_mla_outer_scale", "NVFP4_DS_MLA_OUTER_SCALES",
+                                "nvfp4_ds_mla_outer_sclaes", "nvfp4_ds_mla_outerscales"}) {
+    SCOPED_TRACE(key);
+    json config = glm_config();
+    config[key] = scales;
+    const fs::path ckpt =
+        make_checkpoint(scales, Form::none, "near-" + std::to_string(key.size()) + key, config);
+    {
+      LogCapture logs;
+      const auto resolved = resolve_scales(options(ckpt));
+      ASSERT_OK(resolved);
+      EXPECT_EQ(resolved->provenance.source, ScaleSource::identity_default);
+      const auto warnings = logs.at(LogLevel::warning);
+      ASSERT_EQ(warnings.size(), 1u);
+      EXPECT_CONTAINS(warnings[0], (ckpt / "config.json").string() + ": key '" + key + "' is not read");
+      EXPECT_CONTAINS(warnings[0], "did you mean the top-level key 'nvfp4_ds_mla_outer_scales'?");
+      ASSERT_EQ(resolved->provenance.warnings.size(), 1u);
+      EXPECT_EQ(resolved->provenance.warnings[0], warnings[0]);
+    }
+    ScopedEnv strict("JITCACHE_STRICT", "1");
+    const auto resolved = resolve_scales(options(ckpt));
+    ASSERT_FALSE(resolved);
+    EXPECT_EQ(resolved.error().code, ErrorCode::invalid_input);
+    EXPECT_CONTAINS(resolved.error().message, "key '" + key + "' is not read");
+    EXPECT_CONTAINS(resolved.error().message, "strict mode");
+  }
+}
+
+TEST_F(ScaleResolverTest, ScalesKeyInsideQuantizationConfigIsNotReadAndWarns) {
+  // jitcache reads the scales from the top level only (docs/scales.md); the right key in
+  // quantization_config, or a near miss there, is a WARNING (an error in strict mode).
+  const json scales = valid_scales(m_seed);
+  for (const std::string key : {"nvfp4_ds_mla_outer_scales", "Nvfp4_Ds_Mla_Outer_Scale"}) {
+    SCOPED_TRACE(key);
+    json config = glm_config();
+    config["quantization_config"] = {{"quant_method", "fp8"}, {key, scales}};
+    const fs::path ckpt = make_checkpoint(scales, Form::none, "q" + std::to_string(key.size()), config);
+    LogCapture logs;
+    const auto resolved = resolve_scales(options(ckpt));
+    ASSERT_OK(resolved);
+    EXPECT_EQ(resolved->provenance.source, ScaleSource::identity_default);
+    const auto warnings = logs.at(LogLevel::warning);
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_CONTAINS(warnings[0], "key 'quantization_config." + key + "' is not read");
+    EXPECT_CONTAINS(warnings[0], "top-level key 'nvfp4_ds_mla_outer_scales'");
+    ScopedEnv strict("JITCACHE_STRICT", "1");
+    EXPECT_FALSE(resolve_scales(options(ckpt)));
+  }
+}
+
+TEST_F(ScaleResolverTest, DistantKeysAndTheRealKeyGiveNoNearMissWarning) {
+  const json scales = valid_scales(m_seed);
+  json config = glm_config();
+  // Edit distance 4 and unrelated keys: not near misses.
+  config["nvfp4_ds_mla_outer_sc"] = 1;
+  config["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  const fs::path ckpt = make_checkpoint(scales, Form::sidecar, "ckpt", config);
+  LogCapture logs;
+  ScopedEnv strict("JITCACHE_STRICT", "1");
+  const auto resolved = resolve_scales(options(ckpt));
+  ASSERT_OK(resolved);
+  EXPECT_EQ(resolved->provenance.source, ScaleSource::checkpoint);
+  EXPECT_TRUE(logs.at(LogLevel::warning).empty());
+}
+
+TEST_F(ScaleResolverTest, UnparsableStrictModeIsAnErrorListingTheAcceptedValues) {
+  const fs::path ckpt = make_checkpoint(valid_scales(m_seed), Form::sidecar);
+  ScopedEnv strict("JITCACHE_STRICT", "maybe");
+  const auto resolved = resolve_scales(options(ckpt));
+  ASSERT_FALSE(resolved);
+  EXPECT_EQ(resolved.error().code, ErrorCode::invalid_input);
+  EXPECT_CONTAINS(resolved.error().message,
+                  "JITCACHE_STRICT=maybe: expected a boolean: 1, true, yes, on or 0, "
+                  "false, no, off");
+}
+
 TEST_F(ScaleResolverTest, OverrideShadowingCheckpointWarnsNamingBoth) {
   const fs::path ckpt = make_checkpoint(valid_scales(m_seed), Form::sidecar);
   const fs::path env_file = write_file("env.json", valid_scales(m_seed + 1));

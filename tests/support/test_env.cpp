@@ -64,9 +64,47 @@ TEST(EnvRegistry, BooleansParseAndBadOnesAreErrors) {
   ScopedVar bad("JITCACHE_STRICT", "maybe");
   const auto parsed = get_bool(jitcache_strict);
   ASSERT_FALSE(parsed);
-  EXPECT_EQ(parsed.error().message, "JITCACHE_STRICT=maybe: expected a boolean (1/0, true/false)");
-  EXPECT_FALSE(strict_mode());
+  EXPECT_EQ(parsed.error().message,
+            "JITCACHE_STRICT=maybe: expected a boolean: 1, true, yes, on or 0, false, no, off (any case)");
   EXPECT_FALSE(check_value(jitcache_strict));
+}
+
+// Issue 10 item 7: an unparsable JITCACHE_STRICT read as "off" with a warning, so a
+// deployment that asked for strictness ran without it.
+TEST(EnvRegistry, UnparsableStrictModeIsAnErrorAtStartup) {
+  ScopedVar bad("JITCACHE_STRICT", "maybe");
+  const auto strict = strict_mode();
+  ASSERT_FALSE(strict);
+  EXPECT_EQ(strict.error().code, ErrorCode::invalid_input);
+  const auto started = check_startup();
+  ASSERT_FALSE(started);
+  EXPECT_EQ(started.error().code, ErrorCode::invalid_input);
+  EXPECT_NE(started.error().message.find("1, true, yes, on or 0, false, no, off"), std::string::npos)
+      << started.error().message;
+  ScopedVar unset("JITCACHE_STRICT", nullptr);
+  EXPECT_EQ(strict_mode(), false);
+  EXPECT_TRUE(check_startup());
+}
+
+TEST(EnvRegistry, BadLogLevelWarnsOnceOrFailsInStrictMode) {
+  ScopedVar strict_off("JITCACHE_STRICT", nullptr);
+  ScopedVar bad("JITCACHE_LOG_LEVEL", "bogus");
+  std::vector<std::string> warnings;
+  set_log_sink([&](LogLevel level, std::string_view m) {
+    if (level == LogLevel::warning) warnings.emplace_back(m);
+  });
+  EXPECT_TRUE(check_startup());
+  EXPECT_TRUE(check_startup());
+  set_log_sink(nullptr);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("JITCACHE_LOG_LEVEL=bogus: expected a log level"), std::string::npos)
+      << warnings[0];
+
+  ScopedVar strict("JITCACHE_STRICT", "1");
+  const auto started = check_startup();
+  ASSERT_FALSE(started);
+  EXPECT_EQ(started.error().code, ErrorCode::invalid_input);
+  EXPECT_NE(started.error().message.find("JITCACHE_LOG_LEVEL=bogus"), std::string::npos);
 }
 
 TEST(EnvRegistry, LogLevelValuesAreChecked) {
@@ -110,6 +148,8 @@ TEST(EnvRegistry, UnknownVariableWarnsOnceOrFailsInStrictMode) {
   ScopedVar strict("JITCACHE_STRICT", "1");
   const auto checked = check_unknown_vars();
   ASSERT_FALSE(checked);
+  // A value problem, not a bad handle: the C ABI reserves INVALID_ARGUMENT for those.
+  EXPECT_EQ(checked.error().code, ErrorCode::invalid_input);
   EXPECT_NE(checked.error().message.find("JITCACHE_DIRECTORY_X"), std::string::npos);
   EXPECT_NE(checked.error().message.find("strict mode"), std::string::npos);
 }

@@ -135,6 +135,67 @@ TEST_F(CliTest, ValidateAgainstAnotherModelFails) {
   EXPECT_NE(r.err.find("field 'num_layers': is 78 but the model has 61"), std::string::npos) << r.err;
 }
 
+// Issue 10 item 7: renaming the scales key gave 78 identity layers, exit 0, an INFO line.
+TEST_F(CliTest, MisspeltScalesKeyWarnsWithDidYouMeanAndFailsInStrictMode) {
+  const fs::path ckpt = dir() / "ckpt";
+  fs::create_directories(ckpt);
+  json config = json::parse(testing::read_text_file(example() / "config.json"));
+  config["nvfp4_ds_mla_outer_scale"] = config["nvfp4_ds_mla_outer_scales"];
+  config.erase("nvfp4_ds_mla_outer_scales");
+  write("ckpt/config.json", config.dump());
+  fs::copy_file(example_sidecar(), ckpt / "nvfp4_ds_mla_outer_scales.json");
+
+  CliRun r = run({"scales", "show", "--checkpoint", ckpt.string()});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("WARNING: " + (ckpt / "config.json").string() +
+                       ": key 'nvfp4_ds_mla_outer_scale' is not read (did you mean the top-level key "
+                       "'nvfp4_ds_mla_outer_scales'?)"),
+            std::string::npos)
+      << r.err;
+  r = run({"scales", "show", "--checkpoint", ckpt.string(), "--json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["provenance"]["warnings"].size(), 1u);
+
+  r = run({"scales", "show", "--checkpoint", ckpt.string()}, {"JITCACHE_STRICT=1"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("error: " + (ckpt / "config.json").string() + ": key 'nvfp4_ds_mla_outer_scale'"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(CliTest, BlankScalesOptionMeansNoOverride) {
+  const CliRun r = run({"scales", "show", "--checkpoint", example().string(), "--scales", "  ", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["provenance"]["source"], "checkpoint");
+}
+
+// Issue 10 item 7: JITCACHE_STRICT=maybe ran with strict mode off.
+TEST_F(CliTest, UnparsableStrictModeStopsEveryCommandWithExit2) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"scales", "show", "--checkpoint", example().string()},
+        std::vector<std::string>{"env"}}) {
+    const CliRun r = run(args, {"JITCACHE_STRICT=maybe"});
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("JITCACHE_STRICT=maybe: expected a boolean: 1, true, yes, on or 0, false, no, off"),
+              std::string::npos)
+        << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+TEST_F(CliTest, BadLogLevelWarnsOnceOrIsAnErrorInStrictMode) {
+  CliRun r = run({"scales", "show", "--checkpoint", example().string()}, {"JITCACHE_LOG_LEVEL=bogus"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  const std::string warning = "JITCACHE_LOG_LEVEL=bogus: expected a log level";
+  const auto first = r.err.find(warning);
+  ASSERT_NE(first, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(warning, first + 1), std::string::npos) << r.err;  // once
+  r = run({"scales", "show", "--checkpoint", example().string()},
+          {"JITCACHE_LOG_LEVEL=bogus", "JITCACHE_STRICT=1"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
+}
+
 TEST_F(CliTest, EnvPrintsRegistryAndFlagsTypos) {
   CliRun r = run({"env"}, {"JITCACHE_DIR=/some/where"});
   EXPECT_EQ(r.code, 0) << r.out << r.err;

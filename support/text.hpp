@@ -1,0 +1,31 @@
+// Small text helpers shared by the environment registry, the log layer and the messages
+// that quote user input (paths, keys).
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace jitcache::text {
+
+std::string ascii_lower(std::string_view s);
+
+// Optimal string alignment distance (Levenshtein plus adjacent transpositions): the
+// did-you-mean measure for misspelt names. Case-sensitive; lower both sides to ignore case.
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+// The whitespace rule for values that may be "unset": spaces, tabs, CR, LF, VT, FF.
+std::string_view trim(std::string_view s);
+// Empty or whitespace only: reads as unset, for environment variables and the matching
+// API arguments alike (the scales override).
+bool is_blank(std::string_view s);
+
+// `s` with every control character (C0 and DEL) written as \xNN, so a message quoting user
+// input stays one line and cannot forge a second log line.
+std::string escape_control(std::string_view s);
+// A path as quoted in messages: its text with control characters escaped; "" is shown as
+// "(empty path)".
+std::string shown(const std::filesystem::path& path);
+
+}  // namespace jitcache::text

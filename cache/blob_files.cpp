@@ -102,7 +102,8 @@ Result<BlobDigest> BlobFiles::publish(std::span<const std::byte> data, Durabilit
   }
   JC_TRY(write_all(fd.get(), data, temp));
   if (durability == Durability::full) {
-    if (const int e = injected(WriteStep::temp_fsync)) return std::unexpected(errno_error("fsync " + temp, e));
+    if (const int e = injected(WriteStep::temp_fsync))
+      return std::unexpected(errno_error("fsync " + temp, e));
     JC_TRY(fsync_fd(fd.get(), temp));
   }
   fd.reset();

@@ -123,7 +123,8 @@ std::string column_text(sqlite3_stmt* stmt, int column) {
 // A stored count as read back: junk below zero reads as 0, beyond k_max_count as k_max_count
 // (a REAL too large for int64 is saturated by SQLite itself).
 std::uint64_t column_count(sqlite3_stmt* stmt, int column) {
-  return static_cast<std::uint64_t>(std::clamp<sqlite3_int64>(sqlite3_column_int64(stmt, column), 0, k_max_count));
+  return static_cast<std::uint64_t>(
+      std::clamp<sqlite3_int64>(sqlite3_column_int64(stmt, column), 0, k_max_count));
 }
 
 double column_ms(sqlite3_stmt* stmt, int column) {
@@ -255,9 +256,10 @@ std::expected<std::unique_ptr<Index>, Index::OpenFailure> Index::open(const std:
     // that openers who collided do not collide again.
     if (!is_busy(connected.error().rc) || now >= deadline) {
       if (is_busy(connected.error().rc))
-        failure.error.message += " (tried " + std::to_string(attempt) + " times for " +
-                                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - started).count()) +
-                                 " ms)";
+        failure.error.message +=
+            " (tried " + std::to_string(attempt) + " times for " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - started).count()) +
+            " ms)";
       return std::unexpected(std::move(failure));
     }
     index.reset();
@@ -274,15 +276,17 @@ std::expected<void, Index::ConnectFailure> Index::connect(const IndexOptions& op
     return std::unexpected(ConnectFailure{OpenFailure{db_error(what, rc), is_corruption(rc)}, rc});
   };
   // NOMUTEX: the connection is only used under m_mutex. NOFOLLOW: the index is never a link.
-  int rc = sqlite3_open_v2(m_path.c_str(), &m_db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
-                           nullptr);
+  int rc = sqlite3_open_v2(
+      m_path.c_str(), &m_db,
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, nullptr);
   if (rc != SQLITE_OK) return fail("cannot open", rc);
   m_file_id = file_id_of(m_path);
   sqlite3_extended_result_codes(m_db, 1);
   sqlite3_busy_timeout(m_db, static_cast<int>(options.busy_timeout.count()));
 
-  auto exec = [&](const std::string& sql) { return sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr); };
+  auto exec = [&](const std::string& sql) {
+    return sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr);
+  };
   // The first statement that reads the file is where garbage is noticed.
   if ((rc = exec("PRAGMA journal_mode=WAL")) != SQLITE_OK) return fail("enabling WAL", rc);
   exec(options.durability == Durability::full ? "PRAGMA synchronous=NORMAL" : "PRAGMA synchronous=OFF");
@@ -303,12 +307,12 @@ std::expected<void, Index::ConnectFailure> Index::connect(const IndexOptions& op
   int version = 0;
   if (auto read = read_schema(version); !read) return rollback(std::move(read));
   if (version > k_index_schema_version)
-    return rollback(std::unexpected(ConnectFailure{
-        OpenFailure{Error{ErrorCode::database,
-                          m_path.string() + ": schema_version " + std::to_string(version) +
-                              " is newer than this jitcache understands (" + std::to_string(k_index_schema_version) +
-                              "); use a newer jitcache or another cache directory",
-                          {}}}}));
+    return rollback(std::unexpected(ConnectFailure{OpenFailure{
+        Error{ErrorCode::database,
+              m_path.string() + ": schema_version " + std::to_string(version) +
+                  " is newer than this jitcache understands (" + std::to_string(k_index_schema_version) +
+                  "); use a newer jitcache or another cache directory",
+              {}}}}));
   for (; version < k_index_schema_version; ++version) {
     if ((rc = exec(k_migrations[static_cast<std::size_t>(version)])) != SQLITE_OK)
       return rollback_and_fail(
@@ -328,20 +332,25 @@ std::expected<void, Index::ConnectFailure> Index::connect_read_only(const IndexO
     return std::unexpected(ConnectFailure{OpenFailure{db_error(what, rc), is_corruption(rc)}, rc});
   };
   auto refuse = [&](const std::string& why) {
-    return std::unexpected(ConnectFailure{OpenFailure{Error{ErrorCode::database, m_path.string() + ": " + why, {}}}});
+    return std::unexpected(
+        ConnectFailure{OpenFailure{Error{ErrorCode::database, m_path.string() + ": " + why, {}}}});
   };
   std::error_code ec;
   if (!std::filesystem::exists(m_path, ec) && !ec)
-    return std::unexpected(ConnectFailure{OpenFailure{Error{
-        ErrorCode::not_found, m_path.string() + ": no such file; an index opened read-only is never created", {}}}});
-  auto exec = [&](const std::string& sql) { return sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr); };
+    return std::unexpected(ConnectFailure{
+        OpenFailure{Error{ErrorCode::not_found,
+                          m_path.string() + ": no such file; an index opened read-only is never created",
+                          {}}}});
+  auto exec = [&](const std::string& sql) {
+    return sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr);
+  };
   auto try_open = [&](bool immutable) {
     if (m_db != nullptr) sqlite3_close_v2(m_db);
     m_db = nullptr;
     const std::string uri = read_only_uri(m_path, immutable);
-    int rc = sqlite3_open_v2(uri.c_str(), &m_db,
-                             SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
-                             nullptr);
+    int rc = sqlite3_open_v2(
+        uri.c_str(), &m_db,
+        SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, nullptr);
     if (rc != SQLITE_OK) return rc;
     sqlite3_extended_result_codes(m_db, 1);
     sqlite3_busy_timeout(m_db, static_cast<int>(options.busy_timeout.count()));
@@ -358,9 +367,10 @@ std::expected<void, Index::ConnectFailure> Index::connect_read_only(const IndexO
     const auto wal_size = std::filesystem::file_size(wal, ec);
     if (!ec && wal_size > 0)
       return refuse(
-          "index.db-wal holds changes not yet written to index.db, and they cannot be read without index.db-shm, "
-          "which this process cannot create; checkpoint the index where it is writable before making it read-only "
-          "(run any jitcache command there, or `sqlite3 index.db 'PRAGMA wal_checkpoint(TRUNCATE)'`)");
+          "index.db-wal holds changes not yet written to index.db, and they cannot be read without "
+          "index.db-shm, which this process cannot create; checkpoint the index where it is writable "
+          "before making it read-only (run any jitcache command there, or "
+          "`sqlite3 index.db 'PRAGMA wal_checkpoint(TRUNCATE)'`)");
     rc = try_open(true);
   }
   if (rc != SQLITE_OK) return fail("cannot open read-only", rc);
@@ -376,13 +386,15 @@ std::expected<void, Index::ConnectFailure> Index::connect_read_only(const IndexO
   if (read && version == 0)
     read = refuse("holds no jitcache index yet; an index opened read-only is never initialised");
   else if (read && version < k_index_schema_version)
-    read = refuse("schema_version " + std::to_string(version) + " is older than this jitcache's (" +
-                  std::to_string(k_index_schema_version) +
-                  ") and an index opened read-only cannot be migrated; run any jitcache command once where the cache "
-                  "is writable to migrate it");
+    read = refuse(
+        "schema_version " + std::to_string(version) + " is older than this jitcache's (" +
+        std::to_string(k_index_schema_version) +
+        ") and an index opened read-only cannot be migrated; run any jitcache command once where the cache "
+        "is writable to migrate it");
   else if (read && version > k_index_schema_version)
-    read = refuse("schema_version " + std::to_string(version) + " is newer than this jitcache understands (" +
-                  std::to_string(k_index_schema_version) + "); use a newer jitcache or another cache directory");
+    read =
+        refuse("schema_version " + std::to_string(version) + " is newer than this jitcache understands (" +
+               std::to_string(k_index_schema_version) + "); use a newer jitcache or another cache directory");
   if (read) read = check_schema();
   exec("COMMIT");
   if (!read) return read;
@@ -406,11 +418,11 @@ std::expected<void, Index::ConnectFailure> Index::read_schema(int& version) {
   }
   if (rc != SQLITE_DONE) return fail("reading the schema", rc);
   if (any_table && !has_version)
-    return std::unexpected(ConnectFailure{OpenFailure{Error{
-        ErrorCode::database,
-        m_path.string() + ": a SQLite database without a schema_version table is not a "
-                          "jitcache index; move it away or choose another cache directory",
-        {}}}});
+    return std::unexpected(ConnectFailure{
+        OpenFailure{Error{ErrorCode::database,
+                          m_path.string() + ": a SQLite database without a schema_version table is not a "
+                                            "jitcache index; move it away or choose another cache directory",
+                          {}}}});
   if (!has_version) return {};
   Statement read;
   if ((rc = read.prepare(m_db, "SELECT version FROM schema_version")) != SQLITE_OK)
@@ -425,7 +437,8 @@ std::expected<void, Index::ConnectFailure> Index::read_schema(int& version) {
     // Only a damaged file has anything but one row: our writes are transactional.
     return std::unexpected(ConnectFailure{OpenFailure{
         Error{ErrorCode::database,
-              m_path.string() + ": schema_version holds " + std::to_string(rows) + " rows, expected 1", {}},
+              m_path.string() + ": schema_version holds " + std::to_string(rows) + " rows, expected 1",
+              {}},
         true}});
   return {};
 }
@@ -442,8 +455,9 @@ std::expected<void, Index::ConnectFailure> Index::check_schema() {
     if (is_corruption(rc))
       return std::unexpected(ConnectFailure{OpenFailure{db_error("reading the schema", rc), true}, rc});
     return std::unexpected(ConnectFailure{
-        OpenFailure{Error{ErrorCode::database, m_path.string() + ": " + sqlite3_errmsg(m_db) + k_recovery_hint, {}},
-                    false, true},
+        OpenFailure{
+            Error{ErrorCode::database, m_path.string() + ": " + sqlite3_errmsg(m_db) + k_recovery_hint, {}},
+            false, true},
         rc});
   }
   for (const char* trigger : {"entries_after_insert", "entries_after_delete", "entries_after_update_size"}) {
@@ -455,23 +469,24 @@ std::expected<void, Index::ConnectFailure> Index::check_schema() {
     }
     if (rc == SQLITE_ROW) continue;
     if (rc != SQLITE_DONE)
-      return std::unexpected(ConnectFailure{OpenFailure{db_error("reading the schema", rc), is_corruption(rc)}, rc});
-    return std::unexpected(ConnectFailure{
-        OpenFailure{Error{ErrorCode::database,
-                          m_path.string() + ": trigger " + trigger + " is missing, so the totals would drift" +
-                              k_recovery_hint,
-                          {}},
-                    false, true},
-        SQLITE_OK});
+      return std::unexpected(
+          ConnectFailure{OpenFailure{db_error("reading the schema", rc), is_corruption(rc)}, rc});
+    return std::unexpected(
+        ConnectFailure{OpenFailure{Error{ErrorCode::database,
+                                         m_path.string() + ": trigger " + trigger +
+                                             " is missing, so the totals would drift" + k_recovery_hint,
+                                         {}},
+                                   false, true},
+                       SQLITE_OK});
   }
   return {};
 }
 
 int Index::prepare_lookup() {
   // Without statistics SQLite would pick the primary key index and then read the wide row.
-  int rc = sqlite3_prepare_v3(m_db,
-                              "SELECT digest, size, compile_ms FROM entries INDEXED BY entries_lookup WHERE key = ?1",
-                              -1, SQLITE_PREPARE_PERSISTENT, &m_lookup, nullptr);
+  int rc = sqlite3_prepare_v3(
+      m_db, "SELECT digest, size, compile_ms FROM entries INDEXED BY entries_lookup WHERE key = ?1", -1,
+      SQLITE_PREPARE_PERSISTENT, &m_lookup, nullptr);
   if (rc != SQLITE_OK)  // an operator dropped the index: slower, still correct
     rc = sqlite3_prepare_v3(m_db, "SELECT digest, size, compile_ms FROM entries WHERE key = ?1", -1,
                             SQLITE_PREPARE_PERSISTENT, &m_lookup, nullptr);
@@ -482,8 +497,8 @@ std::optional<std::uint64_t> Index::count_entries(const std::filesystem::path& d
   sqlite3* db = nullptr;
   const std::string uri = read_only_uri(db_path, false);
   std::optional<std::uint64_t> count;
-  if (sqlite3_open_v2(uri.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOFOLLOW, nullptr) ==
-      SQLITE_OK) {
+  if (sqlite3_open_v2(uri.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOFOLLOW,
+                      nullptr) == SQLITE_OK) {
     sqlite3_busy_timeout(db, 1000);
     sqlite3_stmt* stmt = nullptr;
     if (sqlite3_prepare_v2(db, "SELECT count(*) FROM entries", -1, &stmt, nullptr) == SQLITE_OK &&
@@ -731,9 +746,11 @@ namespace {
 #define JC_MAX_COUNT_SQL "1000000000000000"
 static_assert(k_max_count == 1'000'000'000'000'000, "JC_MAX_COUNT_SQL spells k_max_count");
 constexpr const char* k_fold_sql =
-    "UPDATE entries SET hits = CAST(max(0, min(entries.hits + folded.uses, " JC_MAX_COUNT_SQL ")) AS INTEGER), "
+    "UPDATE entries SET hits = CAST(max(0, min(entries.hits + folded.uses, " JC_MAX_COUNT_SQL
+    ")) AS INTEGER), "
     "last_used = max(entries.last_used, folded.latest) "
-    "FROM (SELECT key, total(max(hits, 0)) AS uses, max(last_used) AS latest FROM usage_log GROUP BY key) AS folded "
+    "FROM (SELECT key, total(max(hits, 0)) AS uses, max(last_used) AS latest FROM usage_log GROUP BY key) AS "
+    "folded "
     "WHERE entries.key = folded.key; "
     "DELETE FROM usage_log;";
 
@@ -813,8 +830,9 @@ Status Index::record_usage(std::span<const Usage> usage, const Counters& delta) 
     return sqlite3_step(add);
   };
   for (const IntCounter& c : k_int_counters)
-    if ((rc = bump(add_int.get(), c.name, delta.*c.field,
-                   [](sqlite3_stmt* s, std::uint64_t v) { sqlite3_bind_int64(s, 2, saturated(v)); })) != SQLITE_DONE)
+    if ((rc = bump(add_int.get(), c.name, delta.*c.field, [](sqlite3_stmt* s, std::uint64_t v) {
+           sqlite3_bind_int64(s, 2, saturated(v));
+         })) != SQLITE_DONE)
       return std::unexpected(db_error(std::string("updating counter ") + c.name, rc));
   for (const RealCounter& c : k_real_counters)
     if ((rc = bump(add_real.get(), c.name, delta.*c.field, [](sqlite3_stmt* s, double v) {
@@ -921,7 +939,8 @@ constexpr const char* k_time_rule = "Unix milliseconds, not negative and not in 
 const ValueRule k_value_rules[] = {
     {"entries", "key", "key", JC_HEX_BROKEN("key"), k_hex_rule},
     {"entries", "digest", "key", JC_HEX_BROKEN("digest"), k_hex_rule},
-    {"entries", "key_schema", "key", "typeof(key_schema) != 'integer' OR key_schema < 0", "a non-negative integer"},
+    {"entries", "key_schema", "key", "typeof(key_schema) != 'integer' OR key_schema < 0",
+     "a non-negative integer"},
     {"entries", "size", "key", "typeof(size) != 'integer' OR size < 0 OR size > 1099511627776",
      "a byte count from 0 to 1 TiB"},
     {"entries", "facts", "key",
@@ -939,7 +958,8 @@ const ValueRule k_value_rules[] = {
     {"counters", "value", "name",
      "name NOT IN ('compile_ms_spent', 'compile_ms_saved') AND (" JC_COUNT_BROKEN("value") ")", k_count_rule},
     {"counters", "value", "name",
-     "name IN ('compile_ms_spent', 'compile_ms_saved') AND (typeof(value) NOT IN ('integer', 'real') OR value < 0 "
+     "name IN ('compile_ms_spent', 'compile_ms_saved') AND (typeof(value) NOT IN ('integer', 'real') OR "
+     "value < 0 "
      "OR value > " JC_MAX_COUNT_SQL ")",
      "milliseconds from 0 to 10^15"},
 };
@@ -961,18 +981,19 @@ Result<std::vector<std::string>> Index::check_values() {
   for (const ValueRule& r : k_value_rules) {
     const std::string where = std::string(" FROM ") + r.table + " WHERE " + r.broken;
     Statement stmt;
-    int rc = stmt.prepare(m_db, std::string("SELECT count(*), (SELECT quote(") + r.row_name + ") || ' = ' || quote(" +
-                                    r.field + ")" + where + " LIMIT 1)" + where);
+    int rc = stmt.prepare(m_db, std::string("SELECT count(*), (SELECT quote(") + r.row_name +
+                                    ") || ' = ' || quote(" + r.field + ")" + where + " LIMIT 1)" + where);
     if (rc == SQLITE_OK) {
       sqlite3_bind_int64(stmt.get(), 1, latest);
       rc = sqlite3_step(stmt.get());
     }
-    if (rc != SQLITE_ROW) return std::unexpected(db_error(std::string("checking ") + r.table + "." + r.field, rc));
+    if (rc != SQLITE_ROW)
+      return std::unexpected(db_error(std::string("checking ") + r.table + "." + r.field, rc));
     const sqlite3_int64 count = sqlite3_column_int64(stmt.get(), 0);
     if (count == 0) continue;
     problems.push_back(file + r.table + "." + r.field + ": " + std::to_string(count) +
-                       (count == 1 ? " row breaks" : " rows break") + " the rule (" + r.rule + "); first: " +
-                       r.row_name + " " + column_text(stmt.get(), 1));
+                       (count == 1 ? " row breaks" : " rows break") + " the rule (" + r.rule +
+                       "); first: " + r.row_name + " " + column_text(stmt.get(), 1));
   }
   // Every counter present, and the totals the triggers keep equal to the table.
   std::vector<const char*> names = {"entries", "bytes"};
@@ -985,24 +1006,27 @@ Result<std::vector<std::string>> Index::check_values() {
     sqlite3_reset(present.get());
     sqlite3_bind_text(present.get(), 1, name, -1, SQLITE_STATIC);
     rc = sqlite3_step(present.get());
-    if (rc == SQLITE_DONE) problems.push_back(file + "counters: row '" + name + "' is missing");
-    else if (rc != SQLITE_ROW) return std::unexpected(db_error("checking counters", rc));
+    if (rc == SQLITE_DONE)
+      problems.push_back(file + "counters: row '" + name + "' is missing");
+    else if (rc != SQLITE_ROW)
+      return std::unexpected(db_error("checking counters", rc));
   }
   Statement totals;
-  rc = totals.prepare(m_db,
-                      "SELECT (SELECT quote(value) FROM counters WHERE name = 'entries'), (SELECT count(*) FROM entries), "
-                      "(SELECT quote(value) FROM counters WHERE name = 'bytes'), "
-                      "(SELECT CAST(total(size) AS INTEGER) FROM entries)");
+  rc = totals.prepare(
+      m_db,
+      "SELECT (SELECT quote(value) FROM counters WHERE name = 'entries'), (SELECT count(*) FROM entries), "
+      "(SELECT quote(value) FROM counters WHERE name = 'bytes'), "
+      "(SELECT CAST(total(size) AS INTEGER) FROM entries)");
   if (rc == SQLITE_OK) rc = sqlite3_step(totals.get());
   if (rc != SQLITE_ROW) return std::unexpected(db_error("checking the totals", rc));
   const std::string rows = std::to_string(sqlite3_column_int64(totals.get(), 1));
   const std::string bytes = std::to_string(sqlite3_column_int64(totals.get(), 3));
   if (sqlite3_column_type(totals.get(), 0) != SQLITE_NULL && column_text(totals.get(), 0) != rows)
-    problems.push_back(file + "counters.entries: " + column_text(totals.get(), 0) + ", but table entries holds " +
-                       rows + " rows");
+    problems.push_back(file + "counters.entries: " + column_text(totals.get(), 0) +
+                       ", but table entries holds " + rows + " rows");
   if (sqlite3_column_type(totals.get(), 2) != SQLITE_NULL && column_text(totals.get(), 2) != bytes)
-    problems.push_back(file + "counters.bytes: " + column_text(totals.get(), 2) + ", but the entries' sizes add up to " +
-                       bytes);
+    problems.push_back(file + "counters.bytes: " + column_text(totals.get(), 2) +
+                       ", but the entries' sizes add up to " + bytes);
   return problems;
 }
 

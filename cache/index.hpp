@@ -124,10 +124,10 @@ class Index {
   };
 
   static std::expected<std::unique_ptr<Index>, OpenFailure> open(const std::filesystem::path& db_path,
-                                                                  const IndexOptions& options);
+                                                                 const IndexOptions& options);
   static std::expected<std::unique_ptr<Index>, OpenFailure> open(const std::filesystem::path& db_path,
-                                                                  std::chrono::milliseconds busy_timeout,
-                                                                  Durability durability) {
+                                                                 std::chrono::milliseconds busy_timeout,
+                                                                 Durability durability) {
     return open(db_path, IndexOptions{busy_timeout, durability, IndexAccess::read_write});
   }
 

@@ -115,8 +115,8 @@ Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& root, St
   auto index = Index::open(store->index_path(), store->m_options.busy_timeout, store->m_options.durability);
   if (index) {
     store->m_index = std::move(*index);
-  } else if (index.error().corrupt || (index.error().schema_damaged &&
-                                       store->m_options.damaged_index == DamagedIndex::quarantine)) {
+  } else if (index.error().corrupt ||
+             (index.error().schema_damaged && store->m_options.damaged_index == DamagedIndex::quarantine)) {
     log_warning(index.error().error.message);
     store->m_index = JC_TRY(store->open_index(before, index.error().error.message));
   } else {
@@ -138,7 +138,8 @@ std::shared_ptr<Index> Store::index() const {
 
 // Opens index.db, moving a corrupt one aside first. `broken` is the file found corrupt;
 // when index.db is no longer that file, another process has rebuilt it already.
-Result<std::shared_ptr<Index>> Store::open_index(const std::optional<FileId>& broken, const std::string& problem) {
+Result<std::shared_ptr<Index>> Store::open_index(const std::optional<FileId>& broken,
+                                                 const std::string& problem) {
   const std::filesystem::path path = index_path();
   const IndexOptions options{m_options.busy_timeout, m_options.durability, IndexAccess::read_write};
   std::optional<FileId> suspect = broken;
@@ -160,7 +161,8 @@ Result<std::shared_ptr<Index>> Store::open_index(const std::optional<FileId>& br
     suspect = opening;
     why = opened.error().error.message;
   }
-  return make_error(ErrorCode::database, path.string() + ": still not a usable index after moving it aside three times");
+  return make_error(ErrorCode::database,
+                    path.string() + ": still not a usable index after moving it aside three times");
 }
 
 Result<IndexRecovery> Store::move_index_aside(const std::string& problem) {
@@ -574,8 +576,8 @@ Result<ClearReport> Store::clear_all() {
       UniqueFd lock = JC_TRY(lock_index_file(index_path(), m_options.busy_timeout));
       report.index_quarantined = JC_TRY(move_index_aside(removed.error().message));
     }
-    auto fresh = Index::open(index_path(), IndexOptions{m_options.busy_timeout, m_options.durability,
-                                                        IndexAccess::read_write});
+    auto fresh = Index::open(
+        index_path(), IndexOptions{m_options.busy_timeout, m_options.durability, IndexAccess::read_write});
     if (!fresh) return std::unexpected(fresh.error().error);
     std::lock_guard swap(m_index_mutex);
     m_index = std::move(*fresh);

@@ -18,8 +18,10 @@
 // - The root is private: created 0700, files 0600; a root that is a symlink, belongs to
 //   another user, is group/world-writable or lies on a network filesystem is refused.
 // - A garbage or truncated index.db is moved to quarantine/ and a fresh index started (the
-//   cache is rebuilt by use; gc removes the blobs the old index knew). An index written by
-//   a newer schema is an error, never rewritten.
+//   cache is rebuilt by use; gc removes the blobs the old index knew); the Store remembers
+//   it (index_recoveries()) and verify() reports it as a finding. An index written by a
+//   newer schema is an error, never rewritten; one with a table missing is an error naming
+//   the recovery unless StoreOptions::damaged_index asks for it to be moved aside.
 //
 // Every member function is thread-safe. Absent is not an error: a miss is std::nullopt.
 #pragma once
@@ -134,9 +136,9 @@ struct VerifyReport {
 };
 
 struct ClearReport {
-  std::vector<EntryInfo> removed;                 // entries removed through the index
+  std::vector<EntryInfo> removed;                  // entries removed through the index
   std::optional<IndexRecovery> index_quarantined;  // the index was unusable: moved aside instead
-  std::uint64_t blob_files = 0;                   // blob files removed with a quarantined index
+  std::uint64_t blob_files = 0;                    // blob files removed with a quarantined index
 };
 
 // Whether a lookup that finds nothing counts as a miss. A probe followed by
@@ -242,7 +244,8 @@ class Store {
         UniqueFd locks_fd);
 
   std::shared_ptr<Index> index() const;
-  Result<std::shared_ptr<Index>> open_index(const std::optional<FileId>& broken, const std::string& problem = {});
+  Result<std::shared_ptr<Index>> open_index(const std::optional<FileId>& broken,
+                                            const std::string& problem = {});
   // Under index.lock: moves index.db (and -wal, -shm) to quarantine/, records it, and
   // creates an empty index.db for the fresh index.
   Result<IndexRecovery> move_index_aside(const std::string& problem);

@@ -77,8 +77,7 @@ CLI::Validator size_validator() {
 
 // Resolves the cache directory and opens the store; prints the error and sets the exit
 // code on failure.
-std::unique_ptr<Store> open_store(const Context& context, int& exit_code,
-                                  cache::StoreOptions options = {}) {
+std::unique_ptr<Store> open_store(const Context& context, int& exit_code, cache::StoreOptions options = {}) {
   auto dir = runtime::resolve_cache_dir(
       context.global.cache_dir.empty() ? std::nullopt : std::optional<std::filesystem::path>(context.global.cache_dir));
   if (!dir) {
@@ -257,7 +256,8 @@ int run_clear_all(const Context& context) {
   for (const EntryInfo& e : cleared->removed) bytes += e.size;
   std::printf("removed %zu entries (%s)", cleared->removed.size(), cache::format_size(bytes).c_str());
   if (cleared->blob_files > 0)
-    std::printf(" and %llu blob files of the quarantined index", static_cast<unsigned long long>(cleared->blob_files));
+    std::printf(" and %llu blob files of the quarantined index",
+                static_cast<unsigned long long>(cleared->blob_files));
   std::printf("\n");
   return k_exit_ok;
 }
@@ -306,12 +306,12 @@ int run_verify(const Context& context, const VerifyArgs& args) {
   }
   for (const cache::VerifyFinding& f : verified->bad)
     std::printf("bad  %s  %s (quarantined)\n", f.key.to_hex().substr(0, k_key_prefix_chars).c_str(), f.problem.c_str());
-  for (const std::string& problem : verified->integrity_problems)
-    std::printf("index  %s\n", problem.c_str());
+  for (const std::string& problem : verified->integrity_problems) std::printf("index  %s\n", problem.c_str());
   for (const cache::IndexRecovery& q : verified->index_quarantined)
-    std::printf("index  %s was not usable (%s); moved to quarantine: %s (%s); %s\n", store->index_path().c_str(),
-                q.problem.c_str(), q.moved_to.c_str(), held_entries(q).c_str(), cache::k_after_index_quarantine);
-  const char* index_state = !verified->index_quarantined.empty() ? ", index QUARANTINED"
+    std::printf("index  %s was not usable (%s); moved to quarantine: %s (%s); %s\n",
+                store->index_path().c_str(), q.problem.c_str(), q.moved_to.c_str(), held_entries(q).c_str(),
+                cache::k_after_index_quarantine);
+  const char* index_state = !verified->index_quarantined.empty()    ? ", index QUARANTINED"
                             : !verified->integrity_problems.empty() ? ", index DAMAGED"
                                                                     : ", index ok";
   std::printf("checked %llu entries: %zu bad%s", static_cast<unsigned long long>(verified->checked),

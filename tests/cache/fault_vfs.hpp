@@ -15,7 +15,8 @@
 namespace jitcache::cache::testing {
 
 enum class VfsOp { open, write, sync, truncate, shm_map };
-inline constexpr std::array k_vfs_ops = {VfsOp::open, VfsOp::write, VfsOp::sync, VfsOp::truncate, VfsOp::shm_map};
+inline constexpr std::array k_vfs_ops = {VfsOp::open, VfsOp::write, VfsOp::sync, VfsOp::truncate,
+                                         VfsOp::shm_map};
 
 inline const char* to_string(VfsOp op) {
   switch (op) {
@@ -119,7 +120,9 @@ class FaultVfs {
       sqlite3_file* r = real(f);
       return r->pMethods != nullptr ? r->pMethods->xClose(r) : SQLITE_OK;
     };
-    m.xRead = [](sqlite3_file* f, void* b, int n, sqlite3_int64 o) { return real(f)->pMethods->xRead(real(f), b, n, o); };
+    m.xRead = [](sqlite3_file* f, void* b, int n, sqlite3_int64 o) {
+      return real(f)->pMethods->xRead(real(f), b, n, o);
+    };
     m.xWrite = [](sqlite3_file* f, const void* b, int n, sqlite3_int64 o) {
       if (const int code = fault(VfsOp::write)) return code;
       return real(f)->pMethods->xWrite(real(f), b, n, o);
@@ -135,10 +138,16 @@ class FaultVfs {
     m.xFileSize = [](sqlite3_file* f, sqlite3_int64* s) { return real(f)->pMethods->xFileSize(real(f), s); };
     m.xLock = [](sqlite3_file* f, int l) { return real(f)->pMethods->xLock(real(f), l); };
     m.xUnlock = [](sqlite3_file* f, int l) { return real(f)->pMethods->xUnlock(real(f), l); };
-    m.xCheckReservedLock = [](sqlite3_file* f, int* r) { return real(f)->pMethods->xCheckReservedLock(real(f), r); };
-    m.xFileControl = [](sqlite3_file* f, int op, void* a) { return real(f)->pMethods->xFileControl(real(f), op, a); };
+    m.xCheckReservedLock = [](sqlite3_file* f, int* r) {
+      return real(f)->pMethods->xCheckReservedLock(real(f), r);
+    };
+    m.xFileControl = [](sqlite3_file* f, int op, void* a) {
+      return real(f)->pMethods->xFileControl(real(f), op, a);
+    };
     m.xSectorSize = [](sqlite3_file* f) { return real(f)->pMethods->xSectorSize(real(f)); };
-    m.xDeviceCharacteristics = [](sqlite3_file* f) { return real(f)->pMethods->xDeviceCharacteristics(real(f)); };
+    m.xDeviceCharacteristics = [](sqlite3_file* f) {
+      return real(f)->pMethods->xDeviceCharacteristics(real(f));
+    };
     if (base->iVersion >= 2) {
       m.xShmMap = [](sqlite3_file* f, int page, int size, int extend, void volatile** p) {
         if (const int code = fault(VfsOp::shm_map)) {
@@ -147,13 +156,19 @@ class FaultVfs {
         }
         return real(f)->pMethods->xShmMap(real(f), page, size, extend, p);
       };
-      m.xShmLock = [](sqlite3_file* f, int o, int n, int flags) { return real(f)->pMethods->xShmLock(real(f), o, n, flags); };
+      m.xShmLock = [](sqlite3_file* f, int o, int n, int flags) {
+        return real(f)->pMethods->xShmLock(real(f), o, n, flags);
+      };
       m.xShmBarrier = [](sqlite3_file* f) { real(f)->pMethods->xShmBarrier(real(f)); };
       m.xShmUnmap = [](sqlite3_file* f, int del) { return real(f)->pMethods->xShmUnmap(real(f), del); };
     }
     if (base->iVersion >= 3) {
-      m.xFetch = [](sqlite3_file* f, sqlite3_int64 o, int n, void** p) { return real(f)->pMethods->xFetch(real(f), o, n, p); };
-      m.xUnfetch = [](sqlite3_file* f, sqlite3_int64 o, void* p) { return real(f)->pMethods->xUnfetch(real(f), o, p); };
+      m.xFetch = [](sqlite3_file* f, sqlite3_int64 o, int n, void** p) {
+        return real(f)->pMethods->xFetch(real(f), o, n, p);
+      };
+      m.xUnfetch = [](sqlite3_file* f, sqlite3_int64 o, void* p) {
+        return real(f)->pMethods->xUnfetch(real(f), o, p);
+      };
     }
     return m;
   }

@@ -97,7 +97,8 @@ TEST_F(IndexTest, OpenGivesUpAfterTheBusyTimeoutNamingTheFile) {
   const auto waited = std::chrono::steady_clock::now() - begin;
   ASSERT_FALSE(index.has_value());
   EXPECT_FALSE(index.error().corrupt);
-  EXPECT_NE(index.error().error.message.find(db().string()), std::string::npos) << index.error().error.message;
+  EXPECT_NE(index.error().error.message.find(db().string()), std::string::npos)
+      << index.error().error.message;
   EXPECT_NE(index.error().error.message.find("locked"), std::string::npos) << index.error().error.message;
   EXPECT_GE(waited, 250ms);
   EXPECT_LT(waited, 5s);
@@ -110,8 +111,8 @@ TEST_F(IndexTest, JunkUsageRowsSaturateInsteadOfFailingEveryFold) {
   fill(2);
   const Facts f = sample_facts("e0");
   const std::string key = f.key().to_hex();
-  ASSERT_TRUE(sql_query(db(), "INSERT INTO usage_log (key, hits, last_used) VALUES ('" + key + "', " + k_max_int64 +
-                                  ", 1), ('" + key + "', " + k_max_int64 + ", 2)")
+  ASSERT_TRUE(sql_query(db(), "INSERT INTO usage_log (key, hits, last_used) VALUES ('" + key + "', " +
+                                  k_max_int64 + ", 1), ('" + key + "', " + k_max_int64 + ", 2)")
                   .empty());
   auto store = open_store();
   ASSERT_TRUE(store);
@@ -123,8 +124,8 @@ TEST_F(IndexTest, JunkUsageRowsSaturateInsteadOfFailingEveryFold) {
     EXPECT_EQ(e.hits, static_cast<std::uint64_t>(k_max_count)) << "hits saturate at k_max_count";
   }
   // A second fold on top of a saturated row saturates again.
-  ASSERT_TRUE(sql_query(db(), "INSERT INTO usage_log (key, hits, last_used) VALUES ('" + key + "', " + k_max_int64 +
-                                  ", 3)")
+  ASSERT_TRUE(sql_query(db(), "INSERT INTO usage_log (key, hits, last_used) VALUES ('" + key + "', " +
+                                  k_max_int64 + ", 3)")
                   .empty());
   ASSERT_OK(store->list());
   GcOptions gc;
@@ -135,8 +136,9 @@ TEST_F(IndexTest, JunkUsageRowsSaturateInsteadOfFailingEveryFold) {
 
 TEST_F(IndexTest, CountersSaturate) {
   fill(1);
-  ASSERT_TRUE(sql_query(db(), std::string("UPDATE counters SET value = ") + k_max_int64 + " WHERE name = 'misses'")
-                  .empty());
+  ASSERT_TRUE(
+      sql_query(db(), std::string("UPDATE counters SET value = ") + k_max_int64 + " WHERE name = 'misses'")
+          .empty());
   {
     auto store = open_store();
     ASSERT_TRUE(store);
@@ -172,7 +174,8 @@ std::string read_only_checks(const std::filesystem::path& db, const std::vector<
   auto totals = index.totals();
   if (!totals || totals->entries != stored.size()) return "totals: wrong result";
   if (auto counters = index.counters(); !counters) return "counters: " + counters.error().to_string();
-  if (auto problems = index.integrity_check(); !problems || !problems->empty()) return "integrity_check failed";
+  if (auto problems = index.integrity_check(); !problems || !problems->empty())
+    return "integrity_check failed";
   if (auto problems = index.check_values(); !problems || !problems->empty()) return "check_values failed";
   // Every write is refused, saying why.
   const Facts extra = sample_facts("extra");
@@ -180,7 +183,8 @@ std::string read_only_checks(const std::filesystem::path& db, const std::vector<
   auto record = [&](const auto& result) {
     refusals.push_back(result ? std::string("succeeded") : result.error().message);
   };
-  record(index.insert(NewEntry{extra.key(), BlobDigest::of(make_bytes(1, 1)), 1, extra.to_json(), 1.0, 1}, {}));
+  record(
+      index.insert(NewEntry{extra.key(), BlobDigest::of(make_bytes(1, 1)), 1, extra.to_json(), 1.0, 1}, {}));
   const Usage use{stored.front().key(), 1, 1};
   Counters delta;
   delta.misses = 1;
@@ -190,7 +194,8 @@ std::string read_only_checks(const std::filesystem::path& db, const std::vector<
   record(index.remove_key(stored.front().key()));
   record(index.evict(0, std::nullopt));
   for (const std::string& refusal : refusals)
-    if (refusal.find("opened read-only") == std::string::npos || refusal.find(db.string()) == std::string::npos)
+    if (refusal.find("opened read-only") == std::string::npos ||
+        refusal.find(db.string()) == std::string::npos)
       return "a write was not refused clearly: " + refusal;
   return "";
 }
@@ -214,7 +219,8 @@ std::string run_read_only(const std::filesystem::path& dir, ReadOnlyMeans means,
       ::_exit(0);
     };
     if (means == ReadOnlyMeans::bind_mount) {
-      if (::unshare(CLONE_NEWNS) != 0) finish(std::string("SKIP: unshare(CLONE_NEWNS): ") + std::strerror(errno));
+      if (::unshare(CLONE_NEWNS) != 0)
+        finish(std::string("SKIP: unshare(CLONE_NEWNS): ") + std::strerror(errno));
       // Private first, so that nothing mounted here reaches the rest of the machine.
       if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
           ::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
@@ -249,7 +255,8 @@ std::string run_read_only(const std::filesystem::path& dir, ReadOnlyMeans means,
   ::close(pipe_fds[1]);
   std::string text;
   char buffer[4096];
-  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;)
+    text.append(buffer, static_cast<std::size_t>(n));
   ::close(pipe_fds[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -260,9 +267,7 @@ std::string run_read_only(const std::filesystem::path& dir, ReadOnlyMeans means,
 
 class ReadOnlyIndexTest : public IndexTest, public ::testing::WithParamInterface<ReadOnlyMeans> {
  protected:
-  std::vector<Facts> stored() const {
-    return {sample_facts("e0"), sample_facts("e1"), sample_facts("e2")};
-  }
+  std::vector<Facts> stored() const { return {sample_facts("e0"), sample_facts("e1"), sample_facts("e2")}; }
   // What the child said after its first line (the errno of the write probe).
   static std::string verdict(const std::string& text) {
     const auto newline = text.find('\n');
@@ -274,7 +279,8 @@ TEST_P(ReadOnlyIndexTest, ServesABakedCacheWithoutWritingAnything) {
   fill(3);
   ASSERT_FALSE(std::filesystem::exists(root() / "index.db-wal")) << "a clean close leaves no -wal";
   const std::string before = read_file(db());
-  const std::string text = run_read_only(root(), GetParam(), [&] { return read_only_checks(db(), stored()); });
+  const std::string text =
+      run_read_only(root(), GetParam(), [&] { return read_only_checks(db(), stored()); });
   if (text.starts_with("SKIP: ")) GTEST_SKIP() << text;
   EXPECT_EQ(verdict(text), "") << text;
   std::cout << "[read-only] write probe: " << text.substr(0, text.find('\n')) << "\n";
@@ -320,7 +326,8 @@ TEST_P(ReadOnlyIndexTest, WalContentWithoutShmIsAClearError) {
     ASSERT_OK(store->put(third.key(), third, make_bytes(102, seed + 2), 1.0));
     store.reset();
     std::filesystem::create_directory(baked);
-    for (const char* name : {"index.db", "index.db-wal"}) std::filesystem::copy_file(root() / name, baked / name);
+    for (const char* name : {"index.db", "index.db-wal"})
+      std::filesystem::copy_file(root() / name, baked / name);
   }
   const std::string text = run_read_only(baked, GetParam(), [&] {
     IndexOptions options;
@@ -338,13 +345,16 @@ TEST_P(ReadOnlyIndexTest, WalContentWithoutShmIsAClearError) {
 INSTANTIATE_TEST_SUITE_P(Means, ReadOnlyIndexTest,
                          ::testing::Values(ReadOnlyMeans::bind_mount, ReadOnlyMeans::other_user),
                          [](const auto& info) {
-                           return std::string(info.param == ReadOnlyMeans::bind_mount ? "BindMount" : "OtherUser");
+                           return std::string(info.param == ReadOnlyMeans::bind_mount ? "BindMount"
+                                                                                      : "OtherUser");
                          });
 
 TEST_F(IndexTest, ReadOnlyRefusesAnOlderSchemaAndLeavesItAlone) {
   fill(1);
-  ASSERT_TRUE(sql_query(db(), "DROP TABLE usage_log; DROP INDEX entries_lookup; UPDATE schema_version SET version = 1")
-                  .empty());
+  ASSERT_TRUE(
+      sql_query(db(),
+                "DROP TABLE usage_log; DROP INDEX entries_lookup; UPDATE schema_version SET version = 1")
+          .empty());
   const std::string before = read_file(db());
   IndexOptions options;
   options.access = IndexAccess::read_only;
@@ -377,12 +387,14 @@ TEST_F(IndexTest, ReadOnlyNeverCreatesAnIndex) {
   auto missing = Index::open(db(), options);
   ASSERT_FALSE(missing.has_value());
   EXPECT_EQ(missing.error().error.code, ErrorCode::not_found);
-  EXPECT_NE(missing.error().error.message.find("never created"), std::string::npos) << missing.error().error.message;
+  EXPECT_NE(missing.error().error.message.find("never created"), std::string::npos)
+      << missing.error().error.message;
   EXPECT_FALSE(std::filesystem::exists(db()));
   write_file(db(), "");
   auto empty = Index::open(db(), options);
   ASSERT_FALSE(empty.has_value());
-  EXPECT_NE(empty.error().error.message.find("never initialised"), std::string::npos) << empty.error().error.message;
+  EXPECT_NE(empty.error().error.message.find("never initialised"), std::string::npos)
+      << empty.error().error.message;
   EXPECT_EQ(std::filesystem::file_size(db()), 0u);
   EXPECT_FALSE(std::filesystem::exists(root() / "index.lock")) << "a read-only opener takes no lock file";
 }
@@ -397,8 +409,9 @@ TEST_F(IndexTest, ReadOnlyInAWritableDirectoryRefusesWrites) {
 // ----- a damaged schema (issue 10, item 8) -----
 
 TEST_F(IndexTest, DroppedTablesAndTriggersNameTheRecovery) {
-  for (const char* drop : {"DROP TABLE entries", "DROP TABLE usage_log", "DROP TABLE counters",
-                           "DROP TRIGGER entries_after_insert", "ALTER TABLE usage_log DROP COLUMN last_used"}) {
+  for (const char* drop :
+       {"DROP TABLE entries", "DROP TABLE usage_log", "DROP TABLE counters",
+        "DROP TRIGGER entries_after_insert", "ALTER TABLE usage_log DROP COLUMN last_used"}) {
     SCOPED_TRACE(drop);
     std::filesystem::remove_all(root());
     fill(1);
@@ -433,25 +446,32 @@ TEST_F(IndexTest, DroppedTablesAndTriggersNameTheRecovery) {
 TEST_F(IndexTest, CheckValuesNamesEveryBrokenRule) {
   fill(2);
   const std::string k0 = sample_facts("e0").key().to_hex(), k1 = sample_facts("e1").key().to_hex();
-  ASSERT_TRUE(sql_query(db(), "UPDATE entries SET size = -1, hits = -2, created = -3, compile_ms = -4, "
-                              "digest = 'XYZ', facts = '[1]' WHERE key = '" + k0 + "'; "
-                              "UPDATE entries SET last_used = 99999999999999999, key_schema = 'x' WHERE key = '" + k1 + "'; "
-                              "INSERT INTO usage_log VALUES ('short', -1, -1); "
-                              "UPDATE counters SET value = 'junk' WHERE name = 'disk_hits'; "
-                              "UPDATE counters SET value = 7 WHERE name = 'entries'; "
-                              "UPDATE counters SET value = 5 WHERE name = 'bytes'; "
-                              "DELETE FROM counters WHERE name = 'coalesced'")
-                  .empty());
+  ASSERT_TRUE(
+      sql_query(db(),
+                "UPDATE entries SET size = -1, hits = -2, created = -3, compile_ms = -4, "
+                "digest = 'XYZ', facts = '[1]' WHERE key = '" +
+                    k0 +
+                    "'; "
+                    "UPDATE entries SET last_used = 99999999999999999, key_schema = 'x' WHERE key = '" +
+                    k1 +
+                    "'; "
+                    "INSERT INTO usage_log VALUES ('short', -1, -1); "
+                    "UPDATE counters SET value = 'junk' WHERE name = 'disk_hits'; "
+                    "UPDATE counters SET value = 7 WHERE name = 'entries'; "
+                    "UPDATE counters SET value = 5 WHERE name = 'bytes'; "
+                    "DELETE FROM counters WHERE name = 'coalesced'")
+          .empty());
   auto index = Index::open(db(), 2s, Durability::relaxed);
   ASSERT_TRUE(index.has_value()) << index.error().error.to_string();
   auto problems = (*index)->check_values();
   ASSERT_OK(problems);
   std::string all;
   for (const std::string& p : *problems) all += p + "\n";
-  for (const char* field : {"entries.size", "entries.hits", "entries.created", "entries.compile_ms", "entries.digest",
-                            "entries.facts", "entries.last_used", "entries.key_schema", "usage_log.key",
-                            "usage_log.hits", "usage_log.last_used", "counters.value", "'disk_hits'",
-                            "row 'coalesced' is missing", "counters.entries: 7", "counters.bytes"})
+  for (const char* field :
+       {"entries.size", "entries.hits", "entries.created", "entries.compile_ms", "entries.digest",
+        "entries.facts", "entries.last_used", "entries.key_schema", "usage_log.key", "usage_log.hits",
+        "usage_log.last_used", "counters.value", "'disk_hits'", "row 'coalesced' is missing",
+        "counters.entries: 7", "counters.bytes"})
     EXPECT_NE(all.find(field), std::string::npos) << field << " in:\n" << all;
   EXPECT_EQ(all.find("entries.key:"), std::string::npos) << all;
   for (const std::string& p : *problems) EXPECT_TRUE(p.starts_with(db().string() + ": ")) << p;

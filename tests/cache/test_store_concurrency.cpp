@@ -216,7 +216,8 @@ TEST_F(ConcurrencyTest, SixteenProcessesOpenAFreshCacheTogether) {
     int arrived = 0;
     char byte;
     pollfd poll_ready{ready[0], POLLIN, 0};
-    while (arrived < k_openers && ::poll(&poll_ready, 1, 20'000) > 0 && ::read(ready[0], &byte, 1) == 1) ++arrived;
+    while (arrived<k_openers&& ::poll(&poll_ready, 1, 20'000)> 0 && ::read(ready[0], &byte, 1) == 1)
+      ++arrived;
     ::close(ready[0]);
     ::close(barrier[1]);
     EXPECT_EQ(arrived, k_openers) << "round " << round << ": helpers did not reach the barrier";

@@ -257,8 +257,9 @@ TEST_F(CliCacheTest, VerifyTextSaysHowManyEntriesTheQuarantinedIndexHeld) {
   {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open((m_root / "index.db").c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "PRAGMA journal_mode=WAL; CREATE TABLE schema_version (version INTEGER);"
-                               "CREATE TABLE entries (key TEXT); INSERT INTO entries VALUES ('a'), ('b'), ('c');",
+    ASSERT_EQ(sqlite3_exec(db,
+                           "PRAGMA journal_mode=WAL; CREATE TABLE schema_version (version INTEGER);"
+                           "CREATE TABLE entries (key TEXT); INSERT INTO entries VALUES ('a'), ('b'), ('c');",
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);
@@ -287,7 +288,8 @@ TEST_F(CliCacheTest, JunkUsageRowsBrickNothing) {
   const Outcome verify = run({"verify"});
   EXPECT_EQ(verify.code, 1) << verify.out << verify.err;
   EXPECT_NE(verify.out.find("usage_log.hits"), std::string::npos) << verify.out;
-  for (const std::vector<std::string>& args : {std::vector<std::string>{"inspect"}, {"audit"}, {"gc"}, {"stats"}}) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"inspect"}, {"audit"}, {"gc"}, {"stats"}}) {
     const Outcome o = run(args);
     EXPECT_EQ(o.err.find("overflow"), std::string::npos) << args[0] << ": " << o.err;
     EXPECT_NE(o.code, 2) << args[0] << ": " << o.err;
@@ -346,7 +348,8 @@ TEST_F(CliCacheTest, VerifyReportsValuesOutOfRange) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open((m_root / "index.db").c_str(), &db), SQLITE_OK);
     const std::string sql = "UPDATE entries SET size = -5 WHERE key = '" + m_entries[1].key().to_hex() +
-                            "'; UPDATE entries SET facts = 'not json' WHERE key = '" + m_entries[2].key().to_hex() +
+                            "'; UPDATE entries SET facts = 'not json' WHERE key = '" +
+                            m_entries[2].key().to_hex() +
                             "'; UPDATE counters SET value = -1 WHERE name = 'evicted'";
     ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
     sqlite3_close(db);

@@ -165,7 +165,7 @@ Result<std::shared_ptr<Index>> Store::open_index(const std::optional<FileId>& br
                     path.string() + ": still not a usable index after moving it aside three times");
 }
 
-Result<IndexRecovery> Store::move_index_aside(const std::string& problem) {
+Result<std::optional<IndexRecovery>> Store::move_index_aside(const std::string& problem) {
   const std::filesystem::path path = index_path();
   IndexRecovery recovery;
   recovery.problem = problem.empty() ? "not a usable index" : problem;
@@ -175,11 +175,17 @@ Result<IndexRecovery> Store::move_index_aside(const std::string& problem) {
   recovery.entries = Index::count_entries(path);
   const std::string stamp = std::to_string(unix_now_ms()) + "." + std::to_string(::getpid());
   recovery.moved_to = m_root / "quarantine" / ("index.db." + stamp);
+  bool moved = false;
   for (const char* suffix : {"", "-wal", "-shm"}) {
     const std::filesystem::path from = path.string() + suffix;
     const std::filesystem::path to = recovery.moved_to.string() + suffix;
-    if (::rename(from.c_str(), to.c_str()) != 0 && errno != ENOENT)
+    if (::rename(from.c_str(), to.c_str()) == 0) moved = moved || *suffix == '\0';
+    else if (errno != ENOENT)
       return std::unexpected(errno_error("moving the damaged index " + from.string() + " aside", errno));
+  }
+  if (!moved) {  // nothing to discard: only the fresh file is needed
+    JC_TRY(prepare_index_file(m_root_fd.get(), path));
+    return std::optional<IndexRecovery>();
   }
   const std::string held = recovery.entries ? "it held " + std::to_string(*recovery.entries) + " entries"
                                             : "its entries could not be counted";
@@ -188,7 +194,7 @@ Result<IndexRecovery> Store::move_index_aside(const std::string& problem) {
   JC_TRY(prepare_index_file(m_root_fd.get(), path));
   std::lock_guard lock(m_recoveries_mutex);
   m_recoveries.push_back(recovery);
-  return recovery;
+  return std::optional<IndexRecovery>(std::move(recovery));
 }
 
 std::vector<IndexRecovery> Store::index_recoveries() const {

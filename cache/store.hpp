@@ -248,7 +248,8 @@ class Store {
                                             const std::string& problem = {});
   // Under index.lock: moves index.db (and -wal, -shm) to quarantine/, records it, and
   // creates an empty index.db for the fresh index.
-  Result<IndexRecovery> move_index_aside(const std::string& problem);
+  // std::nullopt when there was no index.db to move.
+  Result<std::optional<IndexRecovery>> move_index_aside(const std::string& problem);
   Status recover_index(const std::shared_ptr<Index>& broken, const std::string& problem);
   template <class F>
   auto with_index(F&& f) -> decltype(f(std::declval<Index&>()));

@@ -443,6 +443,48 @@ TEST_F(IndexTest, DroppedTablesAndTriggersNameTheRecovery) {
   }
 }
 
+TEST_F(IndexTest, ClearAllMovesAsideAnIndexItCannotChange) {
+  fill(3);
+  // An index that opens and reads but refuses every delete (a trigger an operator added).
+  ASSERT_TRUE(sql_query(db(), "CREATE TRIGGER keep BEFORE DELETE ON entries BEGIN SELECT RAISE(ABORT, 'kept'); END")
+                  .empty());
+  auto store = open_store();
+  ASSERT_TRUE(store);
+  ASSERT_FALSE(store->remove({}, DryRun::no).has_value()) << "the trigger must make a plain remove fail";
+  LogCapture log;
+  auto cleared = store->clear_all();
+  ASSERT_OK(cleared);
+  ASSERT_TRUE(cleared->index_quarantined.has_value());
+  EXPECT_EQ(cleared->index_quarantined->entries, std::optional<std::uint64_t>(3));
+  EXPECT_NE(cleared->index_quarantined->problem.find("kept"), std::string::npos) << cleared->index_quarantined->problem;
+  EXPECT_TRUE(std::filesystem::exists(cleared->index_quarantined->moved_to));
+  EXPECT_EQ(cleared->blob_files, 3u);
+  EXPECT_EQ(count_files(root() / "blobs"), 0u);
+  EXPECT_EQ(log.count_containing("not a usable index"), 1u) << log.all();
+  auto listed = store->list();
+  ASSERT_OK(listed);
+  EXPECT_TRUE(listed->empty());
+  // The store goes on working on its fresh index.
+  const Facts f = sample_facts("after");
+  ASSERT_OK(store->put(f.key(), f, make_bytes(10, seed), 1.0));
+  auto hit = store->get(f.key());
+  ASSERT_OK(hit);
+  EXPECT_TRUE(hit->has_value());
+}
+
+TEST_F(IndexTest, ClearAllOnAHealthyIndexMovesNothingAside) {
+  fill(3);
+  auto store = open_store();
+  ASSERT_TRUE(store);
+  auto cleared = store->clear_all();
+  ASSERT_OK(cleared);
+  EXPECT_EQ(cleared->removed.size(), 3u);
+  EXPECT_FALSE(cleared->index_quarantined.has_value());
+  EXPECT_EQ(cleared->blob_files, 0u);
+  EXPECT_EQ(count_files(root() / "blobs"), 0u) << "the removed entries' blobs go with them";
+  EXPECT_TRUE(store->index_recoveries().empty());
+}
+
 TEST_F(IndexTest, CheckValuesNamesEveryBrokenRule) {
   fill(2);
   const std::string k0 = sample_facts("e0").key().to_hex(), k1 = sample_facts("e1").key().to_hex();

@@ -363,6 +363,28 @@ TEST_F(CliCacheTest, VerifyReportsValuesOutOfRange) {
   EXPECT_NE(integrity.find("evicted"), std::string::npos) << integrity;
 }
 
+// Issue 10, item 9: warming 4 variants into an empty cache is 4 misses, not 8.
+TEST_F(CliCacheTest, WarmCountsOneMissPerCompiledVariant) {
+  const fs::path fresh = dir() / "fresh";
+  const std::vector<std::string> warm = {"--cache-dir", fresh.string(), "warm", "--checkpoint",
+                                         (testing::source_dir() / "examples" / "glm5-mini").string(),
+                                         "--arch", "sm_120a", "--rope", "fp8"};
+  const Outcome first = jitcache(warm);
+  ASSERT_EQ(first.code, 0) << first.err;
+  Outcome stats = jitcache({"--cache-dir", fresh.string(), "stats", "--json"});
+  ASSERT_EQ(stats.code, 0) << stats.err;
+  json doc = parse(stats);
+  EXPECT_EQ(doc["entries"], 4);
+  EXPECT_EQ(doc["compiles"], 4);
+  EXPECT_EQ(doc["misses"], 4) << stats.out;
+  const Outcome second = jitcache(warm);
+  ASSERT_EQ(second.code, 0) << second.err;
+  doc = parse(jitcache({"--cache-dir", fresh.string(), "stats", "--json"}));
+  EXPECT_EQ(doc["misses"], 4) << "a warm cache adds no miss";
+  EXPECT_EQ(doc["compiles"], 4);
+  EXPECT_EQ(doc["hits"]["disk"], 4);
+}
+
 TEST_F(CliCacheTest, GcShrinksToMaxSize) {
   const Outcome o = run({"gc", "--max-size", "5K"});
   ASSERT_EQ(o.code, 0) << o.err;

@@ -31,12 +31,13 @@
 // Read-only access (IndexAccess::read_only), for a cache baked into an image on a read-only
 // filesystem or in a directory this process cannot write: the file is opened
 // SQLITE_OPEN_READONLY with `PRAGMA query_only`, never migrated, never locked with
-// index.lock, never written. A WAL database needs its -shm file to be read; where it does
-// not exist and cannot be created, the file is opened `immutable=1`, which is only done
-// when no -wal file with content exists (a writer always leaves both -wal and -shm while it
-// runs; SQLite removes both when the last writer closes cleanly). An index with content
-// left in -wal on such a directory is an error telling how to checkpoint it. An index of an
-// older schema is an error (it cannot be migrated without writing), as is a newer one.
+// index.lock, never written. A WAL database needs its -shm file to be read: an existing
+// one is used read-only; where none exists and none can be created, the file is opened
+// `immutable=1`, which is only done when no -wal file with content exists (a writer always
+// leaves both -wal and -shm while it runs; SQLite removes both when the last writer closes
+// cleanly). Content left in -wal without a -shm is an error telling how to checkpoint it.
+// An index of an older schema is an error (it cannot be migrated without writing), as are
+// a newer one, an empty file and a missing one (a read-only index is never created).
 // Every write (insert, remove*, evict, record_usage, fold_usage) on a read-only Index
 // returns an ErrorCode::database error saying it was opened read-only; reads work as usual.
 #pragma once

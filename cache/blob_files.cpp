@@ -25,6 +25,17 @@ const char* to_string(PublishStep step) {
   return "?";
 }
 
+const char* to_string(WriteStep step) {
+  switch (step) {
+    case WriteStep::temp_create: return "temp_create";
+    case WriteStep::temp_write: return "temp_write";
+    case WriteStep::temp_fsync: return "temp_fsync";
+    case WriteStep::rename: return "rename";
+    case WriteStep::dir_fsync: return "dir_fsync";
+  }
+  return "?";
+}
+
 const char* to_string(BlobProblem problem) {
   switch (problem) {
     case BlobProblem::missing: return "missing";
@@ -85,16 +96,28 @@ Result<BlobDigest> BlobFiles::publish(std::span<const std::byte> data, Durabilit
   const BlobDigest digest = BlobDigest::of(data);
   const std::string hex = digest.to_hex();
 
+  const auto injected = [&](WriteStep at) { return m_fault ? m_fault(at) : 0; };
+
   std::string temp = (m_root / "tmp" / "blob.XXXXXX").string();
-  const int raw_fd = ::mkostemp(temp.data(), O_CLOEXEC);
+  const int create_fault = injected(WriteStep::temp_create);
+  const int raw_fd = create_fault != 0 ? (errno = create_fault, -1) : ::mkostemp(temp.data(), O_CLOEXEC);
   if (raw_fd < 0) return std::unexpected(errno_error("creating a temporary file in " +
                                                       (m_root / "tmp").string(), errno));
   UniqueFd fd(raw_fd);
   TempFileGuard guard(temp);
   // mkstemp's 0600 is still filtered by the umask; make it exact.
   if (::fchmod(fd.get(), 0600) != 0) return std::unexpected(errno_error("chmod 600 " + temp, errno));
+  if (const int e = injected(WriteStep::temp_write)) {
+    // As a full disk does: part of the data is written, then the write fails.
+    (void)write_all(fd.get(), data.first(data.size() / 2), temp);
+    return std::unexpected(errno_error("writing " + temp, e));
+  }
   JC_TRY(write_all(fd.get(), data, temp));
-  if (durability == Durability::full) JC_TRY(fsync_fd(fd.get(), temp));
+  if (durability == Durability::full) {
+    if (const int e = injected(WriteStep::temp_fsync))
+      return std::unexpected(errno_error("fsync " + temp, e));
+    JC_TRY(fsync_fd(fd.get(), temp));
+  }
   fd.reset();
   if (step) step(PublishStep::temp_written);
 
@@ -104,10 +127,15 @@ Result<BlobDigest> BlobFiles::publish(std::span<const std::byte> data, Durabilit
   UniqueFd shard_fd = JC_TRY(open_private_subdir(m_blobs.get(), shard, m_root / "blobs" / shard));
   // Renaming over an existing blob of the same digest is harmless (same bytes) and heals
   // a damaged copy.
-  if (::renameat(AT_FDCWD, temp.c_str(), shard_fd.get(), hex.c_str()) != 0)
+  const int rename_fault = injected(WriteStep::rename);
+  const int renamed = rename_fault != 0 ? (errno = rename_fault, -1)
+                                        : ::renameat(AT_FDCWD, temp.c_str(), shard_fd.get(), hex.c_str());
+  if (renamed != 0)
     return std::unexpected(errno_error("renaming " + temp + " to " + path_of(digest).string(), errno));
   guard.release();
   if (durability == Durability::full) {
+    if (const int e = injected(WriteStep::dir_fsync))
+      return std::unexpected(errno_error("fsync " + (m_root / "blobs" / shard).string(), e));
     JC_TRY(fsync_fd(shard_fd.get(), m_root / "blobs" / shard));
     if (!shard_existed) JC_TRY(fsync_fd(m_blobs.get(), m_root / "blobs"));
   }

@@ -35,6 +35,12 @@ enum class Durability { full, relaxed };
 enum class PublishStep { temp_written, renamed, row_written };
 const char* to_string(PublishStep step);
 
+// The write steps of publishing a blob, in order; a test seam (StoreOptions::blob_fault_hook).
+enum class WriteStep { temp_create, temp_write, temp_fsync, rename, dir_fsync };
+const char* to_string(WriteStep step);
+// Called before each step: 0 to go on, or an errno value the step then fails with.
+using BlobFaultHook = std::function<int(WriteStep)>;
+
 enum class BlobProblem { missing, not_regular, wrong_size, altered, unreadable };
 const char* to_string(BlobProblem problem);
 
@@ -65,6 +71,8 @@ class BlobFiles {
   // set, is called after the temporary file is written and after the rename.
   Result<BlobDigest> publish(std::span<const std::byte> data, Durability durability,
                              const std::function<void(PublishStep)>& step) const;
+  // Test seam: see BlobFaultHook.
+  void set_fault_hook(BlobFaultHook hook) { m_fault = std::move(hook); }
 
   // The content of the blob, only if it has `expected_size` bytes and hashes to `digest`.
   std::expected<Bytes, BlobFailure> read_verified(const BlobDigest& digest,
@@ -94,6 +102,7 @@ class BlobFiles {
                               std::int64_t cutoff_ms) const;
 
   std::filesystem::path m_root;
+  BlobFaultHook m_fault;
   UniqueFd m_blobs;
   UniqueFd m_tmp;
   UniqueFd m_quarantine;

@@ -1,7 +1,16 @@
 #include "cache/index.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <thread>
 #include <unordered_set>
 
 #include "jitcache/log.hpp"
@@ -111,6 +120,22 @@ std::string column_text(sqlite3_stmt* stmt, int column) {
   return text == nullptr ? std::string() : std::string(text, sqlite3_column_bytes(stmt, column));
 }
 
+// A stored count as read back: junk below zero reads as 0, beyond k_max_count as k_max_count
+// (a REAL too large for int64 is saturated by SQLite itself).
+std::uint64_t column_count(sqlite3_stmt* stmt, int column) {
+  return static_cast<std::uint64_t>(
+      std::clamp<sqlite3_int64>(sqlite3_column_int64(stmt, column), 0, k_max_count));
+}
+
+double column_ms(sqlite3_stmt* stmt, int column) {
+  const double value = sqlite3_column_double(stmt, column);
+  return std::isfinite(value) && value > 0 ? std::min(value, static_cast<double>(k_max_count)) : 0.0;
+}
+
+sqlite3_int64 saturated(std::uint64_t value) {
+  return static_cast<sqlite3_int64>(std::min<std::uint64_t>(value, k_max_count));
+}
+
 constexpr const char* k_entry_columns =
     "key, key_schema, digest, size, facts, created, last_used, hits, compile_ms";
 
@@ -126,12 +151,12 @@ std::optional<EntryInfo> read_entry(sqlite3_stmt* stmt, const std::filesystem::p
   info.key = *key;
   info.key_schema = static_cast<std::uint32_t>(sqlite3_column_int64(stmt, 1));
   info.digest = *digest;
-  info.size = static_cast<std::uint64_t>(sqlite3_column_int64(stmt, 3));
+  info.size = column_count(stmt, 3);
   info.facts_json = column_text(stmt, 4);
   if (auto facts = Facts::from_json(info.facts_json)) info.facts = std::move(*facts);
   info.created_ms = sqlite3_column_int64(stmt, 5);
   info.last_used_ms = sqlite3_column_int64(stmt, 6);
-  info.hits = static_cast<std::uint64_t>(sqlite3_column_int64(stmt, 7));
+  info.hits = column_count(stmt, 7);
   info.compile_ms = sqlite3_column_double(stmt, 8);
   return info;
 }
@@ -144,50 +169,133 @@ Error Index::db_error(const std::string& what, int rc) {
   return Error{ErrorCode::database, m_path.string() + ": " + what + ": " + message, {}};
 }
 
-std::expected<std::unique_ptr<Index>, Index::OpenFailure> Index::open(
-    const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout,
-    Durability durability, IndexAccess access) {
-  std::unique_ptr<Index> index(new Index());
-  index->m_path = db_path;
-  auto fail = [&](const std::string& what, int rc) {
-    const bool corrupt = is_corruption(rc);
-    const int primary = rc & 0xFF;
-    const bool unwritable = primary == SQLITE_FULL || primary == SQLITE_IOERR || primary == SQLITE_READONLY ||
-                            primary == SQLITE_CANTOPEN || primary == SQLITE_PERM;
-    return std::unexpected(OpenFailure{index->db_error(what, rc), corrupt, unwritable});
-  };
-  if (access == IndexAccess::read_only) {
-    // TEMPORARY until the index's own read-only mode lands: immutable, as a baked image is.
-    std::error_code ec;
-    const auto wal_size = std::filesystem::file_size(db_path.string() + "-wal", ec);
-    const bool wal = !ec && wal_size > 0;
-    const std::string uri = "file:" + db_path.string() + (wal ? "?mode=ro" : "?immutable=1");
-    int rc = sqlite3_open_v2(uri.c_str(), &index->m_db,
-                             SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, nullptr);
-    if (rc != SQLITE_OK) return fail("cannot open read-only", rc);
-    index->m_file_id = file_id_of(db_path);
-    sqlite3_extended_result_codes(index->m_db, 1);
-    rc = sqlite3_prepare_v3(index->m_db, "SELECT digest, size, compile_ms FROM entries WHERE key = ?1", -1,
-                            SQLITE_PREPARE_PERSISTENT, &index->m_lookup, nullptr);
-    if (rc != SQLITE_OK) return fail("preparing the lookup", rc);
-    return index;
+namespace {
+
+bool is_busy(int rc) {
+  const int primary = rc & 0xFF;
+  return primary == SQLITE_BUSY || primary == SQLITE_LOCKED;
+}
+
+// A read-only `file:` URI for `path`; '%', '?' and '#' are escaped, as URIs require.
+std::string read_only_uri(const std::filesystem::path& path, bool immutable) {
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  std::string uri = "file://";
+  for (const char c : (ec ? path : absolute).string()) {
+    if (c == '%' || c == '?' || c == '#') {
+      char escaped[4];
+      std::snprintf(escaped, sizeof escaped, "%%%02X", static_cast<unsigned char>(c));
+      uri += escaped;
+    } else {
+      uri += c;
+    }
   }
+  return uri + (immutable ? "?mode=ro&immutable=1" : "?mode=ro");
+}
+
+constexpr const char* k_recovery_hint =
+    "; the index is damaged: `jitcache clear --all` moves it to quarantine/ and starts a fresh one";
+
+}  // namespace
+
+Result<UniqueFd> lock_index_file(const std::filesystem::path& db_path, std::chrono::milliseconds timeout) {
+  const std::filesystem::path lock_path = db_path.parent_path() / "index.lock";
+  const int raw = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (raw < 0) {
+    if (errno == ELOOP) return make_error(ErrorCode::unsafe, lock_path.string() + ": is a symbolic link");
+    return std::unexpected(errno_error(lock_path.string(), errno));
+  }
+  UniqueFd fd(raw);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return std::unexpected(errno_error(lock_path.string(), errno));
+  if (!S_ISREG(st.st_mode)) return make_error(ErrorCode::unsafe, lock_path.string() + ": not a regular file");
+  // Created 0600 whatever the umask, as every file of the cache.
+  if ((st.st_mode & 07777) != 0600 && st.st_uid == ::geteuid() && ::fchmod(fd.get(), 0600) != 0)
+    return std::unexpected(errno_error("chmod 600 " + lock_path.string(), errno));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
+  while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) return std::unexpected(errno_error("flock " + lock_path.string(), errno));
+    if (std::chrono::steady_clock::now() >= deadline)
+      return make_error(ErrorCode::database, lock_path.string() + ": held by another process for more than " +
+                                                 std::to_string(timeout.count()) +
+                                                 " ms (it is creating, migrating or rebuilding the index)");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  return fd;
+}
+
+std::expected<std::unique_ptr<Index>, Index::OpenFailure> Index::open(const std::filesystem::path& db_path,
+                                                                      const IndexOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  const auto deadline = started + options.busy_timeout;
+  // Held until the schema is committed: one initialiser at a time, the others then find
+  // a finished index. A read-only opener can neither create the lock file nor change
+  // anything, so it takes none.
+  UniqueFd lock;
+  if (options.access == IndexAccess::read_write) {
+    auto held = lock_index_file(db_path, options.busy_timeout);
+    if (!held) {
+      const bool unwritable = held.error().code == ErrorCode::io;
+      return std::unexpected(OpenFailure{std::move(held.error()), false, false, unwritable});
+    }
+    lock = std::move(*held);
+  }
+  std::minstd_rand jitter(static_cast<std::uint32_t>(::getpid()) ^
+                          static_cast<std::uint32_t>(started.time_since_epoch().count()));
+  auto pause = std::chrono::milliseconds(2);
+  for (int attempt = 1;; ++attempt) {
+    std::unique_ptr<Index> index(new Index());
+    index->m_path = db_path;
+    index->m_access = options.access;
+    auto connected = index->connect(options);
+    if (connected) return index;
+    OpenFailure failure = std::move(connected.error().failure);
+    const int primary = connected.error().rc & 0xFF;
+    failure.unwritable = primary == SQLITE_FULL || primary == SQLITE_IOERR || primary == SQLITE_READONLY ||
+                         primary == SQLITE_CANTOPEN || primary == SQLITE_PERM;
+    const auto now = std::chrono::steady_clock::now();
+    // SQLite answers BUSY without waiting where waiting could deadlock; start again from
+    // nothing (a fresh connection holds no lock) after a pause that grows, with jitter so
+    // that openers who collided do not collide again.
+    if (!is_busy(connected.error().rc) || now >= deadline) {
+      if (is_busy(connected.error().rc))
+        failure.error.message +=
+            " (tried " + std::to_string(attempt) + " times for " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - started).count()) +
+            " ms)";
+      return std::unexpected(std::move(failure));
+    }
+    index.reset();
+    const auto sleep = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
+                                pause + std::chrono::milliseconds(jitter() % (pause.count() + 1)));
+    std::this_thread::sleep_for(sleep);
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  }
+}
+
+std::expected<void, Index::ConnectFailure> Index::connect(const IndexOptions& options) {
+  if (m_access == IndexAccess::read_only) return connect_read_only(options);
+  auto fail = [&](const std::string& what, int rc) {
+    return std::unexpected(ConnectFailure{OpenFailure{db_error(what, rc), is_corruption(rc)}, rc});
+  };
   // NOMUTEX: the connection is only used under m_mutex. NOFOLLOW: the index is never a link.
-  int rc = sqlite3_open_v2(db_path.c_str(), &index->m_db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
-                               SQLITE_OPEN_NOFOLLOW,
-                           nullptr);
+  int rc = sqlite3_open_v2(
+      m_path.c_str(), &m_db,
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, nullptr);
   if (rc != SQLITE_OK) return fail("cannot open", rc);
-  index->m_file_id = file_id_of(db_path);
-  sqlite3_extended_result_codes(index->m_db, 1);
-  sqlite3_busy_timeout(index->m_db, static_cast<int>(busy_timeout.count()));
+  m_file_id = file_id_of(m_path);
+  sqlite3_extended_result_codes(m_db, 1);
+  sqlite3_busy_timeout(m_db, static_cast<int>(options.busy_timeout.count()));
 
   auto exec = [&](const std::string& sql) {
-    return sqlite3_exec(index->m_db, sql.c_str(), nullptr, nullptr, nullptr);
+    return sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr);
   };
   // The first statement that reads the file is where garbage is noticed.
   if ((rc = exec("PRAGMA journal_mode=WAL")) != SQLITE_OK) return fail("enabling WAL", rc);
-  exec(durability == Durability::full ? "PRAGMA synchronous=NORMAL" : "PRAGMA synchronous=OFF");
+  exec(options.durability == Durability::full ? "PRAGMA synchronous=NORMAL" : "PRAGMA synchronous=OFF");
   // A larger page cache and memory-mapped reads keep lookups flat as the index grows.
   exec("PRAGMA cache_size=-16384");
   exec("PRAGMA mmap_size=268435456");
@@ -198,79 +306,228 @@ std::expected<std::unique_ptr<Index>, Index::OpenFailure> Index::open(
     exec("ROLLBACK");
     return failure;
   };
-  int version = 0;
-  {
-    Statement tables;
-    if ((rc = tables.prepare(index->m_db, "SELECT name FROM sqlite_master WHERE type = 'table'")) != SQLITE_OK)
-      return rollback_and_fail("reading the schema", rc);
-    bool any_table = false, has_version = false;
-    while ((rc = sqlite3_step(tables.get())) == SQLITE_ROW) {
-      any_table = true;
-      if (column_text(tables.get(), 0) == "schema_version") has_version = true;
-    }
-    if (rc != SQLITE_DONE) return rollback_and_fail("reading the schema", rc);
-    if (any_table && !has_version) {
-      exec("ROLLBACK");
-      return std::unexpected(OpenFailure{
-          Error{ErrorCode::database,
-                db_path.string() + ": a SQLite database without a schema_version table is not a "
-                                   "jitcache index; move it away or choose another cache directory",
-                {}},
-          false});
-    }
-    if (has_version) {
-      Statement read;
-      if ((rc = read.prepare(index->m_db, "SELECT version FROM schema_version")) != SQLITE_OK)
-        return rollback_and_fail("reading schema_version", rc);
-      int rows = 0;
-      while ((rc = sqlite3_step(read.get())) == SQLITE_ROW) {
-        version = sqlite3_column_int(read.get(), 0);
-        ++rows;
-      }
-      if (rc != SQLITE_DONE) return rollback_and_fail("reading schema_version", rc);
-      if (rows != 1 || version < 0) {
-        exec("ROLLBACK");
-        // Only a damaged file has anything but one row: our writes are transactional.
-        return std::unexpected(OpenFailure{
-            Error{ErrorCode::database,
-                  db_path.string() + ": schema_version holds " + std::to_string(rows) +
-                      " rows, expected 1",
-                  {}},
-            true});
-      }
-    }
-  }
-  if (version > k_index_schema_version) {
+  auto rollback = [&](std::expected<void, ConnectFailure> failed) {
     exec("ROLLBACK");
-    return std::unexpected(OpenFailure{
+    return failed;
+  };
+  int version = 0;
+  if (auto read = read_schema(version); !read) return rollback(std::move(read));
+  if (version > k_index_schema_version)
+    return rollback(std::unexpected(ConnectFailure{OpenFailure{
         Error{ErrorCode::database,
-              db_path.string() + ": schema_version " + std::to_string(version) +
-                  " is newer than this jitcache understands (" +
-                  std::to_string(k_index_schema_version) +
+              m_path.string() + ": schema_version " + std::to_string(version) +
+                  " is newer than this jitcache understands (" + std::to_string(k_index_schema_version) +
                   "); use a newer jitcache or another cache directory",
-              {}},
-        false});
-  }
+              {}}}}));
   for (; version < k_index_schema_version; ++version) {
     if ((rc = exec(k_migrations[static_cast<std::size_t>(version)])) != SQLITE_OK)
-      return rollback_and_fail("migrating schema " + std::to_string(version) + " to " +
-                                   std::to_string(version + 1),
-                               rc);
+      return rollback_and_fail(
+          "migrating schema " + std::to_string(version) + " to " + std::to_string(version + 1), rc);
     if ((rc = exec("UPDATE schema_version SET version = " + std::to_string(version + 1))) != SQLITE_OK)
       return rollback_and_fail("updating schema_version", rc);
   }
-  exec("PRAGMA application_id=" + std::to_string(k_application_id));
+  if (auto checked = check_schema(); !checked) return rollback(std::move(checked));
+  // Written only when it differs: a transaction that changes nothing writes nothing, so a
+  // current index still opens on a full disk.
+  bool id_set = false;
+  {
+    Statement id;
+    if (id.prepare(m_db, "PRAGMA application_id") == SQLITE_OK && sqlite3_step(id.get()) == SQLITE_ROW)
+      id_set = sqlite3_column_int(id.get(), 0) == k_application_id;
+  }
+  if (!id_set) exec("PRAGMA application_id=" + std::to_string(k_application_id));
   if ((rc = exec("COMMIT")) != SQLITE_OK) return rollback_and_fail("committing the schema", rc);
+  if ((rc = prepare_lookup()) != SQLITE_OK) return fail("preparing the lookup", rc);
+  return {};
+}
 
+std::expected<void, Index::ConnectFailure> Index::connect_read_only(const IndexOptions& options) {
+  auto fail = [&](const std::string& what, int rc) {
+    return std::unexpected(ConnectFailure{OpenFailure{db_error(what, rc), is_corruption(rc)}, rc});
+  };
+  auto refuse = [&](const std::string& why) {
+    return std::unexpected(
+        ConnectFailure{OpenFailure{Error{ErrorCode::database, m_path.string() + ": " + why, {}}}});
+  };
+  std::error_code ec;
+  if (!std::filesystem::exists(m_path, ec) && !ec)
+    return std::unexpected(ConnectFailure{
+        OpenFailure{Error{ErrorCode::not_found,
+                          m_path.string() + ": no such file; an index opened read-only is never created",
+                          {}}}});
+  auto exec = [&](const std::string& sql) {
+    return sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr);
+  };
+  auto try_open = [&](bool immutable) {
+    if (m_db != nullptr) sqlite3_close_v2(m_db);
+    m_db = nullptr;
+    const std::string uri = read_only_uri(m_path, immutable);
+    int rc = sqlite3_open_v2(
+        uri.c_str(), &m_db,
+        SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, nullptr);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_extended_result_codes(m_db, 1);
+    sqlite3_busy_timeout(m_db, static_cast<int>(options.busy_timeout.count()));
+    // The first read is where a WAL file that cannot be read shows.
+    return exec("SELECT count(*) FROM sqlite_master");
+  };
+  int rc = try_open(false);
+  const int primary = rc & 0xFF;
+  if (primary == SQLITE_READONLY || primary == SQLITE_CANTOPEN || primary == SQLITE_IOERR || primary == SQLITE_FULL) {
+    // A WAL database whose -shm neither exists nor can be created (or, on a full disk,
+    // cannot be sized). Without WAL content
+    // there is nothing a -shm would coordinate: no writer runs (a writer keeps -wal and
+    // -shm while it runs), so the file may be read as immutable.
+    const std::filesystem::path wal = m_path.string() + "-wal";
+    const auto wal_size = std::filesystem::file_size(wal, ec);
+    if (!ec && wal_size > 0)
+      return refuse(
+          "index.db-wal holds changes not yet written to index.db, and they cannot be read without "
+          "index.db-shm, which this process cannot create; checkpoint the index where it is writable "
+          "before making it read-only (run any jitcache command there, or "
+          "`sqlite3 index.db 'PRAGMA wal_checkpoint(TRUNCATE)'`)");
+    rc = try_open(true);
+  }
+  if (rc != SQLITE_OK) return fail("cannot open read-only", rc);
+  m_file_id = file_id_of(m_path);
+  exec("PRAGMA query_only=1");
+  exec("PRAGMA cache_size=-16384");
+  exec("PRAGMA mmap_size=268435456");
+
+  // One read transaction: the schema checks see one consistent snapshot.
+  if ((rc = exec("BEGIN")) != SQLITE_OK) return fail("starting a read transaction", rc);
+  int version = 0;
+  auto read = read_schema(version);
+  if (read && version == 0)
+    read = refuse("holds no jitcache index yet; an index opened read-only is never initialised");
+  else if (read && version < k_index_schema_version)
+    read = refuse(
+        "schema_version " + std::to_string(version) + " is older than this jitcache's (" +
+        std::to_string(k_index_schema_version) +
+        ") and an index opened read-only cannot be migrated; run any jitcache command once where the cache "
+        "is writable to migrate it");
+  else if (read && version > k_index_schema_version)
+    read =
+        refuse("schema_version " + std::to_string(version) + " is newer than this jitcache understands (" +
+               std::to_string(k_index_schema_version) + "); use a newer jitcache or another cache directory");
+  if (read) read = check_schema();
+  exec("COMMIT");
+  if (!read) return read;
+  if ((rc = prepare_lookup()) != SQLITE_OK) return fail("preparing the lookup", rc);
+  return {};
+}
+
+// Within an open transaction: the schema version (0 for an empty database).
+std::expected<void, Index::ConnectFailure> Index::read_schema(int& version) {
+  auto fail = [&](const std::string& what, int rc) {
+    return std::unexpected(ConnectFailure{OpenFailure{db_error(what, rc), is_corruption(rc)}, rc});
+  };
+  version = 0;
+  Statement tables;
+  int rc = tables.prepare(m_db, "SELECT name FROM sqlite_master WHERE type = 'table'");
+  if (rc != SQLITE_OK) return fail("reading the schema", rc);
+  bool any_table = false, has_version = false;
+  while ((rc = sqlite3_step(tables.get())) == SQLITE_ROW) {
+    any_table = true;
+    if (column_text(tables.get(), 0) == "schema_version") has_version = true;
+  }
+  if (rc != SQLITE_DONE) return fail("reading the schema", rc);
+  if (any_table && !has_version)
+    return std::unexpected(ConnectFailure{
+        OpenFailure{Error{ErrorCode::database,
+                          m_path.string() + ": a SQLite database without a schema_version table is not a "
+                                            "jitcache index; move it away or choose another cache directory",
+                          {}}}});
+  if (!has_version) return {};
+  Statement read;
+  if ((rc = read.prepare(m_db, "SELECT version FROM schema_version")) != SQLITE_OK)
+    return fail("reading schema_version", rc);
+  int rows = 0;
+  while ((rc = sqlite3_step(read.get())) == SQLITE_ROW) {
+    version = sqlite3_column_int(read.get(), 0);
+    ++rows;
+  }
+  if (rc != SQLITE_DONE) return fail("reading schema_version", rc);
+  if (rows != 1 || version < 0)
+    // Only a damaged file has anything but one row: our writes are transactional.
+    return std::unexpected(ConnectFailure{OpenFailure{
+        Error{ErrorCode::database,
+              m_path.string() + ": schema_version holds " + std::to_string(rows) + " rows, expected 1",
+              {}},
+        true}});
+  return {};
+}
+
+// Every table and column the statements use, and the triggers that keep the totals.
+std::expected<void, Index::ConnectFailure> Index::check_schema() {
+  for (const char* sql : {"SELECT version FROM schema_version",
+                          "SELECT key, key_schema, digest, size, facts, created, last_used, hits, compile_ms "
+                          "FROM entries",
+                          "SELECT name, value FROM counters", "SELECT key, hits, last_used FROM usage_log"}) {
+    Statement probe;
+    const int rc = probe.prepare(m_db, sql);
+    if (rc == SQLITE_OK) continue;
+    if (is_corruption(rc))
+      return std::unexpected(ConnectFailure{OpenFailure{db_error("reading the schema", rc), true}, rc});
+    return std::unexpected(ConnectFailure{
+        OpenFailure{
+            Error{ErrorCode::database, m_path.string() + ": " + sqlite3_errmsg(m_db) + k_recovery_hint, {}},
+            false, true},
+        rc});
+  }
+  for (const char* trigger : {"entries_after_insert", "entries_after_delete", "entries_after_update_size"}) {
+    Statement probe;
+    int rc = probe.prepare(m_db, "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?1");
+    if (rc == SQLITE_OK) {
+      sqlite3_bind_text(probe.get(), 1, trigger, -1, SQLITE_STATIC);
+      rc = sqlite3_step(probe.get());
+    }
+    if (rc == SQLITE_ROW) continue;
+    if (rc != SQLITE_DONE)
+      return std::unexpected(
+          ConnectFailure{OpenFailure{db_error("reading the schema", rc), is_corruption(rc)}, rc});
+    return std::unexpected(
+        ConnectFailure{OpenFailure{Error{ErrorCode::database,
+                                         m_path.string() + ": trigger " + trigger +
+                                             " is missing, so the totals would drift" + k_recovery_hint,
+                                         {}},
+                                   false, true},
+                       SQLITE_OK});
+  }
+  return {};
+}
+
+int Index::prepare_lookup() {
   // Without statistics SQLite would pick the primary key index and then read the wide row.
-  rc = sqlite3_prepare_v3(index->m_db,
-                          "SELECT digest, size, compile_ms FROM entries INDEXED BY entries_lookup WHERE key = ?1", -1,
-                          SQLITE_PREPARE_PERSISTENT, &index->m_lookup, nullptr);
+  int rc = sqlite3_prepare_v3(
+      m_db, "SELECT digest, size, compile_ms FROM entries INDEXED BY entries_lookup WHERE key = ?1", -1,
+      SQLITE_PREPARE_PERSISTENT, &m_lookup, nullptr);
   if (rc != SQLITE_OK)  // an operator dropped the index: slower, still correct
-    rc = sqlite3_prepare_v3(index->m_db, "SELECT digest, size, compile_ms FROM entries WHERE key = ?1", -1,
-                            SQLITE_PREPARE_PERSISTENT, &index->m_lookup, nullptr);
-  if (rc != SQLITE_OK) return fail("preparing the lookup", rc);
-  return index;
+    rc = sqlite3_prepare_v3(m_db, "SELECT digest, size, compile_ms FROM entries WHERE key = ?1", -1,
+                            SQLITE_PREPARE_PERSISTENT, &m_lookup, nullptr);
+  return rc;
+}
+
+std::optional<std::uint64_t> Index::count_entries(const std::filesystem::path& db_path) {
+  sqlite3* db = nullptr;
+  const std::string uri = read_only_uri(db_path, false);
+  std::optional<std::uint64_t> count;
+  if (sqlite3_open_v2(uri.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOFOLLOW,
+                      nullptr) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 1000);
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM entries", -1, &stmt, nullptr) == SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW)
+      count = static_cast<std::uint64_t>(std::max<sqlite3_int64>(0, sqlite3_column_int64(stmt, 0)));
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close_v2(db);
+  return count;
+}
+
+Status Index::writable(const std::string& what) const {
+  if (m_access == IndexAccess::read_write) return {};
+  return make_error(ErrorCode::database, m_path.string() + ": opened read-only; cannot " + what);
 }
 
 Index::~Index() {
@@ -327,7 +584,7 @@ Result<std::optional<IndexRow>> Index::lookup(const CacheKey& key) {
   }
   IndexRow row;
   auto digest = BlobDigest::from_hex(column_text(m_lookup, 0));
-  row.size = static_cast<std::uint64_t>(sqlite3_column_int64(m_lookup, 1));
+  row.size = column_count(m_lookup, 1);
   row.compile_ms = sqlite3_column_double(m_lookup, 2);
   sqlite3_reset(m_lookup);
   if (!digest)
@@ -338,6 +595,7 @@ Result<std::optional<IndexRow>> Index::lookup(const CacheKey& key) {
 }
 
 Result<IndexTotals> Index::insert(const NewEntry& entry, const std::function<void()>& before_commit) {
+  JC_TRY(writable("insert entry " + entry.key.to_hex()));
   std::lock_guard lock(m_mutex);
   Transaction txn(m_db);
   int rc = txn.begin();
@@ -365,8 +623,7 @@ Result<IndexTotals> Index::insert(const NewEntry& entry, const std::function<voi
   IndexTotals result;
   while ((rc = sqlite3_step(totals.get())) == SQLITE_ROW) {
     const std::string name = column_text(totals.get(), 0);
-    const auto value = static_cast<std::uint64_t>(sqlite3_column_int64(totals.get(), 1));
-    (name == "entries" ? result.entries : result.bytes) = value;
+    (name == "entries" ? result.entries : result.bytes) = column_count(totals.get(), 1);
   }
   if (rc != SQLITE_DONE) return std::unexpected(db_error("reading totals", rc));
   if (before_commit) before_commit();
@@ -458,6 +715,7 @@ Result<Removed> delete_selected(sqlite3* db, std::vector<EntryInfo> selected,
 }  // namespace
 
 Result<Removed> Index::remove_where(const std::string& where_sql, const std::vector<std::string>& binds) {
+  JC_TRY(writable("remove entries"));
   std::lock_guard lock(m_mutex);
   Transaction txn(m_db);
   int rc = txn.begin();
@@ -497,9 +755,17 @@ Result<Removed> Index::remove_digest(const BlobDigest& digest) {
 
 namespace {
 
+// total(), not sum(): sum() fails with "integer overflow" on rows a writer never made
+// (junk an operator or a bug put there), and a failing fold would fail every command.
+// Hits saturate at k_max_count.
+#define JC_MAX_COUNT_SQL "1000000000000000"
+static_assert(k_max_count == 1'000'000'000'000'000, "JC_MAX_COUNT_SQL spells k_max_count");
 constexpr const char* k_fold_sql =
-    "UPDATE entries SET hits = entries.hits + folded.uses, last_used = max(entries.last_used, folded.latest) "
-    "FROM (SELECT key, sum(hits) AS uses, max(last_used) AS latest FROM usage_log GROUP BY key) AS folded "
+    "UPDATE entries SET hits = CAST(max(0, min(entries.hits + folded.uses, " JC_MAX_COUNT_SQL
+    ")) AS INTEGER), "
+    "last_used = max(entries.last_used, folded.latest) "
+    "FROM (SELECT key, total(max(hits, 0)) AS uses, max(last_used) AS latest FROM usage_log GROUP BY key) AS "
+    "folded "
     "WHERE entries.key = folded.key; "
     "DELETE FROM usage_log;";
 
@@ -510,6 +776,7 @@ constexpr sqlite3_int64 k_fold_threshold_rows = 100'000;
 }  // namespace
 
 Result<Removed> Index::evict(std::uint64_t target_bytes, const std::optional<CacheKey>& keep) {
+  JC_TRY(writable("evict entries"));
   std::lock_guard lock(m_mutex);
   Transaction txn(m_db);
   int rc = txn.begin();
@@ -521,7 +788,7 @@ Result<Removed> Index::evict(std::uint64_t target_bytes, const std::optional<Cac
   if ((rc = total.prepare(m_db, "SELECT value FROM counters WHERE name = 'bytes'")) != SQLITE_OK ||
       (rc = sqlite3_step(total.get())) != SQLITE_ROW)
     return std::unexpected(db_error("reading the byte total", rc));
-  std::uint64_t bytes = static_cast<std::uint64_t>(sqlite3_column_int64(total.get(), 0));
+  std::uint64_t bytes = column_count(total.get(), 0);
   std::vector<EntryInfo> selected;
   if (bytes > target_bytes) {
     Statement stmt;
@@ -546,6 +813,7 @@ Result<Removed> Index::evict(std::uint64_t target_bytes, const std::optional<Cac
 
 
 Status Index::record_usage(std::span<const Usage> usage, const Counters& delta) {
+  JC_TRY(writable("record usage"));
   std::lock_guard lock(m_mutex);
   Transaction txn(m_db);
   int rc = txn.begin();
@@ -556,29 +824,35 @@ Status Index::record_usage(std::span<const Usage> usage, const Counters& delta) 
   for (const Usage& u : usage) {
     sqlite3_reset(append.get());
     bind_text(append.get(), 1, u.key.to_hex());
-    sqlite3_bind_int64(append.get(), 2, static_cast<sqlite3_int64>(u.hits));
+    sqlite3_bind_int64(append.get(), 2, saturated(u.hits));
     sqlite3_bind_int64(append.get(), 3, u.last_used_ms);
     if ((rc = sqlite3_step(append.get())) != SQLITE_DONE)
       return std::unexpected(db_error("recording usage of " + u.key.to_hex(), rc));
   }
-  Statement add;
-  if ((rc = add.prepare(m_db, "UPDATE counters SET value = value + ?2 WHERE name = ?1")) != SQLITE_OK)
+  // Counters saturate: an addition beyond int64 would turn the value into a REAL, and a
+  // junk value must not make every later update fail.
+  Statement add_int, add_real;
+  if ((rc = add_int.prepare(m_db, "UPDATE counters SET value = CAST(max(0, min(value + ?2, " JC_MAX_COUNT_SQL
+                                  ")) AS INTEGER) WHERE name = ?1")) != SQLITE_OK ||
+      (rc = add_real.prepare(m_db, "UPDATE counters SET value = max(0.0, min(value + ?2, " JC_MAX_COUNT_SQL
+                                   ".0)) WHERE name = ?1")) != SQLITE_OK)
     return std::unexpected(db_error("preparing counter update", rc));
-  auto bump = [&](const char* name, auto value, auto bind) -> int {
+  auto bump = [&](sqlite3_stmt* add, const char* name, auto value, auto bind) -> int {
     if (value == 0) return SQLITE_DONE;
-    sqlite3_reset(add.get());
-    sqlite3_bind_text(add.get(), 1, name, -1, SQLITE_STATIC);
-    bind(add.get(), value);
-    return sqlite3_step(add.get());
+    sqlite3_reset(add);
+    sqlite3_bind_text(add, 1, name, -1, SQLITE_STATIC);
+    bind(add, value);
+    return sqlite3_step(add);
   };
   for (const IntCounter& c : k_int_counters)
-    if ((rc = bump(c.name, delta.*c.field, [](sqlite3_stmt* s, std::uint64_t v) {
-           sqlite3_bind_int64(s, 2, static_cast<sqlite3_int64>(v));
+    if ((rc = bump(add_int.get(), c.name, delta.*c.field, [](sqlite3_stmt* s, std::uint64_t v) {
+           sqlite3_bind_int64(s, 2, saturated(v));
          })) != SQLITE_DONE)
       return std::unexpected(db_error(std::string("updating counter ") + c.name, rc));
   for (const RealCounter& c : k_real_counters)
-    if ((rc = bump(c.name, delta.*c.field, [](sqlite3_stmt* s, double v) { sqlite3_bind_double(s, 2, v); })) !=
-        SQLITE_DONE)
+    if ((rc = bump(add_real.get(), c.name, delta.*c.field, [](sqlite3_stmt* s, double v) {
+           sqlite3_bind_double(s, 2, std::isfinite(v) ? v : 0.0);
+         })) != SQLITE_DONE)
       return std::unexpected(db_error(std::string("updating counter ") + c.name, rc));
   Statement pending;
   if ((rc = pending.prepare(m_db, "SELECT max(rowid) FROM usage_log")) != SQLITE_OK ||
@@ -592,6 +866,7 @@ Status Index::record_usage(std::span<const Usage> usage, const Counters& delta) 
 }
 
 Status Index::fold_usage() {
+  JC_TRY(writable("fold usage_log into entries"));
   std::lock_guard lock(m_mutex);
   Transaction txn(m_db);
   int rc = txn.begin();
@@ -609,8 +884,7 @@ Result<IndexTotals> Index::totals() {
   if (rc != SQLITE_OK) return std::unexpected(db_error("reading totals", rc));
   IndexTotals totals;
   while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    const auto value = static_cast<std::uint64_t>(sqlite3_column_int64(stmt.get(), 1));
-    (column_text(stmt.get(), 0) == "entries" ? totals.entries : totals.bytes) = value;
+    (column_text(stmt.get(), 0) == "entries" ? totals.entries : totals.bytes) = column_count(stmt.get(), 1);
   }
   if (rc != SQLITE_DONE) return std::unexpected(db_error("reading totals", rc));
   return totals;
@@ -625,9 +899,9 @@ Result<Counters> Index::counters() {
   while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
     const std::string name = column_text(stmt.get(), 0);
     for (const IntCounter& c : k_int_counters)
-      if (name == c.name) counters.*c.field = static_cast<std::uint64_t>(sqlite3_column_int64(stmt.get(), 1));
+      if (name == c.name) counters.*c.field = column_count(stmt.get(), 1);
     for (const RealCounter& c : k_real_counters)
-      if (name == c.name) counters.*c.field = sqlite3_column_double(stmt.get(), 1);
+      if (name == c.name) counters.*c.field = column_ms(stmt.get(), 1);
   }
   if (rc != SQLITE_DONE) return std::unexpected(db_error("reading counters", rc));
   return counters;
@@ -653,9 +927,121 @@ Result<std::vector<std::string>> Index::integrity_check() {
   std::vector<std::string> problems;
   while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
     std::string line = column_text(stmt.get(), 0);
-    if (line != "ok") problems.push_back(std::move(line));
+    if (line != "ok") problems.push_back(m_path.string() + ": " + line);
   }
   if (rc != SQLITE_DONE) return std::unexpected(db_error("PRAGMA integrity_check", rc));
+  return problems;
+}
+
+namespace {
+
+struct ValueRule {
+  const char* table;
+  const char* field;
+  const char* row_name;  // the column that names an offending row
+  const char* broken;    // SQL condition a row breaking the rule meets (?1: the latest sane time)
+  const char* rule;
+};
+
+#define JC_HEX_BROKEN(f) "typeof(" f ") != 'text' OR length(" f ") != 32 OR " f " GLOB '*[^0-9a-f]*'"
+#define JC_COUNT_BROKEN(f) "typeof(" f ") != 'integer' OR " f " < 0 OR " f " > " JC_MAX_COUNT_SQL
+#define JC_TIME_BROKEN(f) "typeof(" f ") != 'integer' OR " f " < 0 OR " f " > ?1"
+
+constexpr const char* k_hex_rule = "32 lowercase hex digits";
+constexpr const char* k_count_rule = "an integer from 0 to 10^15";
+constexpr const char* k_time_rule = "Unix milliseconds, not negative and not in the future";
+
+const ValueRule k_value_rules[] = {
+    {"entries", "key", "key", JC_HEX_BROKEN("key"), k_hex_rule},
+    {"entries", "digest", "key", JC_HEX_BROKEN("digest"), k_hex_rule},
+    {"entries", "key_schema", "key", "typeof(key_schema) != 'integer' OR key_schema < 0",
+     "a non-negative integer"},
+    {"entries", "size", "key", "typeof(size) != 'integer' OR size < 0 OR size > 1099511627776",
+     "a byte count from 0 to 1 TiB"},
+    {"entries", "facts", "key",
+     "CASE WHEN typeof(facts) = 'text' AND json_valid(facts) THEN json_type(facts) != 'object' ELSE 1 END",
+     "a JSON object"},
+    {"entries", "created", "key", JC_TIME_BROKEN("created"), k_time_rule},
+    {"entries", "last_used", "key", JC_TIME_BROKEN("last_used"), k_time_rule},
+    {"entries", "hits", "key", JC_COUNT_BROKEN("hits"), k_count_rule},
+    {"entries", "compile_ms", "key",
+     "typeof(compile_ms) NOT IN ('integer', 'real') OR compile_ms < 0 OR compile_ms > 1e9",
+     "milliseconds from 0 to 10^9"},
+    {"usage_log", "key", "key", JC_HEX_BROKEN("key"), k_hex_rule},
+    {"usage_log", "hits", "key", JC_COUNT_BROKEN("hits"), k_count_rule},
+    {"usage_log", "last_used", "key", JC_TIME_BROKEN("last_used"), k_time_rule},
+    {"counters", "value", "name",
+     "name NOT IN ('compile_ms_spent', 'compile_ms_saved') AND (" JC_COUNT_BROKEN("value") ")", k_count_rule},
+    {"counters", "value", "name",
+     "name IN ('compile_ms_spent', 'compile_ms_saved') AND (typeof(value) NOT IN ('integer', 'real') OR "
+     "value < 0 "
+     "OR value > " JC_MAX_COUNT_SQL ")",
+     "milliseconds from 0 to 10^15"},
+};
+
+#undef JC_HEX_BROKEN
+#undef JC_COUNT_BROKEN
+#undef JC_TIME_BROKEN
+
+// Clock skew between the writers of one local cache is small; a day is generous.
+constexpr std::int64_t k_future_slack_ms = 24 * 3600 * 1000;
+
+}  // namespace
+
+Result<std::vector<std::string>> Index::check_values() {
+  std::lock_guard lock(m_mutex);
+  std::vector<std::string> problems;
+  const std::string file = m_path.string() + ": ";
+  const sqlite3_int64 latest = unix_now_ms() + k_future_slack_ms;
+  for (const ValueRule& r : k_value_rules) {
+    const std::string where = std::string(" FROM ") + r.table + " WHERE " + r.broken;
+    Statement stmt;
+    int rc = stmt.prepare(m_db, std::string("SELECT count(*), (SELECT quote(") + r.row_name +
+                                    ") || ' = ' || quote(" + r.field + ")" + where + " LIMIT 1)" + where);
+    if (rc == SQLITE_OK) {
+      sqlite3_bind_int64(stmt.get(), 1, latest);
+      rc = sqlite3_step(stmt.get());
+    }
+    if (rc != SQLITE_ROW)
+      return std::unexpected(db_error(std::string("checking ") + r.table + "." + r.field, rc));
+    const sqlite3_int64 count = sqlite3_column_int64(stmt.get(), 0);
+    if (count == 0) continue;
+    problems.push_back(file + r.table + "." + r.field + ": " + std::to_string(count) +
+                       (count == 1 ? " row breaks" : " rows break") + " the rule (" + r.rule +
+                       "); first: " + r.row_name + " " + column_text(stmt.get(), 1));
+  }
+  // Every counter present, and the totals the triggers keep equal to the table.
+  std::vector<const char*> names = {"entries", "bytes"};
+  for (const IntCounter& c : k_int_counters) names.push_back(c.name);
+  for (const RealCounter& c : k_real_counters) names.push_back(c.name);
+  Statement present;
+  int rc = present.prepare(m_db, "SELECT 1 FROM counters WHERE name = ?1");
+  if (rc != SQLITE_OK) return std::unexpected(db_error("checking counters", rc));
+  for (const char* name : names) {
+    sqlite3_reset(present.get());
+    sqlite3_bind_text(present.get(), 1, name, -1, SQLITE_STATIC);
+    rc = sqlite3_step(present.get());
+    if (rc == SQLITE_DONE)
+      problems.push_back(file + "counters: row '" + name + "' is missing");
+    else if (rc != SQLITE_ROW)
+      return std::unexpected(db_error("checking counters", rc));
+  }
+  Statement totals;
+  rc = totals.prepare(
+      m_db,
+      "SELECT (SELECT quote(value) FROM counters WHERE name = 'entries'), (SELECT count(*) FROM entries), "
+      "(SELECT quote(value) FROM counters WHERE name = 'bytes'), "
+      "(SELECT CAST(total(size) AS INTEGER) FROM entries)");
+  if (rc == SQLITE_OK) rc = sqlite3_step(totals.get());
+  if (rc != SQLITE_ROW) return std::unexpected(db_error("checking the totals", rc));
+  const std::string rows = std::to_string(sqlite3_column_int64(totals.get(), 1));
+  const std::string bytes = std::to_string(sqlite3_column_int64(totals.get(), 3));
+  if (sqlite3_column_type(totals.get(), 0) != SQLITE_NULL && column_text(totals.get(), 0) != rows)
+    problems.push_back(file + "counters.entries: " + column_text(totals.get(), 0) +
+                       ", but table entries holds " + rows + " rows");
+  if (sqlite3_column_type(totals.get(), 2) != SQLITE_NULL && column_text(totals.get(), 2) != bytes)
+    problems.push_back(file + "counters.bytes: " + column_text(totals.get(), 2) +
+                       ", but the entries' sizes add up to " + bytes);
   return problems;
 }
 

@@ -20,6 +20,26 @@
 //
 // Journal mode WAL, so readers never wait for the writer; every write is one
 // BEGIN IMMEDIATE transaction, so writers queue on the busy timeout instead of failing.
+//
+// Opening. Creating, migrating and checking the schema happen under an exclusive flock on
+// index.lock beside index.db (flock: the kernel releases it when its holder dies), so any
+// number of processes may open a fresh cache at once. SQLite still answers SQLITE_BUSY
+// without waiting where two connections would deadlock (`PRAGMA journal_mode=WAL` while
+// another connection, one that takes no flock, writes): such an open is retried from the
+// start with a growing pause until the busy timeout has passed.
+//
+// Read-only access (IndexAccess::read_only), for a cache baked into an image on a read-only
+// filesystem or in a directory this process cannot write: the file is opened
+// SQLITE_OPEN_READONLY with `PRAGMA query_only`, never migrated, never locked with
+// index.lock, never written. A WAL database needs its -shm file to be read: an existing
+// one is used read-only; where none exists and none can be created, the file is opened
+// `immutable=1`, which is only done when no -wal file with content exists (a writer always
+// leaves both -wal and -shm while it runs; SQLite removes both when the last writer closes
+// cleanly). Content left in -wal without a -shm is an error telling how to checkpoint it.
+// An index of an older schema is an error (it cannot be migrated without writing), as are
+// a newer one, an empty file and a missing one (a read-only index is never created).
+// Every write (insert, remove*, evict, record_usage, fold_usage) on a read-only Index
+// returns an ErrorCode::database error saying it was opened read-only; reads work as usual.
 #pragma once
 
 #include <sqlite3.h>
@@ -38,6 +58,7 @@
 
 #include "cache/blob_files.hpp"
 #include "cache/entry.hpp"
+#include "cache/files.hpp"
 #include "cache/hash.hpp"
 #include "jitcache/error.hpp"
 
@@ -45,6 +66,22 @@ namespace jitcache::cache {
 
 // Bump with a new entry in k_migrations (index.cpp) when the tables change.
 inline constexpr int k_index_schema_version = 2;
+
+// Counts (hits, counters) saturate here rather than overflow: 10^15, far beyond any real use.
+inline constexpr std::int64_t k_max_count = 1'000'000'000'000'000;
+
+enum class IndexAccess { read_write, read_only };
+
+struct IndexOptions {
+  // How long an open or a write waits for other processes' locks.
+  std::chrono::milliseconds busy_timeout{10'000};
+  Durability durability = Durability::full;
+  IndexAccess access = IndexAccess::read_write;
+};
+
+// An exclusive flock on index.lock in the directory of `db_path`, waited for up to
+// `timeout`: serialises creating, migrating and rebuilding the index across processes.
+Result<UniqueFd> lock_index_file(const std::filesystem::path& db_path, std::chrono::milliseconds timeout);
 
 struct IndexRow {
   BlobDigest digest;
@@ -77,26 +114,37 @@ struct IndexTotals {
   std::uint64_t bytes = 0;
 };
 
-enum class IndexAccess { read_write, read_only };
-
 class Index {
  public:
   struct OpenFailure {
     Error error;
     bool corrupt = false;  // the file is not a usable SQLite database: rebuild it
-    bool unwritable = false;  // it could not be written (full disk, read-only, I/O error): try read-only
+    // A jitcache index with a table, column or trigger missing (an operator's DROP TABLE).
+    // Not rebuilt silently: the message names the recovery, `jitcache clear --all`.
+    bool schema_damaged = false;
+    // Nothing could be written (a full disk, a read-only file, an I/O error): the caller
+    // may still read the index read-only.
+    bool unwritable = false;
   };
 
   static std::expected<std::unique_ptr<Index>, OpenFailure> open(const std::filesystem::path& db_path,
-                                                                  std::chrono::milliseconds busy_timeout,
-                                                                  Durability durability,
-                                                                  IndexAccess access = IndexAccess::read_write);
+                                                                 const IndexOptions& options);
+  static std::expected<std::unique_ptr<Index>, OpenFailure> open(const std::filesystem::path& db_path,
+                                                                 std::chrono::milliseconds busy_timeout,
+                                                                 Durability durability) {
+    return open(db_path, IndexOptions{busy_timeout, durability, IndexAccess::read_write});
+  }
+
+  // Best effort, for reporting a damaged index before it is moved aside: how many entries
+  // the file at `db_path` holds, or std::nullopt when that cannot be read.
+  static std::optional<std::uint64_t> count_entries(const std::filesystem::path& db_path);
   ~Index();
   Index(const Index&) = delete;
   Index& operator=(const Index&) = delete;
 
   // SQLite reported the file corrupt since it was opened.
   bool corrupt() const;
+  IndexAccess access() const { return m_access; }
   const std::filesystem::path& path() const { return m_path; }
   // The file this connection opened, to tell whether index.db was replaced since.
   const std::optional<FileId>& file_id() const { return m_file_id; }
@@ -120,15 +168,30 @@ class Index {
   Result<std::vector<BlobDigest>> referenced_digests();
   // PRAGMA integrity_check: empty when the database is sound, else its complaints.
   Result<std::vector<std::string>> integrity_check();
+  // Every stored value against its rule: hex keys and digests, sizes, hits and times in
+  // range, facts a JSON object, counters present, in range and (entries, bytes) matching
+  // the table. Empty when all hold; else one line per broken rule, naming table.field.
+  Result<std::vector<std::string>> check_values();
 
  private:
   Index() = default;
+  struct ConnectFailure {
+    OpenFailure failure;
+    int rc = SQLITE_OK;  // SQLite's code where it gave one (SQLITE_BUSY: worth retrying)
+  };
+  std::expected<void, ConnectFailure> connect(const IndexOptions& options);
+  std::expected<void, ConnectFailure> connect_read_only(const IndexOptions& options);
+  std::expected<void, ConnectFailure> read_schema(int& version);
+  std::expected<void, ConnectFailure> check_schema();
+  Status writable(const std::string& what) const;
+  int prepare_lookup();
   Error db_error(const std::string& what, int rc);
   // In one transaction: selects the entries `where_sql` matches (its ?N bound to `binds`),
   // deletes them and reports the blobs left without an entry.
   Result<Removed> remove_where(const std::string& where_sql, const std::vector<std::string>& binds);
 
   std::filesystem::path m_path;
+  IndexAccess m_access = IndexAccess::read_write;
   std::optional<FileId> m_file_id;
   sqlite3* m_db = nullptr;
   sqlite3_stmt* m_lookup = nullptr;

@@ -52,10 +52,18 @@ nlohmann::ordered_json to_json(const VerifyReport& report) {
   nlohmann::ordered_json bad = nlohmann::ordered_json::array();
   for (const VerifyFinding& f : report.bad)
     bad.push_back({{"key", f.key.to_hex()}, {"digest", f.digest.to_hex()}, {"problem", f.problem}});
+  nlohmann::ordered_json quarantined = nlohmann::ordered_json::array();
+  for (const IndexRecovery& q : report.index_quarantined)
+    quarantined.push_back(
+        {{"moved_to", q.moved_to.string()},
+         {"entries", q.entries ? nlohmann::ordered_json(*q.entries) : nlohmann::ordered_json()},
+         {"problem", q.problem},
+         {"next", k_after_index_quarantine}});
   return {{"clean", report.clean()},
           {"checked", report.checked},
           {"bad", bad},
           {"integrity", report.integrity_problems},
+          {"index_quarantined", quarantined},
           {"orphan_blobs", report.orphan_blobs}};
 }
 

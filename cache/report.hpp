@@ -22,7 +22,13 @@ nlohmann::ordered_json to_json(const EntryInfo& entry);
 // {"entries", "bytes", "max_bytes", "hits": {"memory", "disk"}, "coalesced", "misses",
 //  "compiles", "compile_failures", "compile_ms": {"spent", "saved"}, "quarantined", "evicted"}
 nlohmann::ordered_json to_json(const Stats& stats);
-// {"clean", "checked", "bad": [{"key", "digest", "problem"}], "integrity": [...], "orphan_blobs"}
+// What follows when an index was moved to quarantine (verify's JSON "next" and its text).
+inline constexpr const char* k_after_index_quarantine =
+    "a fresh index was started: its entries are compiled again on use, and `jitcache gc` removes the blobs "
+    "the old index referred to";
+
+// {"clean", "checked", "bad": [{"key", "digest", "problem"}], "integrity": [...],
+//  "index_quarantined": [{"moved_to", "entries" (null: unknown), "problem", "next"}], "orphan_blobs"}
 nlohmann::ordered_json to_json(const VerifyReport& report);
 nlohmann::ordered_json to_json(const GcReport& report);
 

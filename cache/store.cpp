@@ -104,6 +104,7 @@ Store::Store(std::filesystem::path root, StoreOptions options, StoreMode mode, U
       m_blobs(std::move(blobs)),
       m_locks_fd(std::move(locks_fd)) {
   m_last_flush_ms = unix_now_ms();
+  m_blobs.set_fault_hook(m_options.blob_fault_hook);
 }
 
 namespace {
@@ -135,13 +136,14 @@ Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& root, St
   auto index = Index::open(store->index_path(), store->m_options.busy_timeout, store->m_options.durability);
   if (index) {
     store->m_index = std::move(*index);
-  } else if (index.error().corrupt) {
+  } else if (index.error().corrupt ||
+             (index.error().schema_damaged && store->m_options.damaged_index == DamagedIndex::quarantine)) {
     log_warning(index.error().error.message);
-    store->m_index = JC_TRY(store->open_index(before));
+    store->m_index = JC_TRY(store->open_index(before, index.error().error.message));
   } else if (index.error().unwritable) {
     // A full disk still serves what is stored: read the index, write nothing.
-    auto read_only = Index::open(store->index_path(), store->m_options.busy_timeout, store->m_options.durability,
-                                 IndexAccess::read_only);
+    auto read_only = Index::open(store->index_path(), IndexOptions{store->m_options.busy_timeout,
+                                                                   store->m_options.durability, IndexAccess::read_only});
     if (!read_only) return std::unexpected(index.error().error);
     log_warning("cache: " + index.error().error.message + "; using the cache read-only (nothing stored)");
     store->m_index = std::move(*read_only);
@@ -168,8 +170,8 @@ Result<std::unique_ptr<Store>> Store::open_read_only(const std::filesystem::path
   BlobFiles blobs = JC_TRY(BlobFiles::open_read_only(root_fd.get(), root));
   std::unique_ptr<Store> store(new Store(root, std::move(options), StoreMode::read_only, std::move(root_fd),
                                          std::move(blobs), UniqueFd()));
-  auto index = Index::open(index_path, store->m_options.busy_timeout, store->m_options.durability,
-                           IndexAccess::read_only);
+  auto index = Index::open(index_path, IndexOptions{store->m_options.busy_timeout, store->m_options.durability,
+                                                    IndexAccess::read_only});
   if (!index) return std::unexpected(index.error().error);
   store->m_index = std::move(*index);
   store->m_mode_reason = root.string() + " is read-only to this process";
@@ -200,42 +202,74 @@ std::shared_ptr<Index> Store::index() const {
 
 // Opens index.db, moving a corrupt one aside first. `broken` is the file found corrupt;
 // when index.db is no longer that file, another process has rebuilt it already.
-Result<std::shared_ptr<Index>> Store::open_index(const std::optional<FileId>& broken) {
+Result<std::shared_ptr<Index>> Store::open_index(const std::optional<FileId>& broken,
+                                                 const std::string& problem) {
   const std::filesystem::path path = index_path();
-  // Rebuilds are serialized across processes, so that none moves aside a fresh index
-  // another one has just created.
-  const int raw = ::openat(m_root_fd.get(), "index.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (raw < 0) return std::unexpected(errno_error((m_root / "index.lock").string(), errno));
-  UniqueFd lock_fd(raw);
-  while (::flock(lock_fd.get(), LOCK_EX) != 0)
-    if (errno != EINTR) return std::unexpected(errno_error("flock " + (m_root / "index.lock").string(), errno));
-
-  const auto current = file_id_of(path);
-  if (current && current != broken) {
-    auto reopened = Index::open(path, m_options.busy_timeout, m_options.durability);
-    if (reopened) return std::shared_ptr<Index>(std::move(*reopened));
-    if (!reopened.error().corrupt) return std::unexpected(reopened.error().error);
+  const IndexOptions options{m_options.busy_timeout, m_options.durability, IndexAccess::read_write};
+  std::optional<FileId> suspect = broken;
+  std::string why = problem;
+  // A fresh index another process put in place may, rarely, be damaged in its turn.
+  for (int round = 0; round < 3; ++round) {
+    {
+      // Rebuilds are serialized across processes, so that none moves aside a fresh index
+      // another one has just created. Released before Index::open, which takes it itself.
+      UniqueFd lock = JC_TRY(lock_index_file(path, m_options.busy_timeout));
+      const auto current = file_id_of(path);
+      if (!current || current == suspect) JC_TRY(move_index_aside(why));
+    }
+    const auto opening = file_id_of(path);
+    auto opened = Index::open(path, options);
+    if (opened) return std::shared_ptr<Index>(std::move(*opened));
+    if (!opened.error().corrupt) return std::unexpected(opened.error().error);
+    log_warning(opened.error().error.message);
+    suspect = opening;
+    why = opened.error().error.message;
   }
-  const std::string stamp = std::to_string(unix_now_ms()) + "." + std::to_string(::getpid());
-  const std::filesystem::path moved = m_root / "quarantine" / ("index.db." + stamp);
-  for (const char* suffix : {"", "-wal", "-shm"}) {
-    const std::filesystem::path from = path.string() + suffix;
-    const std::filesystem::path to = moved.string() + suffix;
-    if (::rename(from.c_str(), to.c_str()) != 0 && errno != ENOENT)
-      return std::unexpected(errno_error("moving the damaged index " + from.string() + " aside", errno));
-  }
-  log_warning(path.string() + ": not a usable index; moved to " + moved.string() +
-              " and started a fresh one (entries are produced again on use; gc removes the old blobs)");
-  JC_TRY(prepare_index_file(m_root_fd.get(), path));
-  auto fresh = Index::open(path, m_options.busy_timeout, m_options.durability);
-  if (!fresh) return std::unexpected(fresh.error().error);
-  return std::shared_ptr<Index>(std::move(*fresh));
+  return make_error(ErrorCode::database,
+                    path.string() + ": still not a usable index after moving it aside three times");
 }
 
-Status Store::recover_index(const std::shared_ptr<Index>& broken) {
+Result<std::optional<IndexRecovery>> Store::move_index_aside(const std::string& problem) {
+  const std::filesystem::path path = index_path();
+  IndexRecovery recovery;
+  recovery.problem = problem.empty() ? "not a usable index" : problem;
+  if (const std::string prefix = path.string() + ": "; recovery.problem.starts_with(prefix))
+    recovery.problem.erase(0, prefix.size());  // reports name the file already
+  // Counted before the move, while its -wal file still lies beside it.
+  recovery.entries = Index::count_entries(path);
+  const std::string stamp = std::to_string(unix_now_ms()) + "." + std::to_string(::getpid());
+  recovery.moved_to = m_root / "quarantine" / ("index.db." + stamp);
+  bool moved = false;
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const std::filesystem::path from = path.string() + suffix;
+    const std::filesystem::path to = recovery.moved_to.string() + suffix;
+    if (::rename(from.c_str(), to.c_str()) == 0) moved = moved || *suffix == '\0';
+    else if (errno != ENOENT)
+      return std::unexpected(errno_error("moving the damaged index " + from.string() + " aside", errno));
+  }
+  if (!moved) {  // nothing to discard: only the fresh file is needed
+    JC_TRY(prepare_index_file(m_root_fd.get(), path));
+    return std::optional<IndexRecovery>();
+  }
+  const std::string held = recovery.entries ? "it held " + std::to_string(*recovery.entries) + " entries"
+                                            : "its entries could not be counted";
+  log_warning(path.string() + ": not a usable index; moved to " + recovery.moved_to.string() + " (" + held +
+              ") and started a fresh one (entries are produced again on use; gc removes the old blobs)");
+  JC_TRY(prepare_index_file(m_root_fd.get(), path));
+  std::lock_guard lock(m_recoveries_mutex);
+  m_recoveries.push_back(recovery);
+  return std::optional<IndexRecovery>(std::move(recovery));
+}
+
+std::vector<IndexRecovery> Store::index_recoveries() const {
+  std::lock_guard lock(m_recoveries_mutex);
+  return m_recoveries;
+}
+
+Status Store::recover_index(const std::shared_ptr<Index>& broken, const std::string& problem) {
   std::lock_guard lock(m_recover_mutex);
   if (index() != broken) return {};  // another thread of this process recovered it
-  auto fresh = JC_TRY(open_index(broken->file_id()));
+  auto fresh = JC_TRY(open_index(broken->file_id(), problem));
   std::lock_guard swap(m_index_mutex);
   m_index = std::move(fresh);
   return {};
@@ -249,7 +283,8 @@ auto Store::with_index(F&& f) -> decltype(f(std::declval<Index&>())) {
   auto result = f(*current);
   if (!result && current->corrupt()) {
     log_warning(result.error().message);
-    if (auto recovered = recover_index(current); !recovered) return std::unexpected(recovered.error());
+    if (auto recovered = recover_index(current, result.error().message); !recovered)
+      return std::unexpected(recovered.error());
     current = index();
     result = f(*current);
   }
@@ -424,12 +459,12 @@ Result<std::optional<Store::DiskHit>> Store::disk_get(const CacheKey& key) {
       DiskHit{std::make_shared<const Bytes>(std::move(*bytes)), row->compile_ms});
 }
 
-Result<std::optional<Hit>> Store::get(const CacheKey& key) {
+Result<std::optional<Hit>> Store::get(const CacheKey& key, CountMiss count_miss) {
   if (auto bytes = memory_get(key)) return std::optional<Hit>(Hit{std::move(*bytes), Tier::memory});
   auto disk = disk_get(key);
   if (!disk) return std::unexpected(std::move(disk.error()));
   if (!*disk) {
-    count(one(&Counters::misses));
+    if (count_miss == CountMiss::yes) count(one(&Counters::misses));
     maybe_flush();
     return std::optional<Hit>();
   }
@@ -618,10 +653,56 @@ Result<std::vector<EntryInfo>> Store::remove(const EntryFilter& filter, DryRun d
   return std::move(removed.entries);
 }
 
+Result<ClearReport> Store::clear_all() {
+  if (m_mode != StoreMode::read_write) return std::unexpected(needs_writable("clearing the cache"));
+  ClearReport report;
+  auto removed = [&]() -> Result<Removed> {
+    JC_TRY(flush_and_fold());
+    return with_index([&](Index& index) { return index.remove({}); });
+  }();
+  if (removed) {
+    remove_blobs(removed->unreferenced);
+    report.removed = std::move(removed->entries);
+  } else {
+    // An index that opens but cannot be read or changed (a column of junk, a trigger that
+    // fails): clearing it means starting a fresh one, as for a corrupt file.
+    log_warning("cache: " + removed.error().to_string() + "; moving the index aside to clear it");
+    std::lock_guard recovering(m_recover_mutex);
+    {
+      UniqueFd lock = JC_TRY(lock_index_file(index_path(), m_options.busy_timeout));
+      report.index_quarantined = JC_TRY(move_index_aside(removed.error().message));
+    }
+    auto fresh = Index::open(
+        index_path(), IndexOptions{m_options.busy_timeout, m_options.durability, IndexAccess::read_write});
+    if (!fresh) return std::unexpected(fresh.error().error);
+    std::lock_guard swap(m_index_mutex);
+    m_index = std::move(*fresh);
+  }
+  {
+    std::lock_guard lock(m_memory_mutex);
+    m_memory.clear();
+    m_memory_order.clear();
+    m_memory_bytes = 0;
+  }
+  {
+    std::lock_guard lock(m_stats_mutex);
+    m_pending_usage.clear();
+  }
+  // The blobs of a discarded index (now or when this Store opened) are referenced by
+  // nothing: clearing everything removes them too.
+  if (!index_recoveries().empty())
+    for (const StoredBlob& blob : JC_TRY(orphan_blobs()))
+      if (auto removed = remove_orphan_blob(blob.digest, std::chrono::milliseconds(0)); removed && *removed)
+        ++report.blob_files;
+  return report;
+}
+
 Result<VerifyReport> Store::verify() {
   JC_TRY(flush());
   VerifyReport report;
   report.integrity_problems = JC_TRY(with_index([&](Index& index) { return index.integrity_check(); }));
+  for (std::string& problem : JC_TRY(with_index([&](Index& index) { return index.check_values(); })))
+    report.integrity_problems.push_back(std::move(problem));
   const std::vector<EntryInfo> entries = JC_TRY(with_index([&](Index& index) { return index.list({}); }));
   std::unordered_set<BlobDigest> quarantined;
   for (const EntryInfo& info : entries) {
@@ -655,6 +736,8 @@ Result<VerifyReport> Store::verify() {
   }
   report.orphan_blobs = JC_TRY(orphan_blobs()).size();
   JC_TRY(flush());
+  // Last: a damaged page met during this run is recovered (and recorded) on the way.
+  report.index_quarantined = index_recoveries();
   return report;
 }
 

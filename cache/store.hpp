@@ -18,8 +18,10 @@
 // - The root is private: created 0700, files 0600; a root that is a symlink, belongs to
 //   another user, is group/world-writable or lies on a network filesystem is refused.
 // - A garbage or truncated index.db is moved to quarantine/ and a fresh index started (the
-//   cache is rebuilt by use; gc removes the blobs the old index knew). An index written by
-//   a newer schema is an error, never rewritten.
+//   cache is rebuilt by use; gc removes the blobs the old index knew); the Store remembers
+//   it (index_recoveries()) and verify() reports it as a finding. An index written by a
+//   newer schema is an error, never rewritten; one with a table missing is an error naming
+//   the recovery unless StoreOptions::damaged_index asks for it to be moved aside.
 //
 // Every member function is thread-safe. Absent is not an error: a miss is std::nullopt.
 #pragma once
@@ -52,6 +54,11 @@ class Index;
 inline constexpr std::uint64_t k_default_max_bytes = 2ull << 30;          // 2 GiB on disk
 inline constexpr std::uint64_t k_default_memory_max_bytes = 256ull << 20;  // per process
 
+// What Store::open does with an index that has a table, column or trigger missing.
+// refuse: an error naming the recovery (`jitcache clear --all`); quarantine: move it aside
+// and start a fresh index, as for a corrupt file (what `clear --all` asks for).
+enum class DamagedIndex { refuse, quarantine };
+
 struct StoreOptions {
   // Size cap of the blobs on disk; beyond it the least recently used entries go first.
   std::uint64_t max_bytes = k_default_max_bytes;
@@ -65,6 +72,10 @@ struct StoreOptions {
   Durability durability = Durability::full;
   // Test seam: called at each step of publishing an entry (crash-safety tests).
   std::function<void(PublishStep)> publish_hook;
+  // Test seam: called before each write step of a blob; a non-zero errno fails the step
+  // as if the system call had (fault-injection tests).
+  BlobFaultHook blob_fault_hook;
+  DamagedIndex damaged_index = DamagedIndex::refuse;
 };
 
 using SharedBytes = std::shared_ptr<const Bytes>;
@@ -106,17 +117,37 @@ struct VerifyFinding {
   std::string problem;  // names the file and what was wrong
 };
 
+// An index.db this Store found unusable, moved to quarantine/ and replaced by a fresh one.
+struct IndexRecovery {
+  std::filesystem::path moved_to;
+  std::optional<std::uint64_t> entries;  // what the old index held; std::nullopt: unreadable
+  std::string problem;                   // what was wrong with it
+};
+
 struct VerifyReport {
   std::uint64_t checked = 0;
   std::vector<VerifyFinding> bad;               // quarantined by this run
-  std::vector<std::string> integrity_problems;  // PRAGMA integrity_check output
+  // PRAGMA integrity_check output, then every stored value that breaks its rule.
+  std::vector<std::string> integrity_problems;
+  // Indexes this Store discarded (when it opened or since): their entries are gone.
+  std::vector<IndexRecovery> index_quarantined;
   std::uint64_t orphan_blobs = 0;               // blob files no entry refers to (gc removes them)
-  bool clean() const { return bad.empty() && integrity_problems.empty(); }
+  bool clean() const { return bad.empty() && integrity_problems.empty() && index_quarantined.empty(); }
 };
 
 // A blob file younger than this that no index row refers to may belong to a writer
 // between its rename and its row commit: gc spares it, and it is no audit finding.
 inline constexpr std::chrono::milliseconds k_publish_grace = std::chrono::minutes(15);
+
+struct ClearReport {
+  std::vector<EntryInfo> removed;                  // entries removed through the index
+  std::optional<IndexRecovery> index_quarantined;  // the index was unusable: moved aside instead
+  std::uint64_t blob_files = 0;                    // blob files removed with a quarantined index
+};
+
+// Whether a lookup that finds nothing counts as a miss. A probe followed by
+// get_or_create (which counts the miss when it produces) must not count it twice.
+enum class CountMiss { no, yes };
 
 struct GcOptions {
   std::optional<std::uint64_t> max_bytes;  // default: StoreOptions::max_bytes
@@ -164,7 +195,7 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   // The verified bytes stored under `key`, or std::nullopt.
-  Result<std::optional<Hit>> get(const CacheKey& key);
+  Result<std::optional<Hit>> get(const CacheKey& key, CountMiss count_miss = CountMiss::yes);
 
   // Publishes `bytes` under `key`. `facts` must validate and hash to `key`.
   Status put(const CacheKey& key, const Facts& facts, std::span<const std::byte> bytes,
@@ -183,8 +214,14 @@ class Store {
   // Removes the matching entries (every entry for an empty filter) and the blobs no
   // other entry needs. Returns what was (or, dry run, would be) removed.
   Result<std::vector<EntryInfo>> remove(const EntryFilter& filter, DryRun dry_run);
+  // Removes every entry and its blob. Succeeds on any index SQLite can open: one that
+  // cannot be read or changed is moved to quarantine/ (as a corrupt one is) and every blob
+  // file removed with it.
+  Result<ClearReport> clear_all();
   // Re-hashes every blob and checks the index; quarantines what is bad.
   Result<VerifyReport> verify();
+  // The indexes this Store moved aside as unusable, oldest first.
+  std::vector<IndexRecovery> index_recoveries() const;
   // Evicts down to the size cap, removes orphan blobs, abandoned temporary files, idle
   // lock files and old quarantined files.
   Result<GcReport> gc(const GcOptions& options = {});
@@ -241,8 +278,13 @@ class Store {
   Error needs_writable(const std::string& what) const;
 
   std::shared_ptr<Index> index() const;
-  Result<std::shared_ptr<Index>> open_index(const std::optional<FileId>& broken);
-  Status recover_index(const std::shared_ptr<Index>& broken);
+  Result<std::shared_ptr<Index>> open_index(const std::optional<FileId>& broken,
+                                            const std::string& problem = {});
+  // Under index.lock: moves index.db (and -wal, -shm) to quarantine/, records it, and
+  // creates an empty index.db for the fresh index.
+  // std::nullopt when there was no index.db to move.
+  Result<std::optional<IndexRecovery>> move_index_aside(const std::string& problem);
+  Status recover_index(const std::shared_ptr<Index>& broken, const std::string& problem);
   template <class F>
   auto with_index(F&& f) -> decltype(f(std::declval<Index&>()));
 
@@ -274,6 +316,8 @@ class Store {
   mutable std::mutex m_index_mutex;
   std::shared_ptr<Index> m_index;
   std::mutex m_recover_mutex;
+  mutable std::mutex m_recoveries_mutex;
+  std::vector<IndexRecovery> m_recoveries;
 
   mutable std::mutex m_memory_mutex;
   std::unordered_map<CacheKey, MemoryEntry> m_memory;

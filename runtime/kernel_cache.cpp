@@ -92,8 +92,9 @@ Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& sou
   {
     std::lock_guard lock(m_mutex);
     if (auto it = m_parsed.find(key); it != m_parsed.end() && (it->second.text == BundleText::load || text == BundleText::skip)) {
-      // The store still counts the hit, so stats see every use.
-      auto hit = JC_TRY(m_store.get(key));
+      // The store still counts the hit, so stats see every use. Not a miss when absent:
+      // get_or_create below counts the one miss of a lookup that compiles.
+      auto hit = JC_TRY(m_store.get(key, cache::CountMiss::no));
       if (hit) return KernelFetch{it->second.artifact, key, cache::Source::memory};
       m_parsed.erase(it);
     }
@@ -101,7 +102,8 @@ Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& sou
   cache::SharedBytes bytes;
   cache::Source source_tier = cache::Source::produced;
   if (on_miss == OnMiss::report) {
-    auto hit = JC_TRY(m_store.get(key));
+    // A probe: the get() that follows a miss counts it when it compiles (once per lookup).
+    auto hit = JC_TRY(m_store.get(key, cache::CountMiss::no));
     if (!hit) return std::optional<KernelFetch>();
     bytes = hit->bytes;
     source_tier = hit->tier == cache::Tier::memory ? cache::Source::memory : cache::Source::disk;

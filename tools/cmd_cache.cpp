@@ -77,14 +77,14 @@ CLI::Validator size_validator() {
 
 // Resolves the cache directory and opens the store; prints the error and sets the exit
 // code on failure.
-std::unique_ptr<Store> open_store(const Context& context, int& exit_code) {
+std::unique_ptr<Store> open_store(const Context& context, int& exit_code, cache::StoreOptions options = {}) {
   auto dir = runtime::resolve_cache_dir(
       context.global.cache_dir.empty() ? std::nullopt : std::optional<std::filesystem::path>(context.global.cache_dir));
   if (!dir) {
     exit_code = report(dir.error());
     return nullptr;
   }
-  auto store = Store::open(dir->path);
+  auto store = Store::open(dir->path, std::move(options));
   if (!store) {
     // An unusable cache directory is an environment problem, whatever the cause.
     std::fprintf(stderr, "jitcache: error: %s\n", store.error().to_string().c_str());
@@ -234,12 +234,41 @@ int run_clear_stale(Store& store, const ClearArgs& args) {
   return k_exit_ok;
 }
 
+// "it held 3 entries" / "its entries could not be counted".
+std::string held_entries(const cache::IndexRecovery& recovery) {
+  return recovery.entries ? "it held " + std::to_string(*recovery.entries) + " entries"
+                          : "its entries could not be counted";
+}
+
+// `clear --all` succeeds on any index: one that cannot be used is moved to quarantine.
+int run_clear_all(const Context& context) {
+  int exit_code = k_exit_ok;
+  cache::StoreOptions options;
+  options.damaged_index = cache::DamagedIndex::quarantine;
+  auto store = open_store(context, exit_code, std::move(options));
+  if (!store) return exit_code;
+  auto cleared = store->clear_all();
+  if (!cleared) return report(cleared.error());
+  for (const cache::IndexRecovery& q : store->index_recoveries())
+    std::printf("index %s was not usable (%s); moved to quarantine: %s (%s)\n", store->index_path().c_str(),
+                q.problem.c_str(), q.moved_to.c_str(), held_entries(q).c_str());
+  std::uint64_t bytes = 0;
+  for (const EntryInfo& e : cleared->removed) bytes += e.size;
+  std::printf("removed %zu entries (%s)", cleared->removed.size(), cache::format_size(bytes).c_str());
+  if (cleared->blob_files > 0)
+    std::printf(" and %llu blob files of the quarantined index",
+                static_cast<unsigned long long>(cleared->blob_files));
+  std::printf("\n");
+  return k_exit_ok;
+}
+
 int run_clear(const Context& context, const ClearArgs& args) {
   if (int(args.all) + int(args.stale) + int(args.filter.any()) != 1) {
     std::fprintf(stderr, "jitcache: error: clear: give exactly one of --all, --stale or filters (KEY, --kernel, "
                          "--arch, --latent-scale, --rope)\n");
     return k_exit_usage;
   }
+  if (args.all && !args.dry_run) return run_clear_all(context);
   int exit_code = k_exit_ok;
   auto store = open_store(context, exit_code);
   if (!store) return exit_code;
@@ -277,10 +306,16 @@ int run_verify(const Context& context, const VerifyArgs& args) {
   }
   for (const cache::VerifyFinding& f : verified->bad)
     std::printf("bad  %s  %s (quarantined)\n", f.key.to_hex().substr(0, k_key_prefix_chars).c_str(), f.problem.c_str());
-  for (const std::string& problem : verified->integrity_problems)
-    std::printf("index  %s: %s\n", store->index_path().c_str(), problem.c_str());
+  for (const std::string& problem : verified->integrity_problems) std::printf("index  %s\n", problem.c_str());
+  for (const cache::IndexRecovery& q : verified->index_quarantined)
+    std::printf("index  %s was not usable (%s); moved to quarantine: %s (%s); %s\n",
+                store->index_path().c_str(), q.problem.c_str(), q.moved_to.c_str(), held_entries(q).c_str(),
+                cache::k_after_index_quarantine);
+  const char* index_state = !verified->index_quarantined.empty()    ? ", index QUARANTINED"
+                            : !verified->integrity_problems.empty() ? ", index DAMAGED"
+                                                                    : ", index ok";
   std::printf("checked %llu entries: %zu bad%s", static_cast<unsigned long long>(verified->checked),
-              verified->bad.size(), verified->integrity_problems.empty() ? ", index ok" : ", index DAMAGED");
+              verified->bad.size(), index_state);
   if (verified->orphan_blobs > 0)
     std::printf("; %llu orphan blob files (run jitcache gc)", static_cast<unsigned long long>(verified->orphan_blobs));
   std::printf("\n");

@@ -7,6 +7,10 @@
 //   cache_helper crash ROOT STEP ID
 //       Publishes sample_facts(ID) and SIGKILLs itself at STEP (temp_written, renamed,
 //       row_written) through the store's publish hook.
+//   cache_helper open ROOT READY_FD BARRIER_FD ID
+//       Writes one byte to READY_FD, waits until BARRIER_FD reads end-of-file, then opens
+//       the store at ROOT (typically not yet created: ranks cold-starting together) and
+//       get_or_create()s a small entry of sample_facts(ID). Prints the error on failure.
 //   cache_helper hold ROOT READY_FILE ID
 //       Starts producing sample_facts(ID), creates READY_FILE while holding the key's
 //       lock, and sleeps until killed.
@@ -65,6 +69,34 @@ int produce(int argc, char** argv) {
   return 0;
 }
 
+int open_together(int argc, char** argv) {
+  if (argc != 6) return 2;
+  ::alarm(60);  // never hang a test run, whatever happens
+  const int ready = std::atoi(argv[3]);
+  const int barrier = std::atoi(argv[4]);
+  const std::string id = argv[5];
+  const char byte = 'r';
+  if (::write(ready, &byte, 1) != 1) return 2;
+  ::close(ready);
+  char ignored;
+  while (::read(barrier, &ignored, 1) > 0) {
+  }
+  auto store = Store::open(argv[2]);
+  if (!store) {
+    std::fprintf(stderr, "open: %s\n", store.error().to_string().c_str());
+    return 1;
+  }
+  const Facts facts = testing::sample_facts(id);
+  auto result = (*store)->get_or_create(facts.key(), facts, [&]() -> Result<Produced> {
+    return Produced{testing::make_bytes(512, std::hash<std::string>{}(id)), 1.0};
+  });
+  if (!result) {
+    std::fprintf(stderr, "get_or_create: %s\n", result.error().to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 int crash(int argc, char** argv) {
   if (argc != 5) return 2;
   const std::string step = argv[3];
@@ -99,6 +131,7 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   if (mode == "produce") return produce(argc, argv);
   if (mode == "crash") return crash(argc, argv);
+  if (mode == "open") return open_together(argc, argv);
   if (mode == "hold") return hold(argc, argv);
   return 2;
 }

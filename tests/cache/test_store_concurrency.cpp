@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <condition_variable>
+#include <iostream>
 #include <latch>
 #include <thread>
 
@@ -27,7 +29,7 @@ class ConcurrencyTest : public StoreFixture {
  protected:
   // Starts the helper program; `keep_fd` stays open in the child, everything else of
   // ours is close-on-exec or irrelevant.
-  static pid_t spawn(const std::vector<std::string>& args) {
+  static pid_t spawn(const std::vector<std::string>& args, const std::filesystem::path& stderr_path = {}) {
     std::vector<char*> argv;
     std::string program = JITCACHE_CACHE_HELPER;
     argv.push_back(program.data());
@@ -36,6 +38,10 @@ class ConcurrencyTest : public StoreFixture {
     argv.push_back(nullptr);
     const pid_t pid = ::fork();
     if (pid == 0) {
+      if (!stderr_path.empty()) {
+        const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (err >= 0) ::dup2(err, 2);
+      }
       ::execv(program.c_str(), argv.data());
       ::_exit(127);
     }
@@ -178,6 +184,58 @@ TEST_F(ConcurrencyTest, EightProcessesOneKeyOneProduce) {
   auto report = store->verify();
   ASSERT_OK(report);
   EXPECT_TRUE(report->clean());
+}
+
+// Issue 10, item 10: ranks of one engine cold-starting together on a new machine. Each
+// round releases 16 processes at the same instant (all wait on one pipe that the parent
+// then closes) onto a cache directory that does not exist yet.
+TEST_F(ConcurrencyTest, SixteenProcessesOpenAFreshCacheTogether) {
+  constexpr int k_openers = 16;
+  constexpr int k_rounds = 50;
+  const auto started = std::chrono::steady_clock::now();
+  int failures = 0;
+  std::string first_error;
+  for (int round = 0; round < k_rounds; ++round) {
+    const std::filesystem::path fresh = dir() / ("round" + std::to_string(round)) / "cache";
+    int ready[2], barrier[2];
+    ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+    ASSERT_EQ(::pipe(barrier), 0);
+    ::fcntl(barrier[1], F_SETFD, FD_CLOEXEC);  // only the read ends reach the helpers
+    ::fcntl(ready[1], F_SETFD, 0);
+    std::vector<pid_t> pids;
+    std::vector<std::filesystem::path> errs;
+    for (int i = 0; i < k_openers; ++i) {
+      errs.push_back(dir() / ("err" + std::to_string(round) + "." + std::to_string(i)));
+      pids.push_back(spawn({"open", fresh.string(), std::to_string(ready[1]), std::to_string(barrier[0]),
+                            "rank" + std::to_string(i)},
+                           errs.back()));
+    }
+    ::close(ready[1]);
+    ::close(barrier[0]);
+    // Every helper is at the barrier before any is released.
+    int arrived = 0;
+    char byte;
+    pollfd poll_ready{ready[0], POLLIN, 0};
+    while (arrived<k_openers&& ::poll(&poll_ready, 1, 20'000)> 0 && ::read(ready[0], &byte, 1) == 1)
+      ++arrived;
+    ::close(ready[0]);
+    ::close(barrier[1]);
+    EXPECT_EQ(arrived, k_openers) << "round " << round << ": helpers did not reach the barrier";
+    for (int i = 0; i < k_openers; ++i) {
+      const int status = wait_status(pids[i]);
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      ++failures;
+      if (first_error.empty())
+        first_error = "round " + std::to_string(round) + ", rank " + std::to_string(i) + ", status " +
+                      std::to_string(status) + ": " + read_file(errs[i]);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(fresh.parent_path(), ec);
+  }
+  const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::cout << "[timing] " << k_rounds << " rounds of " << k_openers << " simultaneous openers: " << seconds
+            << " s\n";
+  EXPECT_EQ(failures, 0) << "first: " << first_error;
 }
 
 TEST_F(ConcurrencyTest, KilledLockHolderDoesNotBlockOthers) {

@@ -249,7 +249,17 @@ TEST_F(CorruptionTest, GarbageIndexIsRebuilt) {
   EXPECT_TRUE(moved_aside);
   auto report = store->verify();
   ASSERT_OK(report);
-  EXPECT_TRUE(report->clean());
+  EXPECT_FALSE(report->clean()) << "entries were lost with the index: verify must say so";
+  ASSERT_EQ(report->index_quarantined.size(), 1u);
+  EXPECT_FALSE(report->index_quarantined[0].entries) << "garbage holds no countable entries";
+  EXPECT_TRUE(std::filesystem::exists(report->index_quarantined[0].moved_to));
+  EXPECT_TRUE(report->bad.empty());
+  EXPECT_TRUE(report->integrity_problems.empty()) << report->integrity_problems[0];
+  store.reset();
+  auto reopened = open_store();
+  auto again = reopened->verify();
+  ASSERT_OK(again);
+  EXPECT_TRUE(again->clean()) << "the fresh index itself is sound";
 }
 
 TEST_F(CorruptionTest, TruncatedIndexIsRebuilt) {
@@ -324,7 +334,11 @@ TEST_F(CorruptionTest, IndexDamagedBehindItsHeaderIsRebuiltOnUse) {
   EXPECT_EQ(log.count_containing("not a usable index"), 1u) << log.all();
   auto report = store->verify();
   ASSERT_OK(report);
-  EXPECT_TRUE(report->clean());
+  EXPECT_FALSE(report->clean());
+  ASSERT_EQ(report->index_quarantined.size(), 1u) << "recovered on use, reported by verify";
+  EXPECT_NE(report->index_quarantined[0].problem.find("malformed"), std::string::npos)
+      << report->index_quarantined[0].problem;
+  EXPECT_TRUE(report->integrity_problems.empty()) << report->integrity_problems[0];
   EXPECT_EQ(report->checked, 1u) << "the fresh index holds the re-produced entry only";
 }
 

@@ -194,6 +194,43 @@ TEST_F(KernelCacheTest, FindNeverCompilesAndSkippedTextIsReloadedOnDemand) {
   EXPECT_EQ(compiler.compiles, 1);
 }
 
+// Issue 10, item 9: a lookup that ends in a compile is one miss, not two (find, then get).
+TEST_F(KernelCacheTest, FindThenCompileCountsOneMissPerVariant) {
+  FakeCompiler compiler;
+  const KernelSpec variants[] = {
+      k_base,
+      {KernelKind::writer, LatentScale::dynamic, RopeFormat::bf16, Target{"sm_120a"}},
+      {KernelKind::writer, LatentScale::identity, RopeFormat::fp8, Target{"sm_120a"}},
+      {KernelKind::writer, LatentScale::dynamic, RopeFormat::fp8, Target{"sm_120a"}},
+  };
+  {
+    auto store = open_store();
+    KernelCache kernels(*store, compiler);
+    for (const KernelSpec& spec : variants) {  // what prepare() does: find, then get the misses
+      auto found = kernels.find(spec, BundleText::skip);
+      ASSERT_OK(found);
+      ASSERT_FALSE(found->has_value());
+      ASSERT_OK(kernels.get(spec, BundleText::skip));
+    }
+    const cache::Counters c = store->session_counters();
+    EXPECT_EQ(c.misses, 4u);
+    EXPECT_EQ(c.produces, 4u);
+  }
+  auto store = open_store();
+  auto stats = store->stats();
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->totals.misses, 4u);
+  EXPECT_EQ(stats->totals.produces, 4u);
+  KernelCache kernels(*store, compiler);
+  for (const KernelSpec& spec : variants) {
+    auto found = kernels.find(spec, BundleText::skip);
+    ASSERT_OK(found);
+    ASSERT_TRUE(found->has_value());
+  }
+  EXPECT_EQ(store->session_counters().misses, 0u);
+  EXPECT_EQ(store->session_counters().disk_hits, 4u);
+}
+
 TEST_F(KernelCacheTest, IdentityAndDynamicAreSeparateEntries) {
   FakeCompiler compiler;
   auto store = open_store();

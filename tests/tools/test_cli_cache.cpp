@@ -1,7 +1,9 @@
 // `jitcache inspect | stats | clear | verify | gc` run as a user runs them, on a cache
 // filled through the library: exit codes (0 ok, 1 findings or invalid input, 2 usage or
 // environment), one JSON document on stdout with --json, errors on stderr naming the file.
+#include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -225,6 +227,162 @@ TEST_F(CliCacheTest, VerifyFindsDamageExitsOneThenQuarantined) {
   const Outcome text = run({"verify"});
   EXPECT_EQ(text.code, 0) << "the bad entry was quarantined by the first run: " << text.out;
   EXPECT_NE(text.out.find("checked 3 entries: 0 bad"), std::string::npos) << text.out;
+}
+
+// Issue 10, item 4: discarding a damaged index is a finding, never "clean".
+TEST_F(CliCacheTest, VerifyReportsAQuarantinedIndexAndExitsOne) {
+  {
+    std::ofstream garbage(m_root / "index.db", std::ios::binary | std::ios::trunc);
+    garbage << std::string(8192, 'G');
+  }
+  fs::remove(m_root / "index.db-wal");
+  fs::remove(m_root / "index.db-shm");
+  const Outcome o = run({"verify", "--json"});
+  EXPECT_EQ(o.code, 1) << o.out << o.err;
+  const json doc = parse(o);
+  EXPECT_EQ(doc["clean"], false);
+  ASSERT_EQ(doc["index_quarantined"].size(), 1u) << o.out;
+  const json& q = doc["index_quarantined"][0];
+  EXPECT_TRUE(q["entries"].is_null()) << "garbage holds no countable entries: " << o.out;
+  EXPECT_NE(q["moved_to"].get<std::string>().find("quarantine"), std::string::npos) << o.out;
+  EXPECT_TRUE(fs::exists(q["moved_to"].get<std::string>()));
+  EXPECT_FALSE(q["problem"].get<std::string>().empty());
+  EXPECT_NE(q["next"].get<std::string>().find("gc"), std::string::npos) << o.out;
+}
+
+TEST_F(CliCacheTest, VerifyTextSaysHowManyEntriesTheQuarantinedIndexHeld) {
+  // Damage behind the header: the file still opens, so its entries can still be counted.
+  fs::copy_file(m_root / "index.db", dir() / "copy.db");
+  ASSERT_EQ(::truncate((m_root / "index.db").c_str(), 0), 0);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((m_root / "index.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "PRAGMA journal_mode=WAL; CREATE TABLE schema_version (version INTEGER);"
+                           "CREATE TABLE entries (key TEXT); INSERT INTO entries VALUES ('a'), ('b'), ('c');",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  const Outcome o = run({"verify"});
+  EXPECT_EQ(o.code, 1) << o.out << o.err;
+  EXPECT_NE(o.out.find("quarantine"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("3 entries"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("compiled again on use"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("index ok"), std::string::npos) << o.out;
+  const Outcome again = run({"verify"});
+  EXPECT_EQ(again.code, 0) << "the fresh index is clean: " << again.out;
+}
+
+// Issue 10, item 8: two junk usage_log rows.
+TEST_F(CliCacheTest, JunkUsageRowsBrickNothing) {
+  const std::string key = m_entries[0].key().to_hex();
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((m_root / "index.db").c_str(), &db), SQLITE_OK);
+    const std::string sql = "INSERT INTO usage_log (key, hits, last_used) VALUES ('" + key +
+                            "', 9223372036854775807, 1), ('" + key + "', 9223372036854775807, 2)";
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  const Outcome verify = run({"verify"});
+  EXPECT_EQ(verify.code, 1) << verify.out << verify.err;
+  EXPECT_NE(verify.out.find("usage_log.hits"), std::string::npos) << verify.out;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"inspect"}, {"audit"}, {"gc"}, {"stats"}}) {
+    const Outcome o = run(args);
+    EXPECT_EQ(o.err.find("overflow"), std::string::npos) << args[0] << ": " << o.err;
+    EXPECT_NE(o.code, 2) << args[0] << ": " << o.err;
+  }
+  const Outcome clear = run({"clear", "--all"});
+  EXPECT_EQ(clear.code, 0) << clear.err;
+  EXPECT_NE(clear.out.find("removed 4 entries"), std::string::npos) << clear.out;
+}
+
+TEST_F(CliCacheTest, DroppedTableNamesTheRecoveryAndClearAllRecovers) {
+  for (const char* table : {"entries", "usage_log", "counters"}) {
+    SCOPED_TRACE(table);
+    {
+      sqlite3* db = nullptr;
+      ASSERT_EQ(sqlite3_open((m_root / "index.db").c_str(), &db), SQLITE_OK);
+      const std::string sql = std::string("DROP TABLE ") + table;
+      ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+      sqlite3_close(db);
+    }
+    const Outcome stats = run({"stats"});
+    EXPECT_EQ(stats.code, 2) << stats.out;
+    EXPECT_NE(stats.err.find("jitcache clear --all"), std::string::npos) << stats.err;
+    EXPECT_NE(stats.err.find(table), std::string::npos) << stats.err;
+    const Outcome clear = run({"clear", "--all"});
+    EXPECT_EQ(clear.code, 0) << clear.out << clear.err;
+    EXPECT_NE(clear.out.find("quarantine"), std::string::npos) << clear.out;
+    const Outcome after = run({"stats", "--json"});
+    ASSERT_EQ(after.code, 0) << after.err;
+    EXPECT_EQ(parse(after)["entries"], 0);
+    EXPECT_EQ(run({"verify"}).code, 0);
+    // Refill for the next table.
+    auto store = cache::Store::open(m_root);
+    ASSERT_OK(store);
+    for (const auto& facts : m_entries)
+      ASSERT_OK((*store)->put(facts.key(), facts, cache::Bytes(10, std::byte{1}), 1.0));
+  }
+}
+
+TEST_F(CliCacheTest, ClearAllSucceedsOnAGarbageIndex) {
+  {
+    std::ofstream garbage(m_root / "index.db", std::ios::binary | std::ios::trunc);
+    garbage << std::string(8192, 'G');
+  }
+  fs::remove(m_root / "index.db-wal");
+  fs::remove(m_root / "index.db-shm");
+  const Outcome o = run({"clear", "--all"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("quarantine"), std::string::npos) << o.out;
+  std::size_t blobs = 0;
+  for (const auto& e : fs::recursive_directory_iterator(m_root / "blobs")) blobs += e.is_regular_file();
+  EXPECT_EQ(blobs, 0u) << "clearing a cache whose index was lost removes the blobs it knew";
+}
+
+TEST_F(CliCacheTest, VerifyReportsValuesOutOfRange) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((m_root / "index.db").c_str(), &db), SQLITE_OK);
+    const std::string sql = "UPDATE entries SET size = -5 WHERE key = '" + m_entries[1].key().to_hex() +
+                            "'; UPDATE entries SET facts = 'not json' WHERE key = '" +
+                            m_entries[2].key().to_hex() +
+                            "'; UPDATE counters SET value = -1 WHERE name = 'evicted'";
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  const Outcome o = run({"verify", "--json"});
+  EXPECT_EQ(o.code, 1) << o.err;
+  const std::string integrity = parse(o)["integrity"].dump();
+  EXPECT_NE(integrity.find("entries.size"), std::string::npos) << integrity;
+  EXPECT_NE(integrity.find("entries.facts"), std::string::npos) << integrity;
+  EXPECT_NE(integrity.find("counters"), std::string::npos) << integrity;
+  EXPECT_NE(integrity.find("evicted"), std::string::npos) << integrity;
+}
+
+// Issue 10, item 9: warming 4 variants into an empty cache is 4 misses, not 8.
+TEST_F(CliCacheTest, WarmCountsOneMissPerCompiledVariant) {
+  const fs::path fresh = dir() / "fresh";
+  const std::vector<std::string> warm = {"--cache-dir", fresh.string(), "warm", "--checkpoint",
+                                         (testing::source_dir() / "examples" / "glm5-mini").string(),
+                                         "--arch", "sm_120a", "--rope", "fp8"};
+  const Outcome first = jitcache(warm);
+  ASSERT_EQ(first.code, 0) << first.err;
+  Outcome stats = jitcache({"--cache-dir", fresh.string(), "stats", "--json"});
+  ASSERT_EQ(stats.code, 0) << stats.err;
+  json doc = parse(stats);
+  EXPECT_EQ(doc["entries"], 4);
+  EXPECT_EQ(doc["compiles"], 4);
+  EXPECT_EQ(doc["misses"], 4) << stats.out;
+  const Outcome second = jitcache(warm);
+  ASSERT_EQ(second.code, 0) << second.err;
+  doc = parse(jitcache({"--cache-dir", fresh.string(), "stats", "--json"}));
+  EXPECT_EQ(doc["misses"], 4) << "a warm cache adds no miss";
+  EXPECT_EQ(doc["compiles"], 4);
+  EXPECT_EQ(doc["hits"]["disk"], 4);
 }
 
 TEST_F(CliCacheTest, GcShrinksToMaxSize) {

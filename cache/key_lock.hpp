@@ -9,12 +9,18 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <string>
 
 #include "cache/files.hpp"
 #include "cache/hash.hpp"
 #include "jitcache/error.hpp"
 
 namespace jitcache::cache {
+
+// Opens (creating, mode 0600) the lock file `name` in `dir_fd` without blocking. Anything
+// but a regular file found at the name (a FIFO, a socket, a symlink) is no lock: it is
+// removed, with a warning, and a lock file created in its place.
+Result<UniqueFd> open_lock_file(int dir_fd, const std::string& name, const std::filesystem::path& shown);
 
 class KeyLock {
  public:

@@ -139,9 +139,7 @@ Result<std::shared_ptr<Index>> Store::open_index(const std::optional<FileId>& br
   const std::filesystem::path path = index_path();
   // Rebuilds are serialized across processes, so that none moves aside a fresh index
   // another one has just created.
-  const int raw = ::openat(m_root_fd.get(), "index.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (raw < 0) return std::unexpected(errno_error((m_root / "index.lock").string(), errno));
-  UniqueFd lock_fd(raw);
+  UniqueFd lock_fd = JC_TRY(open_lock_file(m_root_fd.get(), "index.lock", m_root / "index.lock"));
   while (::flock(lock_fd.get(), LOCK_EX) != 0)
     if (errno != EINTR) return std::unexpected(errno_error("flock " + (m_root / "index.lock").string(), errno));
 

@@ -4,9 +4,11 @@
 # errors at spaces, so a check whose words depended on where the path ends on a line
 # would pass or fail by the length of the build directory. Relative paths (from WORK)
 # reach the short lengths whatever the build directory's own length is.
-# Run as: cmake -DREADELF=... -DPROBE=<file> -DCHECK=<check_no_driver.cmake> -DWORK=<dir> -P this file.
+# Run as: cmake -DREADELF=... -DPROBE=<file> -DCHECK=<check_no_driver.cmake> -DWORK=<dir>
+#   -P this file.
 if(NOT READELF OR NOT PROBE OR NOT CHECK OR NOT WORK)
-  message(FATAL_ERROR "usage: cmake -DREADELF=<readelf> -DPROBE=<file> -DCHECK=<script> -DWORK=<dir> -P test_check_no_driver.cmake")
+  message(FATAL_ERROR "usage: cmake -DREADELF=<readelf> -DPROBE=<file> -DCHECK=<script> "
+                      "-DWORK=<dir> -P test_check_no_driver.cmake")
 endif()
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
@@ -33,6 +35,7 @@ foreach(length RANGE 3 300)
 endforeach()
 file(REMOVE_RECURSE "${WORK}")
 if(failed)
-  message(FATAL_ERROR "check_no_driver.cmake did not report the driver dependency for paths of these lengths: ${failed}")
+  message(FATAL_ERROR "check_no_driver.cmake did not report the driver dependency for "
+                      "paths of these lengths: ${failed}")
 endif()
 message(STATUS "check_no_driver.cmake reports the driver dependency at every path length from 3 to 300")

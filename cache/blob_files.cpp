@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "jitcache/log.hpp"
+#include "support/regular_file.hpp"
 
 namespace jitcache::cache {
 
@@ -145,6 +146,10 @@ Result<BlobDigest> BlobFiles::publish(std::span<const std::byte> data, Durabilit
 
 namespace {
 
+// O_NONBLOCK: a FIFO put in place of a blob must not block the open waiting for a writer;
+// fstat then finds it is no regular file, and it is a bad blob like any other.
+constexpr int k_blob_open_flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+
 // Opens <shard>/<hex> below `blobs_fd` following no symlink in either component. One
 // openat2 call where the kernel has it (Linux 5.6+), else the shard and the file in turn.
 int open_blob(int blobs_fd, const std::string& hex) {
@@ -152,7 +157,7 @@ int open_blob(int blobs_fd, const std::string& hex) {
   const std::string relative = shard_of(hex) + "/" + hex;
   if (have_openat2.load(std::memory_order_relaxed)) {
     open_how how{};
-    how.flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC;
+    how.flags = k_blob_open_flags;
     how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
     const long fd = ::syscall(SYS_openat2, blobs_fd, relative.c_str(), &how, sizeof how);
     if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) return static_cast<int>(fd);
@@ -160,7 +165,7 @@ int open_blob(int blobs_fd, const std::string& hex) {
   }
   const int shard = ::openat(blobs_fd, shard_of(hex).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (shard < 0) return -1;
-  const int fd = ::openat(shard, hex.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = ::openat(shard, hex.c_str(), k_blob_open_flags);
   const int saved = errno;
   ::close(shard);
   errno = saved;
@@ -181,12 +186,21 @@ std::expected<Bytes, BlobFailure> BlobFiles::read_verified(const BlobDigest& dig
     if (e == ENOENT) return fail(BlobProblem::missing, "no such file");
     if (e == ELOOP || e == EXDEV) return fail(BlobProblem::not_regular, "is or passes through a symbolic link");
     if (e == ENOTDIR) return fail(BlobProblem::not_regular, "its shard is not a directory");
+    // A socket cannot be opened (ENXIO), nor some devices without their driver.
+    if (e == ENXIO || e == ENODEV) {
+      struct stat st;
+      const std::string relative = shard_of(hex) + "/" + hex;
+      const bool known = ::fstatat(m_blobs.get(), relative.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+      return fail(BlobProblem::not_regular,
+                  known ? "is " + std::string(file_type_name(st.st_mode)) : std::string(std::strerror(e)));
+    }
     return fail(BlobProblem::unreadable, std::strerror(e));
   }
   UniqueFd fd(raw);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return fail(BlobProblem::unreadable, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return fail(BlobProblem::not_regular, "not a regular file");
+  if (!S_ISREG(st.st_mode))
+    return fail(BlobProblem::not_regular, "is " + std::string(file_type_name(st.st_mode)));
   if (static_cast<std::uint64_t>(st.st_size) != expected_size)
     return fail(BlobProblem::wrong_size, std::to_string(st.st_size) + " bytes, the index says " +
                                              std::to_string(expected_size));

@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "cache/key_lock.hpp"
 #include "jitcache/log.hpp"
 
 namespace jitcache::cache {
@@ -200,18 +201,12 @@ constexpr const char* k_recovery_hint =
 
 Result<UniqueFd> lock_index_file(const std::filesystem::path& db_path, std::chrono::milliseconds timeout) {
   const std::filesystem::path lock_path = db_path.parent_path() / "index.lock";
-  const int raw = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (raw < 0) {
-    if (errno == ELOOP) return make_error(ErrorCode::unsafe, lock_path.string() + ": is a symbolic link");
-    return std::unexpected(errno_error(lock_path.string(), errno));
-  }
-  UniqueFd fd(raw);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return std::unexpected(errno_error(lock_path.string(), errno));
-  if (!S_ISREG(st.st_mode)) return make_error(ErrorCode::unsafe, lock_path.string() + ": not a regular file");
-  // Created 0600 whatever the umask, as every file of the cache.
-  if ((st.st_mode & 07777) != 0600 && st.st_uid == ::geteuid() && ::fchmod(fd.get(), 0600) != 0)
-    return std::unexpected(errno_error("chmod 600 " + lock_path.string(), errno));
+  const int dir_raw = ::open(db_path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_raw < 0) return std::unexpected(errno_error(db_path.parent_path().string(), errno));
+  const UniqueFd dir(dir_raw);
+  // Never blocks on, nor locks, anything but a regular file (cache/key_lock.hpp).
+  UniqueFd fd = JC_TRY(open_lock_file(dir.get(), "index.lock", lock_path));
+  ::fchmod(fd.get(), 0600);  // the creation mode passed through the umask
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);
   while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {

@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <string>
 #include <thread>
 
 #include "jitcache/log.hpp"
+#include "support/regular_file.hpp"
 
 namespace jitcache::cache {
 namespace {
@@ -41,6 +43,24 @@ std::string read_holder(int fd) {
   return "process " + pid + (what.empty() ? std::string() : " compiling " + what);
 }
 
+// Lock files are only ever regular files a store created. Anything else at a lock's name
+// (a FIFO, a socket, a symlink, a device) was put there by someone else and serialises
+// nothing, so it is removed and a real lock file made in its place.
+Status remove_foreign_lock(int dir_fd, const std::string& name, const std::filesystem::path& shown) {
+  struct stat st;
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return errno == ENOENT ? Status{} : std::unexpected(errno_error("stat " + shown.string(), errno));
+  if (S_ISREG(st.st_mode)) return {};
+  log_warning(shown.string() + ": is " + std::string(file_type_name(st.st_mode)) +
+              ", not a lock file; removing it");
+  if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT)
+    return make_error(ErrorCode::unsafe, shown.string() + ": is " +
+                                             std::string(file_type_name(st.st_mode)) +
+                                             ", not a regular lock file, and cannot be removed: " +
+                                             std::strerror(errno));
+  return {};
+}
+
 bool is_lock_name(const std::string& name) {
   constexpr std::string_view k_suffix = ".lock";
   return name.size() == k_hash_hex_chars + k_suffix.size() && name.ends_with(k_suffix) &&
@@ -48,6 +68,30 @@ bool is_lock_name(const std::string& name) {
 }
 
 }  // namespace
+
+Result<UniqueFd> open_lock_file(int dir_fd, const std::string& name, const std::filesystem::path& shown) {
+  // A handful of replacements: someone who keeps planting files here is not outrun.
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    // O_NONBLOCK: whatever sits at the name, opening it never waits.
+    const int raw = ::openat(dir_fd, name.c_str(),
+                             O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600);
+    if (raw < 0) {
+      const int err = errno;
+      if (err != ELOOP && err != ENXIO && err != EISDIR && err != ENODEV && err != ETXTBSY)
+        return std::unexpected(errno_error("opening lock " + shown.string(), err));
+      JC_TRY(remove_foreign_lock(dir_fd, name, shown));
+      continue;
+    }
+    UniqueFd fd(raw);
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) return std::unexpected(errno_error("stat " + shown.string(), errno));
+    if (S_ISREG(st.st_mode)) return fd;
+    fd.reset();
+    JC_TRY(remove_foreign_lock(dir_fd, name, shown));
+  }
+  return make_error(ErrorCode::unsafe, shown.string() + ": something other than a lock file keeps "
+                                                        "appearing at this name");
+}
 
 Result<std::optional<KeyLock>> KeyLock::acquire(int locks_fd, const std::filesystem::path& locks_dir,
                                                 const CacheKey& key, std::chrono::milliseconds timeout,
@@ -60,9 +104,7 @@ Result<std::optional<KeyLock>> KeyLock::acquire(int locks_fd, const std::filesys
   // milliseconds late costs nothing, and unlike a blocking flock it honours the timeout.
   auto pause = std::chrono::microseconds(500);
   for (;;) {
-    const int raw = ::openat(locks_fd, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (raw < 0) return std::unexpected(errno_error("opening lock " + (locks_dir / name).string(), errno));
-    UniqueFd fd(raw);
+    UniqueFd fd = JC_TRY(open_lock_file(locks_fd, name, locks_dir / name));
     // The creation mode passed through the umask; lock files are 0600 like every file.
     ::fchmod(fd.get(), 0600);
     for (;;) {
@@ -95,7 +137,7 @@ Result<std::uint64_t> KeyLock::sweep(int locks_fd, const std::filesystem::path& 
   const auto files = JC_TRY(list_dir(locks_fd, locks_dir));
   for (const DirEntry& file : files) {
     if (!file.regular || !is_lock_name(file.name) || file.mtime_ms >= cutoff_ms) continue;
-    const int raw = ::openat(locks_fd, file.name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    const int raw = ::openat(locks_fd, file.name.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (raw < 0) continue;
     UniqueFd fd(raw);
     // Only unlink while holding the lock, so no holder is ever left on an unlinked inode.

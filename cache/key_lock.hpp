@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "cache/files.hpp"
@@ -19,6 +20,11 @@ namespace jitcache::cache {
 
 inline constexpr std::chrono::seconds k_wait_report_first{2};
 inline constexpr std::chrono::seconds k_wait_report_every{30};
+
+// Opens (creating, mode 0600) the lock file `name` in `dir_fd` without blocking. Anything
+// but a regular file found at the name (a FIFO, a socket, a symlink) is no lock: it is
+// removed, with a warning, and a lock file created in its place.
+Result<UniqueFd> open_lock_file(int dir_fd, const std::string& name, const std::filesystem::path& shown);
 
 class KeyLock {
  public:

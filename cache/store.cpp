@@ -14,6 +14,7 @@
 #include "cache/index.hpp"
 #include "cache/key_lock.hpp"
 #include "jitcache/log.hpp"
+#include "support/regular_file.hpp"
 
 namespace jitcache::cache {
 namespace {
@@ -36,7 +37,7 @@ Counters one(std::uint64_t Counters::*field) {
 // The index file must exist with mode 0600 before SQLite opens it: SQLite creates files
 // with 0644 minus the umask, and gives the -wal and -shm files the database's mode.
 Status prepare_index_file(int root_fd, const std::filesystem::path& path) {
-  const int raw = ::openat(root_fd, k_index_name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int raw = ::openat(root_fd, k_index_name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
   if (raw < 0) {
     if (errno == ELOOP) return make_error(ErrorCode::unsafe, path.string() + ": is a symbolic link");
     return std::unexpected(errno_error(path.string(), errno));
@@ -50,6 +51,19 @@ Status prepare_index_file(int root_fd, const std::filesystem::path& path) {
                                              ", not by the current user");
   if ((st.st_mode & 07777) != 0600 && ::fchmod(fd.get(), 0600) != 0)
     return std::unexpected(errno_error("chmod 600 " + path.string(), errno));
+  // SQLite opens index.db-wal and -shm by name. Anything but a regular file there (a FIFO,
+  // a socket, a link) was planted: SQLite would fail on it with "disk I/O error" at best.
+  for (const char* suffix : {"-wal", "-shm"}) {
+    const std::string name = std::string(k_index_name) + suffix;
+    const std::filesystem::path shown = path.parent_path() / name;
+    struct stat side;
+    if (::fstatat(root_fd, name.c_str(), &side, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(side.st_mode)) continue;
+    const std::string what(file_type_name(side.st_mode));
+    if (::unlinkat(root_fd, name.c_str(), 0) != 0 && errno != ENOENT)
+      return make_error(ErrorCode::unsafe, shown.string() + ": is " + what +
+                                               ", not a regular file, and cannot be removed: " + std::strerror(errno));
+    log_warning(shown.string() + ": was " + what + ", not SQLite's file; removed it");
+  }
   return {};
 }
 

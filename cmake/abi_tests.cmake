@@ -35,7 +35,15 @@ add_test(NAME no_cuda_driver_dependency_check_refuses_a_driver_link
   COMMAND ${CMAKE_COMMAND} -DREADELF=${CMAKE_READELF} -DFILES=$<TARGET_FILE:driver_linked_probe>
           -P ${PROJECT_SOURCE_DIR}/cmake/check_no_driver.cmake)
 set_tests_properties(no_cuda_driver_dependency_check_refuses_a_driver_link PROPERTIES
-  PASS_REGULAR_EXPRESSION "depends on libcuda\\.so")
+  PASS_REGULAR_EXPRESSION "CUDA driver dependency: libcuda\\.so")
+
+# ... whatever the length of the path it reports (CMake wraps error text at spaces; no test
+# may pass or fail by the length of the build directory's path).
+add_test(NAME no_cuda_driver_dependency_check_holds_at_every_path_length
+  COMMAND ${CMAKE_COMMAND} -DREADELF=${CMAKE_READELF} -DPROBE=$<TARGET_FILE:driver_linked_probe>
+          -DCHECK=${PROJECT_SOURCE_DIR}/cmake/check_no_driver.cmake
+          -DWORK=${CMAKE_CURRENT_BINARY_DIR}/driver-check-path-lengths
+          -P ${PROJECT_SOURCE_DIR}/cmake/test_check_no_driver.cmake)
 
 # A C program built against the installed package, through find_package and through
 # pkg-config, links and runs.

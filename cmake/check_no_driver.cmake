@@ -14,7 +14,11 @@ foreach(file IN LISTS FILES)
   endif()
   foreach(entry IN LISTS needed)
     if(entry MATCHES "\\[(libcuda\\.so[^]]*)\\]")
-      message(FATAL_ERROR "${file} depends on ${CMAKE_MATCH_1}; the CUDA driver must only be opened at run time")
+      # The finding goes out as one unwrapped line, its fixed words first: CMake wraps the
+      # text of a FATAL_ERROR at spaces, so words after a long path can land on another
+      # line, and a test matching them would depend on the length of the build path.
+      message(NOTICE "CUDA driver dependency: ${CMAKE_MATCH_1} is NEEDED by ${file}")
+      message(FATAL_ERROR "the CUDA driver must only be opened at run time")
     endif()
   endforeach()
   list(LENGTH needed count)

@@ -12,6 +12,8 @@
 
 #include "runtime/host_executor.hpp"
 #include "runtime/npy.hpp"
+#include "runtime/scale_file.hpp"
+#include "support/regular_file.hpp"
 
 namespace jitcache::kv {
 namespace {
@@ -21,12 +23,6 @@ namespace {
 static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= 16);
 static_assert(k_latent_dim == jc::k_latent_dim && k_rope_dim == jc::k_rope_dim &&
               k_row_dim == jc::k_out_dim);
-
-std::string number(double value) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", value);
-  return buf;
-}
 
 const char* rope_label(RopeFormat rope) {
   return rope == RopeFormat::bf16 ? "bf16 RoPE" : "fp8 RoPE";
@@ -158,12 +154,14 @@ Status check_columns(std::span<const std::uint64_t> shape, std::string_view name
                         npy::format_shape(shape));
 }
 
-void accumulate(ErrorStats& stats, double& sum_err, double& sum_ref, std::uint16_t in,
-                std::uint16_t out) {
+// `source_finite`: whether the float32 the bf16 input was rounded from is finite; a finite
+// value that rounded to infinity is beyond bf16's range, not a non-finite input.
+void accumulate(ErrorStats& stats, double& sum_err, double& sum_ref, bool source_finite,
+                std::uint16_t in, std::uint16_t out) {
   const float x = jc::bf16_to_float(in);
   const float y = jc::bf16_to_float(out);
   if (!std::isfinite(x)) {
-    ++stats.nonfinite_inputs;
+    ++(source_finite ? stats.out_of_bf16_range : stats.nonfinite_inputs);
     return;
   }
   if (!std::isfinite(y)) {
@@ -178,7 +176,8 @@ void accumulate(ErrorStats& stats, double& sum_err, double& sum_ref, std::uint16
   ++stats.elements;
 }
 
-double relative_rms(double sum_err, double sum_ref) {
+double relative_rms(const ErrorStats& stats, double sum_err, double sum_ref) {
+  if (stats.elements == 0) return std::numeric_limits<double>::quiet_NaN();  // nothing measured
   if (sum_ref > 0.0) return std::sqrt(sum_err / sum_ref);
   // An all-zero reference quantizes to exact zeros; anything else is unbounded error.
   return sum_err == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
@@ -191,15 +190,11 @@ const char* to_string(ScaleSource source) {
 }
 
 Result<LatentScaleChoice> choose_latent_scale(double scale, std::string_view field) {
-  if (!std::isfinite(scale) || scale <= 0.0)
+  // The scales files' own rule, so that a scale refused there is refused here too.
+  if (auto problem = scales::latent_scale_problem(scale))
     return make_error(ErrorCode::invalid_argument,
-                      std::string(field) + ": the latent scale must be a finite number > 0, got " +
-                          number(scale));
+                      std::string(field) + ": the latent scale " + std::move(*problem));
   const auto value = static_cast<float>(scale);
-  if (!std::isfinite(value) || value <= 0.0f)
-    return make_error(ErrorCode::invalid_argument,
-                      std::string(field) + ": the latent scale " + number(scale) +
-                          " is not representable as a positive finite float32");
   return LatentScaleChoice{value, value == 1.0f ? LatentScale::identity : LatentScale::dynamic};
 }
 
@@ -269,19 +264,25 @@ Result<ErrorReport> measure_error(std::span<const float> values, std::size_t col
       JC_TRY(gather_records(records, record_options, "records"));
   double latent_err = 0, latent_ref = 0, rope_err = 0, rope_ref = 0;
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (i % k_row_dim < k_latent_dim)
-      accumulate(report.latent, latent_err, latent_ref, rows[i], round_trip[i]);
+    const std::size_t t = i / k_row_dim, c = i % k_row_dim;
+    // Columns past the input's (the zero RoPE of a [T, 512] input) are finite zeros.
+    const bool source_finite = c >= columns || std::isfinite(values[t * columns + c]);
+    if (c < k_latent_dim)
+      accumulate(report.latent, latent_err, latent_ref, source_finite, rows[i], round_trip[i]);
     else
-      accumulate(report.rope_part, rope_err, rope_ref, rows[i], round_trip[i]);
+      accumulate(report.rope_part, rope_err, rope_ref, source_finite, rows[i], round_trip[i]);
   }
-  report.latent.rel_rms = relative_rms(latent_err, latent_ref);
-  report.rope_part.rel_rms = relative_rms(rope_err, rope_ref);
+  report.latent.rel_rms = relative_rms(report.latent, latent_err, latent_ref);
+  report.rope_part.rel_rms = relative_rms(report.rope_part, rope_err, rope_ref);
   return report;
 }
 
 Result<FileSummary> quantize_file(const std::filesystem::path& input,
                                   const std::filesystem::path& output,
                                   const RecordOptions& options) {
+  // Before any work: an output that could never be written fails fast, and one that is
+  // the input would destroy the data it was made from.
+  JC_TRY(check_output_target(output, std::span(&input, 1)));
   const npy::Array<float> array = JC_TRY(npy::read_float32(input, 2));
   JC_TRY(check_columns(array.shape, input.string()));
   const std::vector<std::uint8_t> records = JC_TRY(quantize(array.values, array.shape[1], options));
@@ -293,6 +294,7 @@ Result<FileSummary> quantize_file(const std::filesystem::path& input,
 Result<FileSummary> dequantize_file(const std::filesystem::path& input,
                                     const std::filesystem::path& output,
                                     const RecordOptions& options) {
+  JC_TRY(check_output_target(output, std::span(&input, 1)));
   const std::vector<std::uint8_t> records = JC_TRY(read_file(input));
   const std::vector<std::uint16_t> rows = JC_TRY(gather_records(records, options, input.string()));
   std::vector<float> values(rows.size());

@@ -38,8 +38,8 @@ struct LatentScaleChoice {
   LatentScale variant = LatentScale::identity;
 };
 
-// Validates a user-given scale: finite, > 0 and representable as a positive finite
-// float32. Errors are invalid_argument naming `field` (e.g. "--scale").
+// Validates a user-given scale by the scales files' rule (scales::latent_scale_problem:
+// finite, > 0, a normal float32). Errors are invalid_argument naming `field` ("--scale").
 Result<LatentScaleChoice> choose_latent_scale(double scale, std::string_view field = "scale");
 
 // The calibrated scale max_abs / 2688 (fp32, correctly rounded); identity when max_abs
@@ -65,15 +65,19 @@ Result<std::vector<float>> dequantize(std::span<const std::uint8_t> records,
                                       const RecordOptions& options);
 
 // Error of one part (latent or RoPE) of the round trip. Elements whose bf16 input is
-// not finite are counted and left out of the sums, as are finite inputs whose output is
-// not (a huge dynamic scale can overflow the restore multiply): both are reported
-// instead of turning every statistic into NaN.
+// not finite are counted and left out of the sums: non-finite inputs, and finite float32
+// inputs beyond bf16's range (they round to infinity), each counted apart; so are finite
+// inputs whose output is not (a huge dynamic scale can overflow the restore multiply).
+// All are reported instead of turning every statistic into NaN.
 struct ErrorStats {
-  double rel_rms = 0.0;        // sqrt(sum (x^ - x)^2 / sum x^2); 0 when both sums are 0
+  // sqrt(sum (x^ - x)^2 / sum x^2); 0 when both sums are 0; NaN when no element was
+  // measured (elements == 0), which is no result at all.
+  double rel_rms = 0.0;
   double max_abs_error = 0.0;  // max |x^ - x|
   double max_abs = 0.0;        // max |x| over finite inputs
   std::uint64_t elements = 0;  // elements in the sums
-  std::uint64_t nonfinite_inputs = 0;
+  std::uint64_t nonfinite_inputs = 0;   // NaN or infinity in the input
+  std::uint64_t out_of_bf16_range = 0;  // finite in the input, infinite once rounded to bf16
   std::uint64_t nonfinite_outputs = 0;
 };
 

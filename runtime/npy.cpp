@@ -9,12 +9,15 @@
 #include <bit>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
 #include <utility>
+
+#include "support/regular_file.hpp"
 
 namespace jitcache {
 namespace {
@@ -42,40 +45,6 @@ class Fd {
  private:
   int m_fd;
 };
-
-Result<Fd> open_regular_file(const std::filesystem::path& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    const int err = errno;
-    return make_error(err == ENOENT ? ErrorCode::not_found : ErrorCode::io,
-                      path.string() + ": cannot open: " + errno_text(err));
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0)
-    return make_error(ErrorCode::io, path.string() + ": cannot stat: " + errno_text(errno));
-  if (!S_ISREG(st.st_mode))
-    return make_error(ErrorCode::invalid_input, path.string() + ": not a regular file");
-  return fd;
-}
-
-Status pread_all(int fd, std::uint64_t offset, void* dst, std::size_t size,
-                 const std::string& name) {
-  auto* out = static_cast<std::uint8_t*>(dst);
-  while (size > 0) {
-    const std::size_t chunk = std::min<std::size_t>(size, std::size_t{1} << 30);
-    const ssize_t n = ::pread(fd, out, chunk, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(ErrorCode::io, name + ": read failed: " + errno_text(errno));
-    }
-    if (n == 0)  // the file shrank while being read
-      return make_error(ErrorCode::io, name + ": unexpected end of file while reading");
-    out += n;
-    offset += static_cast<std::uint64_t>(n);
-    size -= static_cast<std::size_t>(n);
-  }
-  return {};
-}
 
 std::string unique_suffix() {
   static std::atomic<std::uint64_t> counter{0};
@@ -139,10 +108,7 @@ class AtomicFile {
       return make_error(ErrorCode::io, m_target.string() + ": fsync failed: " + errno_text(errno));
     if (m_fd.close() != 0)
       return make_error(ErrorCode::io, m_target.string() + ": close failed: " + errno_text(errno));
-    if (::rename(m_tmp.c_str(), m_target.c_str()) != 0)
-      return make_error(ErrorCode::io,
-                        m_target.string() +
-                            ": cannot rename the temporary file into place: " + errno_text(errno));
+    JC_TRY(rename_into_place());
     m_committed = true;
     // The rename is only durable once the directory entry is: without this a crash
     // could leave the old file (or none) behind although the write reported success.
@@ -154,6 +120,37 @@ class AtomicFile {
   }
 
  private:
+  // The rename lands only on a new name or on a regular file: a device, FIFO or socket
+  // found there is refused, never replaced. A new name is taken with RENAME_NOREPLACE, so
+  // nothing that appears there meanwhile is replaced either; what remains is the window
+  // between the check of an existing regular file and the rename, which only someone who
+  // can already write the directory can use.
+  Status rename_into_place() {
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      JC_TRY(check_output_target(m_target));
+      struct stat st {};
+      if (::lstat(m_target.c_str(), &st) == 0) {
+        if (::rename(m_tmp.c_str(), m_target.c_str()) == 0) return {};
+        return rename_error(errno);
+      }
+      if (::renameat2(AT_FDCWD, m_tmp.c_str(), AT_FDCWD, m_target.c_str(), RENAME_NOREPLACE) == 0)
+        return {};
+      if (errno == EEXIST) continue;  // created meanwhile: check what it is
+      // A filesystem without RENAME_NOREPLACE: the check above is the guard.
+      if (errno == EINVAL || errno == ENOSYS) {
+        if (::rename(m_tmp.c_str(), m_target.c_str()) == 0) return {};
+      }
+      return rename_error(errno);
+    }
+    return make_error(ErrorCode::io, m_target.string() + ": the output keeps changing; not written");
+  }
+
+  std::unexpected<Error> rename_error(int err) const {
+    return make_error(ErrorCode::io, m_target.string() +
+                                         ": cannot rename the temporary file into place: " +
+                                         errno_text(err));
+  }
+
   std::filesystem::path m_target;
   std::filesystem::path m_tmp;
   Fd m_fd;
@@ -171,13 +168,8 @@ Status write_file_atomic(const std::filesystem::path& path,
 }
 
 Result<std::vector<std::uint8_t>> read_file(const std::filesystem::path& path) {
-  Fd fd = JC_TRY(open_regular_file(path));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0)
-    return make_error(ErrorCode::io, path.string() + ": cannot stat: " + errno_text(errno));
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(st.st_size));
-  JC_TRY(pread_all(fd.get(), 0, bytes.data(), bytes.size(), path.string()));
-  return bytes;
+  const RegularFile file = JC_TRY(RegularFile::open(path));
+  return file.read_all_bytes(std::numeric_limits<std::size_t>::max());
 }
 
 }  // namespace jitcache
@@ -213,26 +205,19 @@ class MemorySource final : public Source {
 
 class FileSource final : public Source {
  public:
-  FileSource(Fd fd, std::uint64_t size, std::string name)
-      : m_fd(std::move(fd)), m_size(size), m_name(std::move(name)) {}
-  std::uint64_t size() const override { return m_size; }
+  explicit FileSource(RegularFile file) : m_file(std::move(file)) {}
+  std::uint64_t size() const override { return m_file.size(); }
   Status read(std::uint64_t offset, void* dst, std::size_t size) override {
-    return pread_all(m_fd.get(), offset, dst, size, m_name);
+    return m_file.read_at(offset, dst, size);
   }
 
  private:
-  Fd m_fd;
-  std::uint64_t m_size;
-  std::string m_name;
+  RegularFile m_file;
 };
 
 Result<std::unique_ptr<FileSource>> open_source(const std::filesystem::path& path) {
-  Fd fd = JC_TRY(open_regular_file(path));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0)
-    return make_error(ErrorCode::io, path.string() + ": cannot stat: " + errno_text(errno));
-  return std::make_unique<FileSource>(std::move(fd), static_cast<std::uint64_t>(st.st_size),
-                                      path.string());
+  RegularFile file = JC_TRY(RegularFile::open(path));
+  return std::make_unique<FileSource>(std::move(file));
 }
 
 // Printable text of untrusted bytes: ASCII as is, everything else as \xNN.

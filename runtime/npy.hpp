@@ -102,7 +102,10 @@ namespace jitcache {
 // write_file_atomic writes the concatenated parts to a unique temporary file in the
 // destination's directory, fsyncs it, renames it into place and fsyncs the directory:
 // readers see the old file or the whole new one, the result survives a crash once the
-// call returns, and a failure before the rename leaves nothing behind.
+// call returns, and a failure before the rename leaves nothing behind. The rename lands
+// only on a new name or a regular file (check_output_target, support/regular_file.hpp):
+// a device, FIFO, socket, directory or symlink at `path` is refused, never replaced.
+// read_file reads a whole regular file without blocking on a FIFO or a device.
 Status write_file_atomic(const std::filesystem::path& path,
                          std::span<const std::span<const std::uint8_t>> parts);
 Result<std::vector<std::uint8_t>> read_file(const std::filesystem::path& path);

@@ -20,6 +20,7 @@
 #include "jitcache/log.hpp"
 #include "runtime/compiler.hpp"
 #include "support/env.hpp"
+#include "support/regular_file.hpp"
 
 namespace jitcache {
 namespace {
@@ -47,7 +48,7 @@ std::string joined(const std::vector<std::string>& options) {
 
 constexpr const char* k_memo_format = "jitcache_compiler_fingerprints_v1";
 constexpr std::size_t k_memo_max_entries = 16;
-constexpr off_t k_memo_max_bytes = 64 * 1024;
+constexpr std::size_t k_memo_max_bytes = 64 * 1024;
 
 std::optional<std::string> describe_file(const std::filesystem::path& path) {
   struct stat st {};
@@ -88,19 +89,12 @@ bool is_fingerprint(const nlohmann::json& value) {
 // The memo's valid entries; empty for a missing, foreign, oversized or malformed file.
 nlohmann::json read_memo_entries(const std::filesystem::path& file) {
   nlohmann::json entries = nlohmann::json::object();
-  const cache::UniqueFd fd(::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  struct stat st {};
-  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
-      st.st_size > k_memo_max_bytes)
-    return entries;
-  std::string text(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return entries;
-    got += static_cast<std::size_t>(n);
-  }
+  // Non-blocking and regular only: a FIFO planted in the cache root is a miss, not a hang.
+  const auto opened = RegularFile::open(file, FollowSymlinks::no);
+  if (!opened || opened->status().st_uid != ::geteuid()) return entries;
+  const auto read = opened->read_all(k_memo_max_bytes);
+  if (!read) return entries;
+  const std::string& text = *read;
   const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return entries;
   const auto format = doc.find("format");

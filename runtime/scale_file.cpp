@@ -133,15 +133,8 @@ std::vector<std::optional<double>> numbers(const json& array, std::string_view f
       continue;
     }
     if (strictly_positive) {
-      if (!(v > 0)) {
-        problems.add(where, "must be > 0, got " + format_number(v));
-        continue;
-      }
-      // The kernels apply the float; a value that rounds to 0, a subnormal or infinity
-      // would silently zero or destroy the layer.
-      const float f = static_cast<float>(v);
-      if (!(f >= FLT_MIN) || std::isinf(f)) {
-        problems.add(where, "is outside the normal float32 range, got " + format_number(v));
+      if (auto problem = latent_scale_problem(v)) {
+        problems.add(where, std::move(*problem));
         continue;
       }
     } else if (v < 0) {
@@ -154,6 +147,17 @@ std::vector<std::optional<double>> numbers(const json& array, std::string_view f
 }
 
 }  // namespace
+
+std::optional<std::string> latent_scale_problem(double value) {
+  if (!std::isfinite(value)) return "must be finite, got " + format_number(value);
+  if (!(value > 0)) return "must be > 0, got " + format_number(value);
+  // The kernels apply the float; a value that rounds to 0, a subnormal or infinity
+  // would silently zero or destroy the layer.
+  const float f = static_cast<float>(value);
+  if (!(f >= FLT_MIN) || std::isinf(f))
+    return "is outside the normal float32 range, got " + format_number(value);
+  return std::nullopt;
+}
 
 Result<ScaleFileContents> validate_scale_object(const json& object, const std::string& file,
                                                 const std::string& field_prefix,

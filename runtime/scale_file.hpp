@@ -32,6 +32,11 @@ namespace jitcache::scales {
 
 inline constexpr double k_max_abs_tolerance = 1e-6;  // relative
 
+// The rule for one latent scale, wherever a scale comes from (a scales file, `kv --scale`):
+// finite, > 0, and a normal float32 once rounded to one. nullopt when it holds, else what
+// is wrong ("must be > 0, got 0"), to follow the name of the field.
+std::optional<std::string> latent_scale_problem(double value);
+
 // What the model requires of a file; unset members are not checked.
 struct Expectations {
   std::optional<int> num_layers;  // the model's num_hidden_layers

@@ -1,16 +1,13 @@
 #include "runtime/scale_json.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cctype>
-#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <set>
 #include <utility>
 #include <vector>
+
+#include "support/regular_file.hpp"
 
 namespace jitcache::scales {
 namespace {
@@ -201,46 +198,7 @@ Result<json> parse_json_strict(std::string_view text, const std::string& file,
 
 Result<std::string> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes,
                                       std::string_view display_name) {
-  const std::string name = display_name.empty() ? path.string() : std::string(display_name);
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) {
-    const int err = errno;
-    return make_error(err == ENOENT ? ErrorCode::not_found : ErrorCode::io,
-                      name + ": cannot open: " + std::strerror(err));
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    return make_error(ErrorCode::io, name + ": cannot stat: " + std::strerror(errno));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return make_error(ErrorCode::invalid_input, name + ": not a regular file");
-  }
-  const auto too_big = [&](std::size_t size) {
-    return make_error(ErrorCode::invalid_input,
-                      name + ": file is " + std::to_string(size) + " bytes, over the limit of " +
-                          std::to_string(max_bytes) + " bytes for this kind of file");
-  };
-  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return too_big(st.st_size);
-  std::string data;
-  data.reserve(static_cast<std::size_t>(st.st_size));
-  char chunk[1 << 16];
-  // Read to end of file, not to st_size: a file that grew after fstat is still capped.
-  for (;;) {
-    const ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(ErrorCode::io, name + ": read failed: " + std::strerror(errno));
-    }
-    if (n == 0) break;
-    data.append(chunk, static_cast<std::size_t>(n));
-    if (data.size() > max_bytes) return too_big(data.size());
-  }
-  return data;
+  return read_regular_file(path, max_bytes, display_name);
 }
 
 std::string format_number(double value) {

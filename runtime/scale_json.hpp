@@ -35,8 +35,9 @@ std::optional<std::size_t> find_invalid_utf8(std::string_view text);
 Result<nlohmann::json> parse_json_strict(std::string_view text, const std::string& file,
                                          std::size_t max_depth = k_max_json_depth);
 
-// Reads a whole regular file of at most `max_bytes` bytes. FIFOs, devices and directories
-// are refused without blocking. Errors name `display_name`, else the path.
+// Reads a whole regular file of at most `max_bytes` bytes (read_regular_file of
+// support/regular_file.hpp). FIFOs, devices and directories are refused without blocking.
+// Errors name `display_name`, else the path.
 Result<std::string> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes,
                                       std::string_view display_name = {});
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -23,6 +24,20 @@ class TempDirTest : public ::testing::Test {
  private:
   std::filesystem::path m_dir;
 };
+
+// Ends the test program with SIGALRM unless the scope is left within `seconds`: a test of
+// something that could block for ever (opening a FIFO) then fails instead of hanging.
+class HangGuard {
+ public:
+  explicit HangGuard(unsigned seconds) { ::alarm(seconds); }
+  HangGuard(const HangGuard&) = delete;
+  HangGuard& operator=(const HangGuard&) = delete;
+  ~HangGuard() { ::alarm(0); }
+};
+
+// Makes a UNIX socket file at `path` (bound, then closed: the file stays). False when the
+// path is too long for a socket address or bind fails.
+bool make_unix_socket(const std::filesystem::path& path);
 
 // Seed from JITCACHE_TEST_SEED when set (to replay), else fresh; always printed.
 std::uint64_t test_seed(const char* what);

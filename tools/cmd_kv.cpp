@@ -81,6 +81,7 @@ nlohmann::json stats_json(const kv::ErrorStats& s) {
           {"max_abs", s.max_abs},
           {"elements", s.elements},
           {"nonfinite_inputs", s.nonfinite_inputs},
+          {"out_of_bf16_range", s.out_of_bf16_range},
           {"nonfinite_outputs", s.nonfinite_outputs}};
 }
 
@@ -99,14 +100,23 @@ int run_error(const KvArgs& args) {
   const auto r = kv::measure_error_file(args.input, options);
   if (!r) return report(r.error());
   const std::uint64_t nonfinite_in = r->latent.nonfinite_inputs + r->rope_part.nonfinite_inputs;
+  const std::uint64_t beyond_bf16 = r->latent.out_of_bf16_range + r->rope_part.out_of_bf16_range;
   const std::uint64_t nonfinite_out = r->latent.nonfinite_outputs + r->rope_part.nonfinite_outputs;
-  if (nonfinite_in + nonfinite_out > 0)
-    std::fprintf(
-        stderr,
-        "jitcache: warning: %s: %llu non-finite inputs and %llu non-finite outputs are left out of "
-        "the error sums\n",
-        args.input.c_str(), static_cast<unsigned long long>(nonfinite_in),
-        static_cast<unsigned long long>(nonfinite_out));
+  char excluded[160];
+  std::snprintf(excluded, sizeof excluded,
+                "%llu non-finite inputs, %llu inputs out of bf16 range and %llu non-finite outputs",
+                static_cast<unsigned long long>(nonfinite_in),
+                static_cast<unsigned long long>(beyond_bf16),
+                static_cast<unsigned long long>(nonfinite_out));
+  // An error of nothing is no error of 0: a result must have measured something.
+  if (r->latent.elements + r->rope_part.elements == 0)
+    return report(make_error(ErrorCode::invalid_input,
+                             args.input + ": nothing measured: every element was left out (" +
+                                 excluded + "); there is no error to report")
+                      .error());
+  if (nonfinite_in + beyond_bf16 + nonfinite_out > 0)
+    std::fprintf(stderr, "jitcache: warning: %s: %s are left out of the error sums\n",
+                 args.input.c_str(), excluded);
   if (args.json) {
     const nlohmann::json doc = {{"input", args.input},
                                 {"tokens", r->tokens},
@@ -132,6 +142,8 @@ int run_error(const KvArgs& args) {
   std::printf("  %-14s %llu inputs, %llu outputs\n", "non-finite",
               static_cast<unsigned long long>(nonfinite_in),
               static_cast<unsigned long long>(nonfinite_out));
+  std::printf("  %-14s %llu inputs\n", "out of bf16 range",
+              static_cast<unsigned long long>(beyond_bf16));
   return k_exit_ok;
 }
 

@@ -6,6 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <iterator>
+
+#include "cache/key_lock.hpp"
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
 #include "store_fixture.hpp"
@@ -138,6 +141,113 @@ TEST_F(CorruptionTest, ReplacedByDirectory) {
   ASSERT_OK(lookup);
   EXPECT_FALSE(*lookup);
   EXPECT_EQ(store->session_counters().quarantined, 1u);
+}
+
+// A FIFO opened for reading waits for a writer for ever unless opened non-blocking: in
+// place of a blob it must be a bad blob like any other, found at once.
+TEST_F(CorruptionTest, ReplacedByFifoIsABadBlobNotAHang) {
+  const auto blob = store_entry();
+  std::filesystem::remove(blob);
+  ASSERT_EQ(::mkfifo(blob.c_str(), 0600), 0);
+  const jitcache::testing::HangGuard guard(60);
+  {
+    LogCapture log;
+    auto store = open_store();
+    auto lookup = store->get(facts.key());
+    ASSERT_OK(lookup);
+    EXPECT_FALSE(*lookup);
+    EXPECT_EQ(store->session_counters().quarantined, 1u);
+    EXPECT_GE(log.count_containing("is a FIFO (not a regular file)"), 1u) << log.all();
+  }
+  const auto moved = std::filesystem::directory_iterator(root() / "quarantine");
+  EXPECT_EQ(std::distance(begin(moved), end(moved)), 1) << "the FIFO is moved aside";
+  std::filesystem::remove(blob);  // nothing left in the way, if the quarantine failed
+  ASSERT_OK(open_store()->put(facts.key(), facts, producer.bytes, 1.0));
+  std::filesystem::remove(blob);
+  ASSERT_EQ(::mkfifo(blob.c_str(), 0600), 0);
+  expect_miss_and_reproduce();
+}
+
+TEST_F(CorruptionTest, ReplacedBySocketIsABadBlob) {
+  const auto blob = store_entry();
+  std::filesystem::remove(blob);
+  ASSERT_TRUE(jitcache::testing::make_unix_socket(blob));
+  const jitcache::testing::HangGuard guard(60);
+  {
+    LogCapture log;
+    auto lookup = open_store()->get(facts.key());
+    ASSERT_OK(lookup);
+    EXPECT_FALSE(*lookup);
+    EXPECT_GE(log.count_containing("is a socket (not a regular file)"), 1u) << log.all();
+  }
+  std::filesystem::remove(blob);
+  ASSERT_OK(open_store()->put(facts.key(), facts, producer.bytes, 1.0));
+  std::filesystem::remove(blob);
+  ASSERT_TRUE(jitcache::testing::make_unix_socket(blob));
+  expect_miss_and_reproduce();
+}
+
+TEST_F(CorruptionTest, VerifyWithAFifoBlobFinishesAndFindsIt) {
+  const auto blob = store_entry();
+  std::filesystem::remove(blob);
+  ASSERT_EQ(::mkfifo(blob.c_str(), 0600), 0);
+  const jitcache::testing::HangGuard guard(60);
+  auto store = open_store();
+  auto report = store->verify();
+  ASSERT_OK(report);
+  EXPECT_FALSE(report->clean());
+  auto again = store->verify();
+  ASSERT_OK(again);
+  EXPECT_TRUE(again->clean()) << "the bad entry was dropped by the first verify";
+}
+
+// A key's lock file is only ever a regular file the store made: a FIFO, a socket or a
+// symlink at its name is no lock, so it is replaced, and the produce goes ahead.
+TEST_F(CorruptionTest, ForeignFileAtALockNameIsReplacedByALock) {
+  const auto lock = root() / "locks" / (facts.key().to_hex() + ".lock");
+  for (const char* kind : {"fifo", "socket", "symlink"}) {
+    SCOPED_TRACE(kind);
+    { auto store = open_store(); }  // creates locks/
+    std::filesystem::remove(lock);
+    const std::string k = kind;
+    if (k == "fifo") {
+      ASSERT_EQ(::mkfifo(lock.c_str(), 0600), 0);
+    } else if (k == "socket") {
+      ASSERT_TRUE(jitcache::testing::make_unix_socket(lock));
+    } else {
+      std::filesystem::create_symlink(dir() / "elsewhere", lock);
+    }
+    const jitcache::testing::HangGuard guard(60);
+    LogCapture log;
+    auto store = open_store();
+    producer.calls = 0;
+    auto result = store->get_or_create(facts.key(), facts, producer.producer());
+    ASSERT_OK(result);
+    EXPECT_EQ(producer.calls, 1);
+    EXPECT_GE(log.count_containing("not a lock file; removing it"), 1u) << log.all();
+    struct stat st {};
+    if (::lstat(lock.c_str(), &st) == 0) {
+      EXPECT_TRUE(S_ISREG(st.st_mode));
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir() / "elsewhere"));
+    store.reset();
+    std::filesystem::remove_all(root());
+  }
+}
+
+TEST_F(CorruptionTest, OpenLockFileRefusesADirectoryItCannotRemove) {
+  { auto store = open_store(); }
+  const auto locks = root() / "locks";
+  std::filesystem::create_directories(locks / "x.lock" / "child");
+  const int locks_fd = ::open(locks.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(locks_fd, 0);
+  LogCapture log;
+  const auto opened = open_lock_file(locks_fd, "x.lock", locks / "x.lock");
+  ::close(locks_fd);
+  ASSERT_FALSE(opened);
+  EXPECT_EQ(opened.error().code, ErrorCode::unsafe);
+  EXPECT_NE(opened.error().message.find("is a directory, not a regular lock file"), std::string::npos)
+      << opened.error().message;
 }
 
 TEST_F(CorruptionTest, SharedBlobQuarantinesEveryEntryUsingIt) {

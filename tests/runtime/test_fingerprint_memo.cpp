@@ -134,6 +134,19 @@ TEST_F(FingerprintMemoTest, ASymlinkIsNeitherReadNorFollowed) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), planted);  // untouched
 }
 
+// Opening a FIFO for reading waits for a writer: the memo is opened without blocking, so
+// a FIFO planted in the cache root is a miss, and is replaced by the repaired memo.
+TEST_F(FingerprintMemoTest, AFifoIsAMissNotAHang) {
+  std::filesystem::remove(memo());
+  ASSERT_EQ(::mkfifo(memo().c_str(), 0600), 0);
+  const jitcache::testing::HangGuard guard(120);
+  EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+  struct stat st {};
+  ASSERT_EQ(::lstat(memo().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(read_json(memo())["entries"].size(), 1u);
+}
+
 TEST_F(FingerprintMemoTest, EntriesAreBounded) {
   nlohmann::json entries = nlohmann::json::object();
   for (int i = 0; i < 16; ++i) entries["other library " + std::to_string(i)] = "0123456789abcdef0123456789abcdef";

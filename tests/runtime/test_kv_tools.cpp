@@ -1,17 +1,24 @@
 #include "runtime/kv_tools.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "reference_nvfp4.hpp"
+#include "jitcache/scales.hpp"
 #include "runtime/npy.hpp"
+#include "runtime/scale_file.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
@@ -351,23 +358,48 @@ TEST(KvTools, BadScalesAreRejected) {
     const char* message;
   };
   const Case cases[] = {
-      {0.0, "--scale: the latent scale must be a finite number > 0, got 0"},
-      {-1.0, "--scale: the latent scale must be a finite number > 0, got -1"},
-      {std::nan(""), "--scale: the latent scale must be a finite number > 0, got nan"},
-      {std::numeric_limits<double>::infinity(),
-       "--scale: the latent scale must be a finite number > 0, got inf"},
+      {0.0, "--scale: the latent scale must be > 0, got 0"},
+      {-1.0, "--scale: the latent scale must be > 0, got -1"},
+      {std::nan(""), "--scale: the latent scale must be finite, got nan"},
+      {std::numeric_limits<double>::infinity(), "--scale: the latent scale must be finite, got inf"},
       {-std::numeric_limits<double>::infinity(),
-       "--scale: the latent scale must be a finite number > 0, got -inf"},
-      {1e-50, "--scale: the latent scale 1e-50 is not representable as a positive finite float32"},
-      {1e39, "--scale: the latent scale 1e+39 is not representable as a positive finite float32"},
-      {std::numeric_limits<double>::denorm_min(),
-       "is not representable as a positive finite float32"},
+       "--scale: the latent scale must be finite, got -inf"},
+      {1e-50, "--scale: the latent scale is outside the normal float32 range, got 1e-50"},
+      {1e39, "--scale: the latent scale is outside the normal float32 range, got 1e+39"},
+      {std::numeric_limits<double>::denorm_min(), "is outside the normal float32 range"},
+      // float32 subnormals: positive and finite, but the kernels would flush or lose them.
+      {1e-40, "--scale: the latent scale is outside the normal float32 range, got 1e-40"},
+      {std::numeric_limits<float>::min() / 2, "is outside the normal float32 range"},
+      // Finite as a double, infinite once rounded to float32.
+      {3.4028236e38, "is outside the normal float32 range"},
   };
   for (const Case& c : cases) {
     const auto r = kv::choose_latent_scale(c.scale, "--scale");
     ASSERT_FALSE(r) << c.scale;
     EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
     EXPECT_NE(r.error().message.find(c.message), std::string::npos) << r.error().message;
+  }
+  EXPECT_OK(kv::choose_latent_scale(std::numeric_limits<float>::min()));
+  EXPECT_OK(kv::choose_latent_scale(std::numeric_limits<float>::max()));
+}
+
+// `kv --scale` and a scales file accept exactly the same scales: one rule.
+TEST(KvTools, ScaleRuleIsTheScalesFilesRule) {
+  const double values[] = {1.0, 0.5, 1e-3, 1e-40, 1e-45, 1e-50, 0.0, -2.0, 1e39, 3.4028236e38,
+                           static_cast<double>(std::numeric_limits<float>::min()),
+                           static_cast<double>(std::numeric_limits<float>::max())};
+  for (const double value : values) {
+    const nlohmann::json doc = {{"format", k_scales_format_v1}, {"num_layers", 1},
+                                {"latent_dim", 512},            {"denominator", 2688},
+                                {"scales", {value}}};
+    const auto file = scales::parse_scale_file(doc.dump(), "s.json", scales::Expectations{});
+    const auto flag = kv::choose_latent_scale(value, "--scale");
+    EXPECT_EQ(file.has_value(), flag.has_value()) << value;
+    if (!file && !flag) {
+      const std::string why = file.error().message.substr(file.error().message.rfind("': ") + 3);
+      EXPECT_NE(flag.error().message.find(why), std::string::npos)
+          << value << ": " << flag.error().message << " vs " << file.error().message;
+    }
   }
 }
 
@@ -572,6 +604,41 @@ TEST(KvTools, OverflowingRestoreIsCountedAsNonFiniteOutput) {
   EXPECT_EQ(report->latent.rel_rms, 0.0) << "the other blocks are zeros, exactly reproduced";
 }
 
+TEST(KvTools, FiniteInputsBeyondBf16RangeAreCountedApart) {
+  std::mt19937_64 rng(testing::test_seed("kv beyond bf16"));
+  std::vector<float> input = random_tokens(rng, 2, k_row_dim, 1.0f);
+  // Finite float32 values that round to infinity in bf16 (above the largest bf16 and
+  // past its rounding midpoint), in the latent and in the RoPE part.
+  input[5] = std::numeric_limits<float>::max();
+  input[k_row_dim + 7] = -std::numeric_limits<float>::max();
+  input[k_latent_dim + 3] = std::bit_cast<float>(0x7f7f8000u);
+  input[9] = std::numeric_limits<float>::quiet_NaN();
+  const auto report =
+      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RopeFormat::bf16, 1});
+  ASSERT_OK(report);
+  EXPECT_EQ(report->latent.out_of_bf16_range, 2u);
+  EXPECT_EQ(report->latent.nonfinite_inputs, 1u);
+  EXPECT_EQ(report->rope_part.out_of_bf16_range, 1u);
+  EXPECT_EQ(report->rope_part.nonfinite_inputs, 0u);
+  EXPECT_EQ(report->latent.elements, 2 * k_latent_dim - 3);
+  EXPECT_EQ(report->rope_part.elements, 2 * k_rope_dim - 1);
+  EXPECT_TRUE(std::isfinite(report->latent.rel_rms));
+}
+
+TEST(KvTools, NothingMeasuredIsNaNNotZero) {
+  std::vector<float> input(k_row_dim, std::numeric_limits<float>::max());
+  input[0] = std::numeric_limits<float>::infinity();
+  const auto report =
+      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RopeFormat::bf16, 1});
+  ASSERT_OK(report);
+  EXPECT_EQ(report->latent.elements + report->rope_part.elements, 0u);
+  EXPECT_EQ(report->latent.nonfinite_inputs, 1u);
+  EXPECT_EQ(report->latent.out_of_bf16_range, k_latent_dim - 1);
+  EXPECT_EQ(report->rope_part.out_of_bf16_range, k_rope_dim);
+  EXPECT_TRUE(std::isnan(report->latent.rel_rms));
+  EXPECT_TRUE(std::isnan(report->rope_part.rel_rms));
+}
+
 TEST(KvTools, AllZeroInputHasZeroErrorNotNaN) {
   const std::vector<float> zeros(3 * k_row_dim, 0.0f);
   const auto report = kv::measure_error(
@@ -647,6 +714,53 @@ TEST_F(KvFileTest, BadInputFilesAreNamedWithTheirField) {
       kv::quantize_file(dir() / "absent.npy", dir() / "out.bin", options(1.0f, RopeFormat::bf16));
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, ErrorCode::not_found);
+}
+
+// An output that is the input, however spelt, is refused before anything is read or
+// written, and the input stays as it was.
+TEST_F(KvFileTest, OutputThatIsTheInputIsRefused) {
+  const std::vector<float> values(2 * k_row_dim, 0.25f);
+  const std::uint64_t shape[] = {2, k_row_dim};
+  ASSERT_OK(npy::write_float32(dir() / "x.npy", shape, values));
+  const auto opts = options(1.0f, RopeFormat::bf16);
+  ASSERT_OK(kv::quantize_file(dir() / "x.npy", dir() / "r.bin", opts));
+  ASSERT_EQ(::link((dir() / "x.npy").c_str(), (dir() / "x-link.npy").c_str()), 0);
+  ASSERT_EQ(::link((dir() / "r.bin").c_str(), (dir() / "r-link.bin").c_str()), 0);
+  const std::string npy_before = [&] {
+    std::ifstream in(dir() / "x.npy", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  for (const auto& out : {dir() / "x.npy", dir() / "." / "x.npy", dir() / "x-link.npy"}) {
+    const auto r = kv::quantize_file(dir() / "x.npy", out, opts);
+    ASSERT_FALSE(r) << out;
+    EXPECT_EQ(r.error().code, ErrorCode::invalid_input);
+    EXPECT_NE(r.error().message.find("the output is the same file as the input"), std::string::npos)
+        << r.error().message;
+  }
+  for (const auto& out : {dir() / "r.bin", dir() / "r-link.bin"}) {
+    const auto r = kv::dequantize_file(dir() / "r.bin", out, opts);
+    ASSERT_FALSE(r) << out;
+    EXPECT_NE(r.error().message.find("the output is the same file as the input"), std::string::npos);
+  }
+  std::ifstream in(dir() / "x.npy", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), npy_before);
+  EXPECT_EQ(std::filesystem::file_size(dir() / "r.bin"), 2u * 432);
+}
+
+TEST_F(KvFileTest, FifoAsRecordsOrNpyInputIsRefusedWithoutBlocking) {
+  ASSERT_EQ(::mkfifo((dir() / "pipe").c_str(), 0600), 0);
+  const testing::HangGuard guard(10);
+  const auto opts = options(1.0f, RopeFormat::bf16);
+  const auto d = kv::dequantize_file(dir() / "pipe", dir() / "y.npy", opts);
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().message, (dir() / "pipe").string() + ": not a regular file (a FIFO)");
+  const auto q = kv::quantize_file(dir() / "pipe", dir() / "r.bin", opts);
+  ASSERT_FALSE(q);
+  EXPECT_EQ(q.error().code, ErrorCode::invalid_input);
+  const auto e = kv::measure_error_file(dir() / "pipe", kv::ErrorOptions{});
+  ASSERT_FALSE(e);
+  EXPECT_FALSE(std::filesystem::exists(dir() / "y.npy"));
+  EXPECT_FALSE(std::filesystem::exists(dir() / "r.bin"));
 }
 
 }  // namespace

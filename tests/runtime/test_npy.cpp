@@ -1,6 +1,8 @@
 #include "runtime/npy.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cstring>
@@ -458,10 +460,60 @@ TEST_F(NpyFileTest, FailedWriteLeavesNoPartialOutput) {
   std::filesystem::create_directories(dir() / "taken" / "child");
   const auto taken = npy::write_float32(dir() / "taken", shape, values);
   ASSERT_FALSE(taken);
-  EXPECT_NE(taken.error().message.find("cannot rename the temporary file into place"),
-            std::string::npos);
+  EXPECT_EQ(taken.error().code, ErrorCode::invalid_input);
+  EXPECT_NE(taken.error().message.find("the output exists and is a directory"), std::string::npos)
+      << taken.error().message;
   EXPECT_EQ(entries(dir()), 1u);
   EXPECT_TRUE(std::filesystem::is_directory(dir() / "taken" / "child"));
+}
+
+TEST_F(NpyFileTest, AFifoAsInputIsRefusedWithoutBlocking) {
+  ASSERT_EQ(::mkfifo((dir() / "x.npy").c_str(), 0600), 0);
+  const testing::HangGuard guard(10);
+  const auto npy_read = npy::read_float32(dir() / "x.npy");
+  ASSERT_FALSE(npy_read);
+  EXPECT_EQ(npy_read.error().code, ErrorCode::invalid_input);
+  EXPECT_EQ(npy_read.error().message, (dir() / "x.npy").string() + ": not a regular file (a FIFO)");
+  const auto raw_read = read_file(dir() / "x.npy");
+  ASSERT_FALSE(raw_read);
+  EXPECT_EQ(raw_read.error().message, (dir() / "x.npy").string() + ": not a regular file (a FIFO)");
+}
+
+// The writer's own check at the rename, not only the callers': a FIFO or a socket at the
+// target is refused and left as it was, and no temporary file stays behind.
+TEST_F(NpyFileTest, WriterNeverReplacesAFifoOrASocket) {
+  ASSERT_EQ(::mkfifo((dir() / "pipe").c_str(), 0600), 0);
+  ASSERT_TRUE(testing::make_unix_socket(dir() / "sock"));
+  const testing::HangGuard guard(10);
+  const std::vector<float> values(6, 1.5f);
+  const std::uint64_t shape[] = {2, 3};
+  for (const char* name : {"pipe", "sock"}) {
+    const auto refused = npy::write_float32(dir() / name, shape, values);
+    ASSERT_FALSE(refused) << name;
+    EXPECT_EQ(refused.error().code, ErrorCode::invalid_input);
+    EXPECT_NE(refused.error().message.find(": the output exists and is a "), std::string::npos)
+        << refused.error().message;
+    const std::uint8_t bytes[] = {1, 2, 3};
+    const std::span<const std::uint8_t> parts[] = {bytes};
+    EXPECT_FALSE(write_file_atomic(dir() / name, parts)) << name;
+  }
+  struct stat st {};
+  ASSERT_EQ(::lstat((dir() / "pipe").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ASSERT_EQ(::lstat((dir() / "sock").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(entries(dir()), 2u) << "no temporary file left";
+}
+
+TEST_F(NpyFileTest, WriterReplacesARegularFileAndCreatesANewOne) {
+  const std::vector<float> values(6, 2.0f);
+  const std::uint64_t shape[] = {2, 3};
+  ASSERT_OK(npy::write_float32(dir() / "new.npy", shape, values));
+  ASSERT_OK(npy::write_float32(dir() / "new.npy", shape, std::vector<float>(6, 3.0f)));
+  const auto read = npy::read_float32(dir() / "new.npy");
+  ASSERT_OK(read);
+  EXPECT_EQ(read->values, std::vector<float>(6, 3.0f));
+  EXPECT_EQ(entries(dir()), 1u);
 }
 
 }  // namespace

@@ -89,7 +89,7 @@ TEST_F(ReadBounded, FifoIsRefusedWithoutBlocking) {
   ASSERT_EQ(::mkfifo((dir() / "pipe").c_str(), 0600), 0);
   const auto refused = read_file_bounded(dir() / "pipe", 100, "display-name");
   ASSERT_FALSE(refused);
-  EXPECT_EQ(refused.error().message, "display-name: not a regular file");
+  EXPECT_EQ(refused.error().message, "display-name: not a regular file (a FIFO)");
 }
 
 TEST_F(ReadBounded, MissingFileIsNotFound) {

@@ -4,14 +4,19 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -31,11 +36,17 @@ inline std::string read_text_file(const std::filesystem::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// Long enough for any command of the suite, short enough that a hung one fails the test
+// instead of the whole run stalling until ctest's own timeout.
+inline constexpr std::chrono::seconds k_cli_default_limit{240};
+
 // The child's environment is this process's, less every variable whose name starts with
-// one of `drop_prefixes`, plus `extra_env` ("NAME=value").
-inline CliOutcome run_cli(const std::filesystem::path& scratch, std::vector<std::string> args,
-                          const std::vector<std::string>& extra_env = {},
-                          const std::vector<std::string>& drop_prefixes = {}) {
+// one of `drop_prefixes`, plus `extra_env` ("NAME=value"). A child still running after
+// `limit` is killed (SIGKILL) and the test fails.
+inline CliOutcome run_cli_within(std::chrono::milliseconds limit,
+                                 const std::filesystem::path& scratch, std::vector<std::string> args,
+                                 const std::vector<std::string>& extra_env = {},
+                                 const std::vector<std::string>& drop_prefixes = {}) {
   args.insert(args.begin(), JITCACHE_CLI_PATH);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -66,8 +77,21 @@ inline CliOutcome run_cli(const std::filesystem::path& scratch, std::vector<std:
     return outcome;
   }
   int status = 0;
-  ::waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status)) << "the CLI died of signal " << WTERMSIG(status);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  bool killed = false;
+  for (auto pause = std::chrono::milliseconds(1);;) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid || (done < 0 && errno != EINTR)) break;
+    if (!killed && std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      killed = true;
+      ADD_FAILURE() << args[1] << " " << (args.size() > 2 ? args[2] : "") << ": still running after "
+                    << std::chrono::duration<double>(limit).count() << " s; killed";
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(killed || WIFEXITED(status)) << "the CLI died of signal " << WTERMSIG(status);
   outcome.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   outcome.out = read_text_file(out);
   outcome.err = read_text_file(err);
@@ -75,6 +99,12 @@ inline CliOutcome run_cli(const std::filesystem::path& scratch, std::vector<std:
   std::filesystem::remove(out, ec);
   std::filesystem::remove(err, ec);
   return outcome;
+}
+
+inline CliOutcome run_cli(const std::filesystem::path& scratch, std::vector<std::string> args,
+                          const std::vector<std::string>& extra_env = {},
+                          const std::vector<std::string>& drop_prefixes = {}) {
+  return run_cli_within(k_cli_default_limit, scratch, std::move(args), extra_env, drop_prefixes);
 }
 
 }  // namespace jitcache::testing

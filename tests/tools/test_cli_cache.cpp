@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -383,6 +385,72 @@ TEST_F(CliCacheTest, WarmCountsOneMissPerCompiledVariant) {
   EXPECT_EQ(doc["misses"], 4) << "a warm cache adds no miss";
   EXPECT_EQ(doc["compiles"], 4);
   EXPECT_EQ(doc["hits"]["disk"], 4);
+}
+
+// A FIFO in place of a blob: every command that reads blobs finds a bad blob at once
+// instead of waiting in open() for a writer that never comes. Each command runs under a
+// limit, so a regression fails here rather than hanging the suite.
+TEST_F(CliCacheTest, FifoInPlaceOfABlobNeverHangsACommand) {
+  const fs::path checkpoint = testing::source_dir() / "examples" / "glm5-mini";
+  const std::vector<std::string> warm = {"warm", "--checkpoint", checkpoint.string(), "--arch", "sm_120a"};
+  const auto run_within = [&](std::chrono::seconds limit, std::vector<std::string> args) {
+    args.insert(args.begin(), {"--cache-dir", m_root.string()});
+    return testing::run_cli_within(limit, dir(), std::move(args), {}, {"JITCACHE_DIR=", "XDG_CACHE_HOME="});
+  };
+  // Warm compiles; the limit is for a loaded machine, not for a hang.
+  const Outcome cold = run_within(std::chrono::seconds(240), warm);
+  ASSERT_EQ(cold.code, 0) << cold.err;
+  // The blobs of the warmed kernels: the synthetic entries' blobs are the fixture's own.
+  std::vector<fs::path> synthetic;
+  for (std::size_t i = 0; i < m_entries.size(); ++i) synthetic.push_back(blob_of(i));
+  const auto kernel_blob = [&] {
+    for (const auto& file : fs::recursive_directory_iterator(m_root / "blobs"))
+      if (file.is_regular_file() &&
+          std::find(synthetic.begin(), synthetic.end(), file.path()) == synthetic.end())
+        return file.path();
+    return fs::path();
+  };
+  const auto plant_fifo = [&] {
+    const fs::path blob = kernel_blob();
+    if (blob.empty()) return fs::path();
+    fs::remove(blob);
+    return ::mkfifo(blob.c_str(), 0600) == 0 ? blob : fs::path();
+  };
+  const auto is_fifo = [](const fs::path& path) {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+  };
+  struct Step {
+    std::vector<std::string> args;
+    int code;
+    bool fifo_stays;  // audit only reports; the others quarantine or remove the blob
+    const char* says;
+  };
+  const Step steps[] = {
+      // quarantines the FIFO and compiles the variant again
+      {warm, 0, false, "is a FIFO (not a regular file)"},
+      {{"verify"}, 1, false, "is a FIFO"},               // finds it and drops the entry
+      {{"audit"}, 1, true, "is a FIFO"},                 // reports it as corrupt
+      {{"clear", "--stale"}, 0, false, "removed corrupt entry"},  // removes what audit flags
+  };
+  for (const Step& step : steps) {
+    SCOPED_TRACE(step.args[0]);
+    const fs::path fifo = plant_fifo();
+    ASSERT_FALSE(fifo.empty());
+    const Outcome o = run_within(step.args[0] == "warm" ? std::chrono::seconds(240)
+                                                        : std::chrono::seconds(60),
+                                 step.args);
+    EXPECT_EQ(o.code, step.code) << o.out << o.err;
+    EXPECT_NE((o.out + o.err).find(step.says), std::string::npos) << o.out << o.err;
+    EXPECT_EQ(is_fifo(fifo), step.fifo_stays);
+    // Put the entry back for the next command (a warm heals what audit left).
+    const Outcome rewarm = run_within(std::chrono::seconds(240), warm);
+    ASSERT_EQ(rewarm.code, 0) << rewarm.err;
+    EXPECT_FALSE(is_fifo(fifo));
+  }
+  // And the cache is whole again.
+  const Outcome done = run_within(std::chrono::seconds(60), {"verify", "--json"});
+  EXPECT_EQ(done.code, 0) << done.out << done.err;
 }
 
 TEST_F(CliCacheTest, GcShrinksToMaxSize) {

@@ -3,7 +3,11 @@
 // they write hold what the library computes.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -176,6 +180,47 @@ TEST_F(CliKvTest, NonFiniteInputsAreReportedWithAWarning) {
   EXPECT_TRUE(doc.at("latent").at("rel_rms").is_number());
 }
 
+TEST_F(CliKvTest, ErrorNamesInputsBeyondBf16Range) {
+  std::vector<float> values = m_values;
+  values[3] = std::numeric_limits<float>::max();
+  values[600] = -std::numeric_limits<float>::max();
+  values[11] = std::numeric_limits<float>::quiet_NaN();
+  const fs::path input = write_npy("big.npy", {k_tokens, 576}, values);
+  const Outcome e = jitcache({"kv", "error", "--input", p(input)});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("out of bf16 range 2 inputs"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("non-finite     1 inputs, 0 outputs"), std::string::npos) << e.out;
+  EXPECT_NE(e.err.find("warning: " + p(input) +
+                       ": 1 non-finite inputs, 2 inputs out of bf16 range and 0 non-finite "
+                       "outputs are left out of the error sums"),
+            std::string::npos)
+      << e.err;
+  const Outcome j = jitcache({"kv", "error", "--input", p(input), "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  const nlohmann::json doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc.at("latent").at("out_of_bf16_range"), 2);
+  EXPECT_EQ(doc.at("latent").at("nonfinite_inputs"), 1);
+  EXPECT_EQ(doc.at("rope").at("out_of_bf16_range"), 0);
+}
+
+TEST_F(CliKvTest, ErrorOfNothingMeasuredExitsOne) {
+  std::vector<float> values(2 * 576, std::numeric_limits<float>::max());
+  values[0] = std::numeric_limits<float>::infinity();
+  const fs::path input = write_npy("huge.npy", {2, 576}, values);
+  for (const bool json : {false, true}) {
+    std::vector<std::string> args = {"kv", "error", "--input", p(input)};
+    if (json) args.push_back("--json");
+    const Outcome e = jitcache(args);
+    EXPECT_EQ(e.code, 1) << e.out << e.err;
+    EXPECT_EQ(e.out, "");
+    EXPECT_NE(e.err.find("jitcache: error: " + p(input) +
+                         ": nothing measured: every element was left out (1 non-finite inputs, "
+                         "1151 inputs out of bf16 range and 0 non-finite outputs)"),
+              std::string::npos)
+        << e.err;
+  }
+}
+
 TEST_F(CliKvTest, HelpListsTheSubcommands) {
   const Outcome h = jitcache({"kv", "--help"});
   EXPECT_EQ(h.code, 0);
@@ -246,6 +291,86 @@ TEST_F(CliKvTest, RecordsOfWrongLengthExitOne) {
   EXPECT_NE(hint.err.find("is --rope fp8 meant?"), std::string::npos) << hint.err;
 }
 
+// Outputs never replace what is not a regular file, nor an input. Every special file here
+// is the test's own, in its temporary directory: the system's /dev/null is never named
+// (tests/support/test_regular_file.cpp checks it without any write), so a regression
+// could never replace it. The character device is made only where mknod is allowed (root).
+TEST_F(CliKvTest, OutputThatIsAFifoASocketOrADeviceIsRefusedAndKept) {
+  ASSERT_EQ(::mkfifo(p(dir() / "pipe").c_str(), 0600), 0);
+  ASSERT_TRUE(testing::make_unix_socket(dir() / "sock"));
+  std::vector<const char*> names = {"pipe", "sock"};
+  // The null device's numbers (1, 3): harmless to write, the same kind /dev/null is.
+  const bool have_device = ::mknod(p(dir() / "null").c_str(), S_IFCHR | 0600, makedev(1, 3)) == 0;
+  if (have_device) names.push_back("null");
+  const fs::path records = dir() / "r.bin";
+  ASSERT_EQ(jitcache({"kv", "quantize", "--input", p(m_input), "--out", p(records)}).code, 0);
+  for (const char* name : names) {
+    const Outcome q = testing::run_cli_within(
+        std::chrono::seconds(30), dir(),
+        {"kv", "quantize", "--input", p(m_input), "--out", p(dir() / name)});
+    EXPECT_EQ(q.code, 1) << name << "\n" << q.err;
+    EXPECT_NE(q.err.find("jitcache: error: " + p(dir() / name) + ": the output exists and is a"),
+              std::string::npos)
+        << q.err;
+    EXPECT_NE(q.err.find("not a regular file; refusing to replace it"), std::string::npos) << q.err;
+    const Outcome d = testing::run_cli_within(
+        std::chrono::seconds(30), dir(),
+        {"kv", "dequantize", "--input", p(records), "--out", p(dir() / name)});
+    EXPECT_EQ(d.code, 1) << name << "\n" << d.err;
+    EXPECT_NE(d.err.find("refusing to replace it"), std::string::npos) << d.err;
+  }
+  struct stat st {};
+  ASSERT_EQ(::lstat(p(dir() / "pipe").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced";
+  ASSERT_EQ(::lstat(p(dir() / "sock").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode)) << "the socket was replaced";
+  if (have_device) {
+    ASSERT_EQ(::lstat(p(dir() / "null").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << "the device was replaced";
+  }
+}
+
+TEST_F(CliKvTest, OutputThatIsTheInputIsRefused) {
+  const std::vector<std::uint8_t> before = read_bytes(m_input);
+  ASSERT_EQ(::link(p(m_input).c_str(), p(dir() / "hard.npy").c_str()), 0);
+  const fs::path records = dir() / "r.bin";
+  ASSERT_EQ(jitcache({"kv", "quantize", "--input", p(m_input), "--out", p(records)}).code, 0);
+  const std::vector<std::uint8_t> records_before = read_bytes(records);
+  const std::string same_npy[] = {p(m_input), p(dir() / "." / "x.npy"), p(dir() / "hard.npy")};
+  for (const std::string& out : same_npy) {
+    const Outcome q = jitcache({"kv", "quantize", "--input", p(m_input), "--out", out});
+    EXPECT_EQ(q.code, 1) << out << "\n" << q.err;
+    EXPECT_NE(q.err.find("jitcache: error: " + out + ": the output is the same file as the input '" +
+                         p(m_input) + "'"),
+              std::string::npos)
+        << q.err;
+  }
+  ASSERT_TRUE(fs::create_directory(dir() / "sub"));
+  const Outcome d2 = jitcache({"kv", "dequantize", "--input", p(records), "--out",
+                               p(dir() / "sub" / ".." / "r.bin")});
+  EXPECT_EQ(d2.code, 1) << d2.err;
+  EXPECT_NE(d2.err.find("the output is the same file as the input"), std::string::npos) << d2.err;
+  EXPECT_EQ(read_bytes(m_input), before) << "the input was overwritten";
+  EXPECT_EQ(read_bytes(records), records_before) << "the records were overwritten";
+}
+
+TEST_F(CliKvTest, FifoAsInputExitsOneQuickly) {
+  ASSERT_EQ(::mkfifo(p(dir() / "pipe").c_str(), 0600), 0);
+  const std::vector<std::vector<std::string>> commands = {
+      {"kv", "quantize", "--input", p(dir() / "pipe"), "--out", p(dir() / "o.bin")},
+      {"kv", "dequantize", "--input", p(dir() / "pipe"), "--out", p(dir() / "o.npy")},
+      {"kv", "error", "--input", p(dir() / "pipe")},
+  };
+  for (const auto& args : commands) {
+    const Outcome r = testing::run_cli_within(std::chrono::seconds(20), dir(), args);
+    EXPECT_EQ(r.code, 1) << args[1] << "\n" << r.err;
+    EXPECT_NE(r.err.find(p(dir() / "pipe") + ": not a regular file (a FIFO)"), std::string::npos)
+        << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir() / "o.bin"));
+  EXPECT_FALSE(fs::exists(dir() / "o.npy"));
+}
+
 // ---------------------------------------------------------------------------------------
 // Usage: exit 2
 
@@ -261,10 +386,14 @@ TEST_F(CliKvTest, UsageErrorsExitTwo) {
       {{"kv", "quantize", "--input", in}, "--out"},
       {{"kv", "quantize", "--out", out}, "--input"},
       {{"kv", "quantize", "--input", in, "--out", out, "--scale", "0"},
-       "--scale: the latent scale must be a finite number > 0, got 0"},
+       "--scale: the latent scale must be > 0, got 0"},
+      {{"kv", "quantize", "--input", in, "--out", out, "--scale", "1e-40"},
+       "--scale: the latent scale is outside the normal float32 range, got 1e-40"},
+      {{"kv", "error", "--input", in, "--scale", "3.4028236e38"},
+       "--scale: the latent scale is outside the normal float32 range"},
       {{"kv", "quantize", "--input", in, "--out", out, "--scale", "-2"}, "--scale"},
       {{"kv", "quantize", "--input", in, "--out", out, "--scale", "1e39"},
-       "not representable as a positive finite float32"},
+       "--scale: the latent scale is outside the normal float32 range, got 1e+39"},
       {{"kv", "quantize", "--input", in, "--out", out, "--scale", "abc"}, "--scale"},
       {{"kv", "quantize", "--input", in, "--out", out, "--rope", "fp4"}, "--rope"},
       {{"kv", "dequantize", "--input", in, "--out", out, "--scale", "inf"}, "--scale"},

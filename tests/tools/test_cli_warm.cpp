@@ -5,6 +5,7 @@
 // cold warms never flag or delete what a warm is publishing.
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -204,6 +205,18 @@ TEST_F(CliWarmTest, FullDiskServesWhatIsCachedAndReportsWhatIsNot) {
   EXPECT_EQ(warm["stored"], 4);
   EXPECT_NE(o.out.find("fp8=2"), std::string::npos) << o.out << o.err;
   EXPECT_NE(o.out.find("stored 0 of 4"), std::string::npos) << o.out << o.err;
+}
+
+// A FIFO planted at index.db-wal or -shm made SQLite fail with "disk I/O error".
+TEST_F(CliWarmTest, ForeignFilesBesideTheIndexAreReplaced) {
+  ASSERT_EQ(jitcache(warm_args()).code, 0);
+  for (const char* name : {"index.db-wal", "index.db-shm"}) {
+    ASSERT_EQ(::mkfifo((m_root / name).c_str(), 0600), 0);
+    const Outcome o = jitcache(warm_args());
+    EXPECT_EQ(o.code, 0) << name << ": " << o.err;
+    EXPECT_NE(o.err.find(std::string(name) + ": was a FIFO"), std::string::npos) << o.err;
+    EXPECT_FALSE(fs::is_fifo(fs::symlink_status(m_root / name)));
+  }
 }
 
 // Issue 10, item 3: audit and clear --stale against concurrent cold warms. Before the

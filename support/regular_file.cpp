@@ -1,0 +1,186 @@
+#include "support/regular_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+namespace jitcache {
+namespace {
+
+// Reads are issued in pieces no larger than this: Linux transfers at most ~2 GiB per call.
+constexpr std::size_t k_max_read_chunk = std::size_t{1} << 30;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+std::unexpected<Error> not_regular(const std::string& name, mode_t mode) {
+  return make_error(ErrorCode::invalid_input,
+                    name + ": not a regular file (" + std::string(file_type_name(mode)) + ")");
+}
+
+std::unexpected<Error> too_big(const std::string& name, std::uint64_t size, std::size_t max_bytes) {
+  return make_error(ErrorCode::invalid_input,
+                    name + ": file is " + std::to_string(size) + " bytes, over the limit of " +
+                        std::to_string(max_bytes) + " bytes for this kind of file");
+}
+
+template <class Container>
+Result<Container> read_to_end(int fd, const std::string& name, std::uint64_t size_hint,
+                              std::size_t max_bytes) {
+  if (size_hint > max_bytes) return too_big(name, size_hint, max_bytes);
+  // One byte over the cap is enough to know a file is too big.
+  const std::size_t cap = max_bytes == SIZE_MAX ? max_bytes : max_bytes + 1;
+  Container data;
+  // One byte past the expected end, so that end of file is seen without another grow.
+  data.resize(static_cast<std::size_t>(size_hint) + 1);
+  std::size_t have = 0;
+  for (;;) {
+    if (have == data.size()) {
+      if (data.size() > max_bytes) return too_big(name, data.size(), max_bytes);
+      data.resize(std::min(cap, std::max<std::size_t>(data.size() * 2, 1 << 16)));
+    }
+    const std::size_t want = std::min(data.size() - have, k_max_read_chunk);
+    const ssize_t n = ::read(fd, data.data() + have, want);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error(ErrorCode::io, name + ": read failed: " + errno_text(errno));
+    }
+    if (n == 0) break;
+    have += static_cast<std::size_t>(n);
+  }
+  if (have > max_bytes) return too_big(name, have, max_bytes);
+  data.resize(have);
+  return data;
+}
+
+}  // namespace
+
+std::string_view file_type_name(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFLNK: return "a symbolic link";
+    default: return "an unknown kind of file";
+  }
+}
+
+RegularFile::RegularFile(int fd, std::string name, const struct stat& st)
+    : m_fd(fd), m_name(std::move(name)), m_stat(st) {}
+
+RegularFile::RegularFile(RegularFile&& other) noexcept
+    : m_fd(std::exchange(other.m_fd, -1)), m_name(std::move(other.m_name)), m_stat(other.m_stat) {}
+
+RegularFile& RegularFile::operator=(RegularFile&& other) noexcept {
+  std::swap(m_fd, other.m_fd);
+  std::swap(m_name, other.m_name);
+  std::swap(m_stat, other.m_stat);
+  return *this;
+}
+
+RegularFile::~RegularFile() {
+  if (m_fd >= 0) ::close(m_fd);
+}
+
+Result<RegularFile> RegularFile::open(const std::filesystem::path& path, FollowSymlinks follow,
+                                      std::string_view display_name) {
+  std::string name = display_name.empty() ? path.string() : std::string(display_name);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever, and
+  // some devices block in open. O_NOCTTY: a terminal never becomes our controlling one.
+  int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  if (follow == FollowSymlinks::no) flags |= O_NOFOLLOW;
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) {
+    const int err = errno;
+    // A socket cannot be opened at all (ENXIO), a symlink not without following it
+    // (ELOOP): say what is there rather than echo the system's words.
+    struct stat st {};
+    const int looked = follow == FollowSymlinks::no ? ::lstat(path.c_str(), &st)
+                                                    : ::stat(path.c_str(), &st);
+    if (err != ENOENT && looked == 0 && !S_ISREG(st.st_mode)) return not_regular(name, st.st_mode);
+    return make_error(err == ENOENT ? ErrorCode::not_found : ErrorCode::io,
+                      name + ": cannot open: " + errno_text(err));
+  }
+  return adopt(fd, std::move(name));
+}
+
+Result<RegularFile> RegularFile::adopt(int fd, std::string name) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return make_error(ErrorCode::io, name + ": cannot stat: " + errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return not_regular(name, st.st_mode);
+  }
+  // Only needed to open; reads of a regular file never block on it, but clearing it keeps
+  // the descriptor ordinary for whoever uses it next.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return RegularFile(fd, std::move(name), st);
+}
+
+Status RegularFile::read_at(std::uint64_t offset, void* dst, std::size_t size) const {
+  auto* out = static_cast<std::uint8_t*>(dst);
+  while (size > 0) {
+    const ssize_t n = ::pread(m_fd, out, std::min(size, k_max_read_chunk), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error(ErrorCode::io, m_name + ": read failed: " + errno_text(errno));
+    }
+    if (n == 0) return make_error(ErrorCode::io, m_name + ": unexpected end of file while reading");
+    out += n;
+    offset += static_cast<std::uint64_t>(n);
+    size -= static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+Result<std::string> RegularFile::read_all(std::size_t max_bytes) const {
+  return read_to_end<std::string>(m_fd, m_name, size(), max_bytes);
+}
+
+Result<std::vector<std::uint8_t>> RegularFile::read_all_bytes(std::size_t max_bytes) const {
+  return read_to_end<std::vector<std::uint8_t>>(m_fd, m_name, size(), max_bytes);
+}
+
+Result<std::string> read_regular_file(const std::filesystem::path& path, std::size_t max_bytes,
+                                      std::string_view display_name, FollowSymlinks follow) {
+  const RegularFile file = JC_TRY(RegularFile::open(path, follow, display_name));
+  return file.read_all(max_bytes);
+}
+
+Status check_output_target(const std::filesystem::path& output,
+                           std::span<const std::filesystem::path> inputs) {
+  struct stat out {};
+  if (::lstat(output.c_str(), &out) != 0) {
+    if (errno == ENOENT) return {};  // a new name: nothing to replace
+    return make_error(ErrorCode::io, output.string() + ": cannot stat the output: " + errno_text(errno));
+  }
+  if (!S_ISREG(out.st_mode))
+    return make_error(ErrorCode::invalid_input,
+                      output.string() + ": the output exists and is " +
+                          std::string(file_type_name(out.st_mode)) +
+                          ", not a regular file; refusing to replace it (name a new file or a "
+                          "regular one)");
+  for (const std::filesystem::path& input : inputs) {
+    struct stat in {};
+    if (::stat(input.c_str(), &in) != 0) continue;  // the reader reports a missing input
+    if (in.st_dev == out.st_dev && in.st_ino == out.st_ino)
+      return make_error(ErrorCode::invalid_input,
+                        output.string() + ": the output is the same file as the input '" +
+                            input.string() + "'; refusing to overwrite an input (name another output)");
+  }
+  return {};
+}
+
+}  // namespace jitcache

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -47,6 +48,19 @@ std::uint64_t test_seed(const char* what);
 // else the tree they were built from. (Not JITCACHE_*: that prefix belongs to the
 // runtime's environment registry, which warns about names it does not know.)
 std::filesystem::path source_dir();
+
+enum class ReadOnlyMeans { bind_mount, other_user };
+
+// Runs `checks` in a child process that cannot write below `dir`: through a read-only
+// bind mount in a private mount namespace (real EROFS; needs CAP_SYS_ADMIN), or as user
+// 65534 on a tree chowned to it with modes 0500/0400 (root in CI can always do this;
+// root itself would ignore the modes); without root, the modes alone. Returns the child's
+// report: a first line saying how creating a file failed, then what `checks` returned
+// (empty when every check held), or "SKIP: why" where the means is missing.
+std::string run_read_only(const std::filesystem::path& dir, ReadOnlyMeans means,
+                          const std::function<std::string()>& checks);
+// What `checks` returned in a run_read_only report.
+std::string read_only_verdict(const std::string& text);
 
 }  // namespace jitcache::testing
 

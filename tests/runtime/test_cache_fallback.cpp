@@ -3,10 +3,7 @@
 // memory-only with one WARNING delivered to the log callback, prepare still compiles
 // every variant, and JITCACHE_REQUIRE_CACHE=1 turns it into the directory's error. A
 // read-only directory that holds a warmed index opens read-only and serves it.
-#include <sched.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -103,41 +100,11 @@ class CacheFallbackTest : public testing::TempDirTest {
     return stats;
   }
 
-  // Runs `body` in a child process in which `path` is a read-only bind mount (root, as CI
-  // runs) and reports what the child's checks found: empty when they all held. Without
-  // root, a 0500 directory is read-only to the process itself.
-  std::string with_read_only(const fs::path& path, const std::function<std::string()>& body) {
-    if (::geteuid() != 0) {
-      ::chmod(path.c_str(), 0500);
-      std::string result = body();
-      ::chmod(path.c_str(), 0700);
-      return result;
-    }
-    int pipe_fds[2];
-    if (::pipe(pipe_fds) != 0) return "pipe failed";
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(pipe_fds[0]);
-      std::string result;
-      if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-          ::mount(path.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
-          ::mount(nullptr, path.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0) {
-        result = "SKIP: cannot make a read-only bind mount here";
-      } else {
-        result = body();
-      }
-      (void)!::write(pipe_fds[1], result.data(), result.size());
-      ::_exit(0);
-    }
-    ::close(pipe_fds[1]);
-    std::string result;
-    char buffer[4096];
-    for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) result.append(buffer, n);
-    ::close(pipe_fds[0]);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status)) return "the child died of signal " + std::to_string(WTERMSIG(status));
-    return result;
+  // The checks of `body` run in a child that cannot write below `path` (a read-only bind
+  // mount); returns what failed, empty when everything held, or "SKIP: why".
+  static std::string with_read_only(const fs::path& path, const std::function<std::string()>& body) {
+    const std::string report = testing::run_read_only(path, testing::ReadOnlyMeans::bind_mount, body);
+    return report.starts_with("SKIP:") ? report : testing::read_only_verdict(report);
   }
 };
 

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "support/regular_file.hpp"
+
 namespace jitcache::cache {
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
@@ -193,6 +195,21 @@ Result<UniqueFd> open_private_dir(const std::filesystem::path& path, CreateParen
 Result<UniqueFd> open_private_subdir(int parent_fd, const std::string& name,
                                      const std::filesystem::path& shown_path) {
   return open_or_create(parent_fd, name.c_str(), shown_path);
+}
+
+Result<std::optional<std::string>> remove_unless_regular(int dir_fd, const std::string& name,
+                                                         const std::filesystem::path& shown, std::string_view role) {
+  struct stat st;
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    return std::unexpected(errno_error("stat " + shown.string(), errno));
+  }
+  if (S_ISREG(st.st_mode)) return std::optional<std::string>();
+  std::string what(file_type_name(st.st_mode));
+  if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT)
+    return make_error(ErrorCode::unsafe, shown.string() + ": is " + what + ", not a regular " + std::string(role) +
+                                             ", and cannot be removed: " + std::strerror(errno));
+  return std::optional<std::string>(std::move(what));
 }
 
 Status write_all(int fd, std::span<const std::byte> data, const std::filesystem::path& shown_path) {

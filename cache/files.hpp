@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -61,6 +62,13 @@ Result<UniqueFd> open_private_subdir(int parent_fd, const std::string& name,
 
 // Filesystems on which SQLite's locks and flock are unreliable.
 bool is_network_filesystem(std::int64_t statfs_type);
+
+// Removes what sits at `name` below `dir_fd` unless it is a regular file or nothing: a FIFO,
+// socket, device or symlink planted where the cache keeps a file of its own. Returns what
+// was removed ("a FIFO", ...), or std::nullopt. When it cannot be removed: an unsafe error
+// naming `shown` and saying it is not a regular `role`.
+Result<std::optional<std::string>> remove_unless_regular(int dir_fd, const std::string& name,
+                                                         const std::filesystem::path& shown, std::string_view role);
 
 // Writes all bytes, retrying short writes and EINTR.
 Status write_all(int fd, std::span<const std::byte> data, const std::filesystem::path& shown_path);

@@ -7,12 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <string>
 #include <thread>
 
 #include "jitcache/log.hpp"
-#include "support/regular_file.hpp"
 
 namespace jitcache::cache {
 namespace {
@@ -47,17 +45,8 @@ std::string read_holder(int fd) {
 // (a FIFO, a socket, a symlink, a device) was put there by someone else and serialises
 // nothing, so it is removed and a real lock file made in its place.
 Status remove_foreign_lock(int dir_fd, const std::string& name, const std::filesystem::path& shown) {
-  struct stat st;
-  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
-    return errno == ENOENT ? Status{} : std::unexpected(errno_error("stat " + shown.string(), errno));
-  if (S_ISREG(st.st_mode)) return {};
-  log_warning(shown.string() + ": is " + std::string(file_type_name(st.st_mode)) +
-              ", not a lock file; removing it");
-  if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT)
-    return make_error(ErrorCode::unsafe, shown.string() + ": is " +
-                                             std::string(file_type_name(st.st_mode)) +
-                                             ", not a regular lock file, and cannot be removed: " +
-                                             std::strerror(errno));
+  const auto removed = JC_TRY(remove_unless_regular(dir_fd, name, shown, "lock file"));
+  if (removed) log_warning(shown.string() + ": is " + *removed + ", not a lock file; removing it");
   return {};
 }
 

@@ -14,7 +14,6 @@
 #include "cache/index.hpp"
 #include "cache/key_lock.hpp"
 #include "jitcache/log.hpp"
-#include "support/regular_file.hpp"
 
 namespace jitcache::cache {
 namespace {
@@ -34,6 +33,15 @@ Counters one(std::uint64_t Counters::*field) {
   return c;
 }
 
+// The index is this user's regular file, whatever else was put at its name.
+Status check_index_file(const struct stat& st, const std::filesystem::path& path) {
+  if (!S_ISREG(st.st_mode)) return make_error(ErrorCode::unsafe, path.string() + ": not a regular file");
+  if (st.st_uid != ::geteuid())
+    return make_error(ErrorCode::unsafe, path.string() + ": owned by uid " + std::to_string(st.st_uid) +
+                                             ", not by the current user");
+  return {};
+}
+
 // The index file must exist with mode 0600 before SQLite opens it: SQLite creates files
 // with 0644 minus the umask, and gives the -wal and -shm files the database's mode.
 Status prepare_index_file(int root_fd, const std::filesystem::path& path) {
@@ -45,10 +53,7 @@ Status prepare_index_file(int root_fd, const std::filesystem::path& path) {
   UniqueFd fd(raw);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return std::unexpected(errno_error(path.string(), errno));
-  if (!S_ISREG(st.st_mode)) return make_error(ErrorCode::unsafe, path.string() + ": not a regular file");
-  if (st.st_uid != ::geteuid())
-    return make_error(ErrorCode::unsafe, path.string() + ": owned by uid " + std::to_string(st.st_uid) +
-                                             ", not by the current user");
+  JC_TRY(check_index_file(st, path));
   if ((st.st_mode & 07777) != 0600 && ::fchmod(fd.get(), 0600) != 0)
     return std::unexpected(errno_error("chmod 600 " + path.string(), errno));
   // SQLite opens index.db-wal and -shm by name. Anything but a regular file there (a FIFO,
@@ -56,13 +61,8 @@ Status prepare_index_file(int root_fd, const std::filesystem::path& path) {
   for (const char* suffix : {"-wal", "-shm"}) {
     const std::string name = std::string(k_index_name) + suffix;
     const std::filesystem::path shown = path.parent_path() / name;
-    struct stat side;
-    if (::fstatat(root_fd, name.c_str(), &side, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(side.st_mode)) continue;
-    const std::string what(file_type_name(side.st_mode));
-    if (::unlinkat(root_fd, name.c_str(), 0) != 0 && errno != ENOENT)
-      return make_error(ErrorCode::unsafe, shown.string() + ": is " + what +
-                                               ", not a regular file, and cannot be removed: " + std::strerror(errno));
-    log_warning(shown.string() + ": was " + what + ", not SQLite's file; removed it");
+    const auto removed = JC_TRY(remove_unless_regular(root_fd, name, shown, "file"));
+    if (removed) log_warning(shown.string() + ": was " + *removed + ", not SQLite's file; removed it");
   }
   return {};
 }
@@ -177,10 +177,7 @@ Result<std::unique_ptr<Store>> Store::open_read_only(const std::filesystem::path
     return make_error(ErrorCode::io, root.string() + ": read-only to this process and holds no " +
                                          std::string(k_index_name) +
                                          ": there is nothing to read and nothing can be stored");
-  if (!S_ISREG(st.st_mode)) return make_error(ErrorCode::unsafe, index_path.string() + ": not a regular file");
-  if (st.st_uid != ::geteuid())
-    return make_error(ErrorCode::unsafe, index_path.string() + ": owned by uid " + std::to_string(st.st_uid) +
-                                             ", not by the current user");
+  JC_TRY(check_index_file(st, index_path));
   BlobFiles blobs = JC_TRY(BlobFiles::open_read_only(root_fd.get(), root));
   std::unique_ptr<Store> store(new Store(root, std::move(options), StoreMode::read_only, std::move(root_fd),
                                          std::move(blobs), UniqueFd()));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -12,7 +13,14 @@
 #include <string>
 #include <type_traits>
 
+#include <nlohmann/json.hpp>
+
 #include "jitcache/runtime.hpp"
+#include "kernel_templates/kernel_spec.hpp"
+#include "runtime/binding_guard.hpp"
+#include "runtime/host_executor.hpp"
+#include "runtime/kv_tools.hpp"
+#include "runtime/scale_resolver.hpp"
 
 struct jitcache_runtime {
   std::unique_ptr<jitcache::Runtime> runtime;
@@ -127,43 +135,61 @@ jitcache_scale_source to_c(ScaleSource source) {
   return JITCACHE_SOURCE_IDENTITY_DEFAULT;
 }
 
-// The fields through cache_max_bytes are ABI 1's: a smaller struct_size means the caller
-// never called jitcache_runtime_options_init. Fields added later are read when present.
+// An input struct as the caller filled it: `v1_size` bytes (the fields of the first header
+// that had the struct) through 4096 (a newer header's larger struct), every byte beyond
+// what this library knows zero. Fields this library knows but the caller's struct lacks
+// keep `init`'s defaults.
+constexpr std::size_t k_input_struct_max_size = 4096;
+
+template <class Struct>
+Result<Struct> read_input_struct(const std::string& field, const Struct* given, std::size_t v1_size,
+                                 void (*init)(Struct*), const char* init_name) {
+  Struct value;
+  init(&value);
+  const std::size_t size = given->struct_size;
+  // A smaller struct_size means the caller never called the _init function; a bigger one
+  // than any header will have is garbage (an uninitialised struct), whose "tail" must not
+  // be read.
+  if (size < v1_size || size > k_input_struct_max_size)
+    return make_error(ErrorCode::invalid_argument,
+                      field + "struct_size is " + std::to_string(size) + ", expected " +
+                          std::to_string(sizeof value) + " (at least " + std::to_string(v1_size) +
+                          "); fill the struct with " + init_name + " first");
+  // Fields this library does not know must be zero: their defaults. A set one asks for
+  // something this library cannot do.
+  const auto* bytes = reinterpret_cast<const unsigned char*>(given);
+  for (std::size_t i = sizeof value; i < size; ++i)
+    if (bytes[i] != 0)
+      return make_error(ErrorCode::invalid_argument,
+                        field + "struct_size is " + std::to_string(size) + " and byte " + std::to_string(i) +
+                            " beyond the " + std::to_string(sizeof value) +
+                            " bytes this library knows is not zero: the caller's header is newer "
+                            "than this library (ABI " +
+                            std::to_string(JITCACHE_ABI_VERSION) + ") and sets an option it does not have");
+  std::memcpy(&value, given, std::min(size, sizeof value));
+  value.struct_size = sizeof value;
+  return value;
+}
+
+// The fields through cache_max_bytes are ABI 1's first runtime options.
 constexpr std::size_t k_runtime_options_v1_size =
     offsetof(jitcache_runtime_options, cache_max_bytes) + sizeof(std::uint64_t);
-// A struct from a newer header is larger, but never by this much: a bigger struct_size is
-// garbage (an uninitialised struct), and its "tail" must not be read.
-constexpr std::size_t k_runtime_options_max_size = 4096;
+constexpr std::size_t k_prepare_options_v1_size =
+    offsetof(jitcache_prepare_options, revision) + sizeof(const char*);
 constexpr std::uint32_t k_max_jobs = 1024;
 constexpr std::int32_t k_max_device_ordinal = 1023;
 constexpr std::uint64_t k_min_cache_bytes = 16ull << 20;  // a few kernel bundles
 constexpr std::uint64_t k_max_cache_bytes = 1ull << 50;   // 1 PiB
 
 Result<jitcache_runtime_options> read_options(const char* self, const jitcache_runtime_options* given) {
-  jitcache_runtime_options options;
-  jitcache_runtime_options_init(&options);
-  if (given == nullptr) return options;
+  if (given == nullptr) {
+    jitcache_runtime_options defaults;
+    jitcache_runtime_options_init(&defaults);
+    return defaults;
+  }
   const std::string field = std::string(self) + ": options.";
-  const std::size_t size = given->struct_size;
-  if (size < k_runtime_options_v1_size || size > k_runtime_options_max_size)
-    return make_error(ErrorCode::invalid_argument,
-                      field + "struct_size is " + std::to_string(size) + ", expected " +
-                          std::to_string(sizeof options) + " (at least " +
-                          std::to_string(k_runtime_options_v1_size) +
-                          "); fill the options with jitcache_runtime_options_init first");
-  // Fields this library does not know must be zero: their defaults. A set one asks for
-  // something this library cannot do.
-  const auto* bytes = reinterpret_cast<const unsigned char*>(given);
-  for (std::size_t i = sizeof options; i < size; ++i)
-    if (bytes[i] != 0)
-      return make_error(ErrorCode::invalid_argument,
-                        field + "struct_size is " + std::to_string(size) + " and byte " + std::to_string(i) +
-                            " beyond the " + std::to_string(sizeof options) +
-                            " bytes this library knows is not zero: the caller's header is newer "
-                            "than this library (ABI " +
-                            std::to_string(JITCACHE_ABI_VERSION) + ") and sets an option it does not have");
-  std::memcpy(&options, given, std::min(size, sizeof options));
-  options.struct_size = sizeof options;
+  jitcache_runtime_options options = JC_TRY(read_input_struct(
+      field, given, k_runtime_options_v1_size, &jitcache_runtime_options_init, "jitcache_runtime_options_init"));
 
   if (options.jobs > k_max_jobs)
     return make_error(ErrorCode::invalid_argument, field + "jobs is " + std::to_string(options.jobs) +
@@ -191,6 +217,156 @@ Result<jitcache_runtime_options> read_options(const char* self, const jitcache_r
                           ", expected JITCACHE_CACHE_FROM_ENVIRONMENT (0), JITCACHE_CACHE_OPTIONAL (1) or "
                           "JITCACHE_CACHE_REQUIRED (2)");
   return options;
+}
+
+bool is_unset(const char* text) { return text == nullptr || *text == '\0'; }
+
+jitcache_status prepare_model(const char* self, jitcache_runtime* runtime,
+                              const jitcache_prepare_options& options, jitcache_model** out) {
+  if (runtime == nullptr) return null_argument(self, "runtime");
+  if (options.checkpoint == nullptr) return null_argument(self, "checkpoint");
+  if (out == nullptr) return null_argument(self, "out");
+  if (t_log_callback_depth > 0) return refused_in_log_callback(self);
+  const int rope_value = abi_enum_value(options.rope);
+  if (rope_value != JITCACHE_ROPE_BF16 && rope_value != JITCACHE_ROPE_FP8)
+    return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no RoPE format " + std::to_string(rope_value));
+  ModelSpec spec;
+  spec.checkpoint = options.checkpoint;
+  spec.rope = rope_value == JITCACHE_ROPE_FP8 ? RopeFormat::fp8 : RopeFormat::bf16;
+  if (options.target != nullptr) spec.target = options.target;
+  if (options.scales_override != nullptr) spec.scales_override = std::filesystem::path(options.scales_override);
+  if (!is_unset(options.revision)) spec.checkpoint_revision = std::string(options.revision);
+  auto prepared = runtime->runtime->prepare(spec);
+  if (!prepared) return fail(prepared.error());
+  *out = new jitcache_model{std::move(*prepared)};
+  return JITCACHE_OK;
+}
+
+// Hands a JSON document to a C caller: a malloc'd copy freed by jitcache_string_free.
+jitcache_status hand_out(const nlohmann::json& document, char** out) {
+  const std::string text = document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  char* copy = static_cast<char*>(std::malloc(text.size() + 1));
+  if (copy == nullptr) return fail(JITCACHE_ERROR_OUT_OF_MEMORY, "out of memory for a JSON document");
+  std::memcpy(copy, text.c_str(), text.size() + 1);
+  *out = copy;
+  return JITCACHE_OK;
+}
+
+nlohmann::json describe(const PreparedModel& model) {
+  const PrepareStats& s = model.stats();
+  nlohmann::json kernels = nlohmann::json::array();
+  for (const KernelInfo& k : model.kernels())
+    kernels.push_back({{"kernel", to_string(k.kernel)},
+                       {"latent_scale", to_string(k.latent_scale)},
+                       {"rope", to_string(k.rope)},
+                       {"target", k.target},
+                       {"key", k.key},
+                       {"entry", k.entry},
+                       {"registers", k.registers},
+                       {"cubin_bytes", k.cubin_bytes},
+                       {"compiled_now", k.compiled_now},
+                       {"stored", k.stored},
+                       {"loaded", k.loaded},
+                       {"ptx_fallback", k.ptx_fallback}});
+  return {{"target", model.target()},
+          {"rope", to_string(model.rope())},
+          {"stats",
+           {{"variants", s.variants},
+            {"cached", s.cached},
+            {"compiled", s.compiled},
+            {"stored", s.stored},
+            {"wall_ms", s.wall_ms}}},
+          {"kernels", std::move(kernels)},
+          {"scales", scales::to_json(model.scales())}};
+}
+
+RopeFormat rope_or_throw(const char* self, jitcache_rope rope, jitcache_status& status) {
+  const int value = abi_enum_value(rope);
+  if (value == JITCACHE_ROPE_BF16) return RopeFormat::bf16;
+  if (value == JITCACHE_ROPE_FP8) return RopeFormat::fp8;
+  status = fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no RoPE format " + std::to_string(value));
+  return RopeFormat::bf16;
+}
+
+template <class T>
+T* host_pointer(std::uint64_t address) {
+  return reinterpret_cast<T*>(static_cast<std::uintptr_t>(address));
+}
+
+// The launch structs as the host executor's parameters (host addresses; 0 strides are the
+// dense defaults, as on the device).
+jc::WriterParams host_params(const jitcache_writer_launch& a) {
+  jc::WriterParams p{};
+  p.kv_c = host_pointer<const jc::u16>(a.kv_c);
+  p.kv_c_stride = a.kv_c_stride != 0 ? a.kv_c_stride : static_cast<std::int64_t>(kv::k_latent_dim);
+  p.k_pe = host_pointer<const jc::u16>(a.k_pe);
+  p.k_pe_stride = a.k_pe_stride != 0 ? a.k_pe_stride : static_cast<std::int64_t>(kv::k_rope_dim);
+  p.slot_mapping = host_pointer<const jc::i64>(a.slot_mapping);
+  p.num_tokens = a.num_tokens;
+  p.cache = host_pointer<jc::u8>(a.cache);
+  p.num_slots = a.num_slots;
+  p.status = host_pointer<jc::u32>(a.status);
+  return p;
+}
+
+jc::GatherParams host_params(const jitcache_gather_launch& a) {
+  jc::GatherParams p{};
+  p.cache = host_pointer<const jc::u8>(a.cache);
+  p.num_slots = a.num_slots;
+  p.slots = host_pointer<const jc::i32>(a.slots);
+  p.num_rows = a.num_rows;
+  p.out = host_pointer<jc::u16>(a.out);
+  p.out_stride = a.out_stride != 0 ? a.out_stride : static_cast<std::int64_t>(kv::k_row_dim);
+  p.status = host_pointer<jc::u32>(a.status);
+  return p;
+}
+
+// Runs one host kernel; the status bits it reports are ORed into the caller's word, as
+// the device kernel does.
+template <class Args>
+jitcache_status run_on_host(const char* self, LatentScale variant, RopeFormat rope, const Args& args,
+                            float scale) {
+  const auto params = host_params(args);
+  Result<jc::u32> bits = [&] {
+    if constexpr (std::is_same_v<Args, jitcache_writer_launch>)
+      return host_run_writer(variant, rope, params, scale);
+    else
+      return host_run_gather(variant, rope, params, scale);
+  }();
+  if (!bits) {
+    Error error = bits.error();
+    error.message = std::string(self) + ": " + error.message;
+    return fail(error);
+  }
+  return JITCACHE_OK;
+}
+
+template <class Args>
+jitcache_status host_kernel(const char* self, float scale, jitcache_rope rope, const Args* args) {
+  if (args == nullptr) return null_argument(self, "args");
+  jitcache_status status = JITCACHE_OK;
+  const RopeFormat format = rope_or_throw(self, rope, status);
+  if (status != JITCACHE_OK) return status;
+  const auto choice = kv::choose_latent_scale(static_cast<double>(scale), "scale");
+  if (!choice) {
+    Error error = choice.error();
+    error.message = std::string(self) + ": " + error.message;
+    return fail(error);
+  }
+  return run_on_host(self, choice->variant, format, *args, choice->value);
+}
+
+template <class Args>
+jitcache_status model_host_kernel(const char* self, const jitcache_model* model, int32_t layer,
+                                  const Args* args) {
+  if (model == nullptr) return null_argument(self, "model");
+  if (args == nullptr) return null_argument(self, "args");
+  const LayerBinding* b = model->model->layer(layer);
+  if (b == nullptr)
+    return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no layer " + std::to_string(layer) +
+                                                     " (the model has " +
+                                                     std::to_string(model->model->layers().size()) + ")");
+  return run_on_host(self, latent_scale_for(b->mode), model->model->rope(), *args, b->scale);
 }
 
 }  // namespace
@@ -336,23 +512,32 @@ jitcache_status jitcache_runtime_cache_status(const jitcache_runtime* runtime, j
 jitcache_status jitcache_prepare(jitcache_runtime* runtime, const char* checkpoint, jitcache_rope rope,
                                  const char* target, const char* scales_override, jitcache_model** out) {
   return guarded(__func__, [&](const char* self) {
-    if (runtime == nullptr) return null_argument(self, "runtime");
-    if (checkpoint == nullptr) return null_argument(self, "checkpoint");
-    if (out == nullptr) return null_argument(self, "out");
-    if (t_log_callback_depth > 0) return refused_in_log_callback(self);
-    const int rope_value = abi_enum_value(rope);
-    if (rope_value != JITCACHE_ROPE_BF16 && rope_value != JITCACHE_ROPE_FP8)
-      return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
-                  std::string(self) + ": no RoPE format " + std::to_string(rope_value));
-    ModelSpec spec;
-    spec.checkpoint = checkpoint;
-    spec.rope = rope_value == JITCACHE_ROPE_FP8 ? RopeFormat::fp8 : RopeFormat::bf16;
-    if (target != nullptr) spec.target = target;
-    if (scales_override != nullptr) spec.scales_override = std::filesystem::path(scales_override);
-    auto prepared = runtime->runtime->prepare(spec);
-    if (!prepared) return fail(prepared.error());
-    *out = new jitcache_model{std::move(*prepared)};
-    return JITCACHE_OK;
+    jitcache_prepare_options options;
+    jitcache_prepare_options_init(&options);
+    options.checkpoint = checkpoint;
+    options.rope = rope;
+    options.target = target;
+    options.scales_override = scales_override;
+    return prepare_model(self, runtime, options, out);
+  });
+}
+
+void jitcache_prepare_options_init(jitcache_prepare_options* options) {
+  if (options == nullptr) return;
+  *options = jitcache_prepare_options{};
+  options->struct_size = sizeof *options;
+  options->rope = JITCACHE_ROPE_BF16;
+}
+
+jitcache_status jitcache_prepare_with(jitcache_runtime* runtime, const jitcache_prepare_options* given,
+                                      jitcache_model** out) {
+  return guarded(__func__, [&](const char* self) {
+    if (given == nullptr) return null_argument(self, "options");
+    const auto options =
+        read_input_struct(std::string(self) + ": options.", given, k_prepare_options_v1_size,
+                          &jitcache_prepare_options_init, "jitcache_prepare_options_init");
+    if (!options) return fail(options.error());
+    return prepare_model(self, runtime, *options, out);
   });
 }
 
@@ -437,6 +622,68 @@ jitcache_status jitcache_launch_gather(const jitcache_model* model, int32_t laye
     const Status launched = model->model->launch_gather(layer, a, stream);
     return launched ? JITCACHE_OK : fail(launched.error());
   });
+}
+
+void jitcache_string_free(char* text) { std::free(text); }
+
+jitcache_status jitcache_model_describe(const jitcache_model* model, char** out) {
+  return guarded(__func__, [&](const char* self) {
+    if (model == nullptr) return null_argument(self, "model");
+    if (out == nullptr) return null_argument(self, "out");
+    return hand_out(describe(*model->model), out);
+  });
+}
+
+jitcache_status jitcache_resolve_scales(const char* checkpoint, const char* scales_override,
+                                        const char* revision, char** out) {
+  return guarded(__func__, [&](const char* self) {
+    if (checkpoint == nullptr) return null_argument(self, "checkpoint");
+    if (out == nullptr) return null_argument(self, "out");
+    if (*checkpoint == '\0')
+      return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": checkpoint is empty");
+    ResolveOptions options;
+    options.checkpoint_dir = checkpoint;
+    if (scales_override != nullptr) options.override_file = std::filesystem::path(scales_override);
+    if (!is_unset(revision)) options.checkpoint_revision = std::string(revision);
+    const auto resolved = resolve_scales(options);
+    if (!resolved) return fail(resolved.error());
+    return hand_out(scales::to_json(*resolved), out);
+  });
+}
+
+jitcache_status jitcache_host_bf16_from_float(const float* in, uint16_t* out, size_t count) {
+  return guarded(__func__, [&](const char* self) {
+    if (count == 0) return JITCACHE_OK;
+    if (in == nullptr) return null_argument(self, "in");
+    if (out == nullptr) return null_argument(self, "out");
+    for (std::size_t i = 0; i < count; ++i) out[i] = jc::float_to_bf16(in[i]);
+    return JITCACHE_OK;
+  });
+}
+
+jitcache_status jitcache_host_write(float scale, jitcache_rope rope, const jitcache_writer_launch* args) {
+  return guarded(__func__, [&](const char* self) { return host_kernel(self, scale, rope, args); });
+}
+
+jitcache_status jitcache_host_gather(float scale, jitcache_rope rope, const jitcache_gather_launch* args) {
+  return guarded(__func__, [&](const char* self) { return host_kernel(self, scale, rope, args); });
+}
+
+jitcache_status jitcache_model_host_write(const jitcache_model* model, int32_t layer,
+                                          const jitcache_writer_launch* args) {
+  return guarded(__func__, [&](const char* self) { return model_host_kernel(self, model, layer, args); });
+}
+
+jitcache_status jitcache_model_host_gather(const jitcache_model* model, int32_t layer,
+                                           const jitcache_gather_launch* args) {
+  return guarded(__func__, [&](const char* self) { return model_host_kernel(self, model, layer, args); });
+}
+
+uint32_t jitcache_record_bytes(jitcache_rope rope) {
+  const int value = abi_enum_value(rope);
+  if (value == JITCACHE_ROPE_BF16) return static_cast<uint32_t>(record_bytes(RopeFormat::bf16));
+  if (value == JITCACHE_ROPE_FP8) return static_cast<uint32_t>(record_bytes(RopeFormat::fp8));
+  return 0;
 }
 
 }  // extern "C"

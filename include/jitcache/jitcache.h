@@ -314,6 +314,86 @@ JITCACHE_API jitcache_status jitcache_launch_gather(const jitcache_model* model,
                                                     const jitcache_gather_launch* args,
                                                     void* stream);
 
+/* ---- Prepare with options ------------------------------------------------------------ */
+
+/* What jitcache_prepare takes, plus what was added later (the checkpoint's revision). Fill
+ * it with jitcache_prepare_options_init; struct_size follows the rule of
+ * jitcache_runtime_options. The strings are copied. */
+typedef struct jitcache_prepare_options {
+  size_t struct_size;          /* sizeof(jitcache_prepare_options); set by _init */
+  const char* checkpoint;      /* as jitcache_prepare */
+  jitcache_rope rope;          /* default JITCACHE_ROPE_BF16 */
+  const char* target;          /* as jitcache_prepare */
+  const char* scales_override; /* as jitcache_prepare */
+  const char* revision;        /* the checkpoint's revision when the caller knows it (a
+                                  Hugging Face commit); NULL or "": taken from a
+                                  .../snapshots/<rev> directory name, else unknown. An
+                                  override or sidecar recording another model_revision is
+                                  refused (sidecar) or warned about (override). */
+} jitcache_prepare_options;
+
+JITCACHE_API void jitcache_prepare_options_init(jitcache_prepare_options* options);
+/* jitcache_prepare with options. */
+JITCACHE_API jitcache_status jitcache_prepare_with(jitcache_runtime* runtime,
+                                                   const jitcache_prepare_options* options,
+                                                   jitcache_model** out);
+
+/* ---- Descriptions as JSON ------------------------------------------------------------- */
+
+/* Strings returned through a `char** out` below are allocated by the library; free each
+ * with jitcache_string_free (NULL is a no-op). They are UTF-8 JSON documents whose keys
+ * are only ever added to within an ABI version. */
+JITCACHE_API void jitcache_string_free(char* text);
+
+/* Everything prepare decided, as one JSON object:
+ *   "target", "rope" ("bf16" | "fp8"),
+ *   "stats": {"variants", "cached", "compiled", "stored", "wall_ms"},
+ *   "kernels": [{"kernel" ("writer" | "gather"), "latent_scale" ("identity" | "dynamic"),
+ *                "rope", "target", "key", "entry", "registers", "cubin_bytes",
+ *                "compiled_now", "stored", "loaded", "ptx_fallback"}, ...],
+ *   "scales": the document `jitcache scales show --json` prints (layers, provenance).
+ * Thread-safe (the model is immutable). */
+JITCACHE_API jitcache_status jitcache_model_describe(const jitcache_model* model, char** out);
+
+/* Resolves a checkpoint's per-layer scales without compiling anything: the same
+ * precedence (scales_override, then VLLM_NVFP4_MLA_SCALES_FILE, then the checkpoint's
+ * metadata, then 1.0), validation and logging as jitcache_prepare. `revision` as in
+ * jitcache_prepare_options. *out is the document `jitcache scales show --json` prints. */
+JITCACHE_API jitcache_status jitcache_resolve_scales(const char* checkpoint,
+                                                     const char* scales_override,
+                                                     const char* revision, char** out);
+
+/* ---- Host executor -------------------------------------------------------------------- */
+
+/* The kernels' own lane bodies run on the CPU, bit-identical to the device: what the
+ * `jitcache kv` tools use, and a CPU implementation of the launches. The launch structs
+ * are the device's, holding host addresses, with the same checks (a status word, when
+ * given, is a host uint32 the run ORs its bits into). Synchronous; single-threaded (two
+ * tokens writing one slot behave as on the device: one of them wins). */
+
+/* bf16 bits from float32, rounded to nearest even, every NaN to 0x7FFF: how the kv tools
+ * and a bf16 tensor hold a float32. `count` values; the arrays may not overlap. */
+JITCACHE_API jitcache_status jitcache_host_bf16_from_float(const float* in, uint16_t* out,
+                                                           size_t count);
+
+/* A writer / gather with `scale`: identity exactly when scale is 1.0, dynamic otherwise.
+ * The scale must be finite, > 0 and a normal float32 (as in a scales file). */
+JITCACHE_API jitcache_status jitcache_host_write(float scale, jitcache_rope rope,
+                                                 const jitcache_writer_launch* args);
+JITCACHE_API jitcache_status jitcache_host_gather(float scale, jitcache_rope rope,
+                                                  const jitcache_gather_launch* args);
+
+/* A layer's writer / gather of a prepared model on the CPU: the layer's scale and the
+ * variant its binding chose (never decided again from the value). Thread-safe. */
+JITCACHE_API jitcache_status jitcache_model_host_write(const jitcache_model* model, int32_t layer,
+                                                       const jitcache_writer_launch* args);
+JITCACHE_API jitcache_status jitcache_model_host_gather(const jitcache_model* model, int32_t layer,
+                                                        const jitcache_gather_launch* args);
+
+/* Record bytes per token: 432 (JITCACHE_ROPE_BF16), 368 (JITCACHE_ROPE_FP8); 0 for
+ * anything else. */
+JITCACHE_API uint32_t jitcache_record_bytes(jitcache_rope rope);
+
 #ifdef __cplusplus
 }
 #endif

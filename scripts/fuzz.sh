@@ -4,7 +4,9 @@
 #
 #   scripts/fuzz.sh [SECONDS]        default 30 (or $FUZZ_SECONDS)
 #
-# Exits non-zero when the fuzzer finds a crash, a sanitizer report, a leak or a timeout;
+# Exits 3 when no clang 16+ with libFuzzer can be had (nothing was fuzzed), and otherwise
+# non-zero when the target does not build or the fuzzer finds a crash, a sanitizer report,
+# a leak or a timeout;
 # the reproducer is left in build-fuzz/artifacts/ (replay: build-fuzz/fuzz/fuzz_scales FILE).
 # New interesting inputs accumulate in build-fuzz/corpus-scales; the committed seeds in
 # fuzz/corpus/scales are only read.
@@ -52,7 +54,7 @@ if [ -z "$clangxx" ]; then
 fi
 if [ -z "$clangxx" ]; then
   echo "fuzz.sh: no clang 16+ with libFuzzer available" >&2
-  exit 2
+  exit 3
 fi
 
 if ! command -v nvcc >/dev/null 2>&1; then

@@ -11,7 +11,7 @@ set +e
 scripts/fuzz.sh "${JITCACHE_FUZZ_SECONDS:-20}"
 fuzz_rc=$?
 set -e
-if [ "$fuzz_rc" -eq 2 ]; then
+if [ "$fuzz_rc" -eq 3 ]; then
   echo "note: fuzzing skipped: no clang 16+ with libFuzzer on this machine"
 elif [ "$fuzz_rc" -ne 0 ]; then
   exit "$fuzz_rc"

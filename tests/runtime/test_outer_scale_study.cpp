@@ -52,7 +52,10 @@ TEST(OuterScaleStudy, CalibratedScalesRemoveTheShallowLayerPenalty) {
     // The failure: at max_abs 0.02 the identity error is at least 1.5x the deep layer's.
     EXPECT_GE(shallow.identity_rel_rms, 1.5 * deep.identity_rel_rms);
     EXPECT_GT(shallow.identity_subnormal_blocks, 0.5);
-    EXPECT_EQ(deep.identity_subnormal_blocks, 0.0);
+    // At max_abs 5.2 a block lands among E4M3's subnormal scales only when all 16 of its
+    // random values are below 6 * 2^-6 = 0.094: rare, not impossible (1 of 16384 blocks
+    // with some seeds), so "essentially none", not zero.
+    EXPECT_LT(deep.identity_subnormal_blocks, 1e-3);
     // The fix: with s_l = max_abs / 2688 every layer stays within 2% of the deep error.
     for (const LayerRow& r : *rows) {
       EXPECT_NEAR(r.calibrated_rel_rms, deep.identity_rel_rms, 0.02 * deep.identity_rel_rms)

@@ -363,21 +363,28 @@ void BM_LayerLookup(benchmark::State& state) {
 }
 BENCHMARK(BM_LayerLookup);
 
-void BM_LayerLookup_CApi(benchmark::State& state) {
+// The bundled checkpoint prepared through the C ABI on the warm cache; false (and the
+// benchmark skipped with the library's message) when that fails.
+bool prepare_capi(benchmark::State& state, jitcache_runtime*& runtime, jitcache_model*& model) {
   jitcache_runtime_options options;
   jitcache_runtime_options_init(&options);
   const std::string cache = warm_cache().string();
   options.cache_dir = cache.c_str();
   options.device = JITCACHE_DEVICE_NONE;
-  jitcache_runtime* runtime = nullptr;
-  jitcache_model* model = nullptr;
   if (jitcache_runtime_open(&options, &runtime) != JITCACHE_OK ||
       jitcache_prepare(runtime, g_config.checkpoint.c_str(), JITCACHE_ROPE_BF16, k_target, nullptr, &model) !=
           JITCACHE_OK) {
     state.SkipWithError(jitcache_last_error());
     jitcache_runtime_close(runtime);
-    return;
+    return false;
   }
+  return true;
+}
+
+void BM_LayerLookup_CApi(benchmark::State& state) {
+  jitcache_runtime* runtime = nullptr;
+  jitcache_model* model = nullptr;
+  if (!prepare_capi(state, runtime, model)) return;
   int32_t i = 0;
   jitcache_layer_info info;
   for (auto _ : state) {
@@ -389,6 +396,34 @@ void BM_LayerLookup_CApi(benchmark::State& state) {
   jitcache_runtime_close(runtime);
 }
 BENCHMARK(BM_LayerLookup_CApi);
+
+// One layer's writer on the CPU through the C ABI (jitcache_model_host_write): the floor
+// under jitcache.torch.write's CPU path, which adds Python, torch dispatch and checks.
+void BM_HostWrite_CApi(benchmark::State& state) {
+  jitcache_runtime* runtime = nullptr;
+  jitcache_model* model = nullptr;
+  if (!prepare_capi(state, runtime, model)) return;
+  const auto tokens = static_cast<std::int64_t>(state.range(0));
+  std::vector<std::uint16_t> kv_c(static_cast<std::size_t>(tokens) * 512, 0x3c00), k_pe(static_cast<std::size_t>(tokens) * 64, 0x3c00);
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
+  for (std::int64_t t = 0; t < tokens; ++t) slots[static_cast<std::size_t>(t)] = t;
+  std::vector<std::uint8_t> records(static_cast<std::size_t>(tokens) * 432);
+  jitcache_writer_launch args{};
+  args.kv_c = reinterpret_cast<std::uintptr_t>(kv_c.data());
+  args.k_pe = reinterpret_cast<std::uintptr_t>(k_pe.data());
+  args.slot_mapping = reinterpret_cast<std::uintptr_t>(slots.data());
+  args.num_tokens = tokens;
+  args.cache = reinterpret_cast<std::uintptr_t>(records.data());
+  args.num_slots = tokens;
+  for (auto _ : state) {
+    if (jitcache_model_host_write(model, 5, &args) != JITCACHE_OK) state.SkipWithError(jitcache_last_error());
+    benchmark::DoNotOptimize(records.data());
+  }
+  state.SetItemsProcessed(state.iterations() * tokens);
+  jitcache_model_release(model);
+  jitcache_runtime_close(runtime);
+}
+BENCHMARK(BM_HostWrite_CApi)->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond);
 
 const KernelSpec k_compile_spec{KernelKind::writer, LatentScale::dynamic, RopeFormat::bf16, Target{k_target}};
 

@@ -52,6 +52,8 @@ install(TARGETS jitcache_shared EXPORT jitcacheTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Development)
 install(TARGETS jitcache EXPORT jitcacheStaticTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The CLI finds libnvrtc where it was found at build time, as the shared library does.
+set_target_properties(jitcache_cli PROPERTIES INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")
 install(TARGETS jitcache_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # The public face only: include/jitcache/. Nothing else is installed.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/jitcache DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
@@ -81,3 +83,4 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/generated/jitcache.pc DESTINATION ${JI
 if(JITCACHE_BUILD_TESTS)
   include(${PROJECT_SOURCE_DIR}/cmake/abi_tests.cmake)
 endif()
+include(${PROJECT_SOURCE_DIR}/cmake/python.cmake)

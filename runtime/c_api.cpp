@@ -226,6 +226,11 @@ jitcache_status prepare_model(const char* self, jitcache_runtime* runtime,
   if (runtime == nullptr) return null_argument(self, "runtime");
   if (options.checkpoint == nullptr) return null_argument(self, "checkpoint");
   if (out == nullptr) return null_argument(self, "out");
+  // Before anything else, target detection included: an empty checkpoint is the caller's
+  // mistake whatever the device.
+  if (*options.checkpoint == '\0')
+    return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
+                "checkpoint directory: empty path; give the directory that holds config.json");
   if (t_log_callback_depth > 0) return refused_in_log_callback(self);
   const int rope_value = abi_enum_value(options.rope);
   if (rope_value != JITCACHE_ROPE_BF16 && rope_value != JITCACHE_ROPE_FP8)

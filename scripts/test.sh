@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Quick start: build, fuzz the scales parser briefly, then run the whole test suite
-# through ctest.
+# Quick start: build, fuzz the scales parser briefly, then run the whole test suite: the
+# C++ tests through ctest, then the Python package's through pytest in the project-local
+# environment .venv (made once by scripts/python_env.sh; the first time takes minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
@@ -17,4 +18,21 @@ elif [ "$fuzz_rc" -ne 0 ]; then
   exit "$fuzz_rc"
 fi
 
-ctest --test-dir build --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" "$@"
+python=$(scripts/python_env.sh)
+
+ctest_rc=0
+ctest --test-dir build --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" "$@" || ctest_rc=$?
+
+# The installed package is what is tested (the tests run from outside the source tree's
+# python/ folder, so `import jitcache` is the one pip installed). The CLI the tests compare
+# with is the build's.
+pytest_rc=0
+JITCACHE_CLI="$PWD/build/tools/jitcache" "$python" -m pytest -p no:cacheprovider -q python/tests \
+  || pytest_rc=$?
+if [ "$pytest_rc" -eq 5 ]; then
+  echo "error: pytest collected no tests from python/tests" >&2
+fi
+if [ "$ctest_rc" -ne 0 ] || [ "$pytest_rc" -ne 0 ]; then
+  echo "ctest exit $ctest_rc, pytest exit $pytest_rc" >&2
+  exit 1
+fi

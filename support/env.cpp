@@ -36,10 +36,19 @@ const EnvVar jitcache_require_cache{"JITCACHE_REQUIRE_CACHE", EnvType::boolean, 
                                     "Fail Runtime::open / jitcache_runtime_open when the cache "
                                     "directory cannot be used, instead of running memory-only."};
 
+// Read by the Python package (python/jitcache), declared here so that the registry knows
+// them: `jitcache env` lists them and strict mode does not refuse them.
+const EnvVar jitcache_library{"JITCACHE_LIBRARY", EnvType::path, "",
+                              "Python package: the libjitcache.so to load instead of the bundled one."};
+const EnvVar jitcache_cli{"JITCACHE_CLI", EnvType::path, "",
+                          "Python package: the jitcache CLI that `python -m jitcache` runs instead "
+                          "of the bundled one."};
+
 namespace {
-const EnvVar* const k_registry[] = {&jitcache_dir, &jitcache_log_level, &jitcache_strict,
+const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &jitcache_strict,
                                     &vllm_nvfp4_mla_scales_file, &xdg_cache_home, &home,
-                                    &jitcache_lineinfo, &jitcache_require_cache};
+                                    &jitcache_lineinfo, &jitcache_require_cache, &jitcache_library,
+                                    &jitcache_cli};
 
 // VLLM_NVFP4_MLA_ is owned too: a misspelt VLLM_NVFP4_MLA_SCALES_FILE silently drops the
 // override, the very mistake the registry exists to catch.

@@ -605,6 +605,12 @@ TEST_F(CApiTest, EmptyCheckpointPathIsNamed) {
             JITCACHE_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(last_error(), "checkpoint directory: empty path; give the directory that holds config.json");
   EXPECT_EQ(model, nullptr);
+  // Without a target on a runtime without a device, the empty path is still the error
+  // (not the missing device).
+  EXPECT_EQ(jitcache_prepare(m_runtime, "", JITCACHE_ROPE_BF16, nullptr, nullptr, &model),
+            JITCACHE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(last_error(), "checkpoint directory: empty path; give the directory that holds config.json");
+  EXPECT_EQ(model, nullptr);
 }
 
 TEST_F(CApiTest, ANewlineInTheCheckpointPathStaysInsideOneLogLine) {

@@ -74,6 +74,20 @@ std::vector<std::uint16_t> random_rows(std::mt19937_64& rng, std::size_t tokens,
   return rows;
 }
 
+// A writer launch over host vectors: every token, every slot of `cache`.
+jitcache_writer_launch writer_launch(const std::vector<std::uint16_t>& kv, const std::vector<std::uint16_t>& pe,
+                                     const std::vector<std::int64_t>& slots, std::vector<std::uint8_t>& cache,
+                                     std::int64_t tokens, std::int64_t num_slots) {
+  jitcache_writer_launch w{};
+  w.kv_c = reinterpret_cast<std::uintptr_t>(kv.data());
+  w.k_pe = reinterpret_cast<std::uintptr_t>(pe.data());
+  w.slot_mapping = reinterpret_cast<std::uintptr_t>(slots.data());
+  w.num_tokens = tokens;
+  w.cache = reinterpret_cast<std::uintptr_t>(cache.data());
+  w.num_slots = num_slots;
+  return w;
+}
+
 TEST(CApiHost, RecordBytesAndBf16Rounding) {
   EXPECT_EQ(jitcache_record_bytes(JITCACHE_ROPE_BF16), 432u);
   EXPECT_EQ(jitcache_record_bytes(JITCACHE_ROPE_FP8), 368u);
@@ -116,13 +130,7 @@ TEST(CApiHost, HostWriteAndGatherMatchTheReference) {
       constexpr std::uint8_t guard_fill = 0xAB;
       std::vector<std::uint8_t> cache(tokens * rb, guard_fill);
       std::uint32_t status = 0;
-      jitcache_writer_launch w{};
-      w.kv_c = reinterpret_cast<std::uintptr_t>(kv.data());
-      w.k_pe = reinterpret_cast<std::uintptr_t>(pe.data());
-      w.slot_mapping = reinterpret_cast<std::uintptr_t>(slots.data());
-      w.num_tokens = tokens;
-      w.cache = reinterpret_cast<std::uintptr_t>(cache.data());
-      w.num_slots = tokens;
+      jitcache_writer_launch w = writer_launch(kv, pe, slots, cache, tokens, tokens);
       w.status = reinterpret_cast<std::uintptr_t>(&status);
       ASSERT_EQ(jitcache_host_write(scale, rope, &w), JITCACHE_OK) << last_error();
       EXPECT_EQ(status, 0u);
@@ -163,13 +171,7 @@ TEST(CApiHost, HostKernelsRefuseBadScalesRopesAndArguments) {
   std::vector<std::uint16_t> kv(512), pe(64);
   std::vector<std::int64_t> slots = {0};
   std::vector<std::uint8_t> cache(432);
-  jitcache_writer_launch w{};
-  w.kv_c = reinterpret_cast<std::uintptr_t>(kv.data());
-  w.k_pe = reinterpret_cast<std::uintptr_t>(pe.data());
-  w.slot_mapping = reinterpret_cast<std::uintptr_t>(slots.data());
-  w.num_tokens = 1;
-  w.cache = reinterpret_cast<std::uintptr_t>(cache.data());
-  w.num_slots = 1;
+  jitcache_writer_launch w = writer_launch(kv, pe, slots, cache, 1, 1);
   for (const float bad : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(),
                           std::numeric_limits<float>::infinity(), 1e-40f}) {
     EXPECT_EQ(jitcache_host_write(bad, JITCACHE_ROPE_BF16, &w), JITCACHE_ERROR_INVALID_ARGUMENT) << bad;
@@ -220,13 +222,7 @@ TEST(CApiHost, HostWriteIsTheKvToolsQuantize) {
   std::vector<std::int64_t> slots(tokens);
   for (std::size_t t = 0; t < tokens; ++t) slots[t] = static_cast<std::int64_t>(t);
   std::vector<std::uint8_t> cache(tokens * 368);
-  jitcache_writer_launch w{};
-  w.kv_c = reinterpret_cast<std::uintptr_t>(kv.data());
-  w.k_pe = reinterpret_cast<std::uintptr_t>(pe.data());
-  w.slot_mapping = reinterpret_cast<std::uintptr_t>(slots.data());
-  w.num_tokens = tokens;
-  w.cache = reinterpret_cast<std::uintptr_t>(cache.data());
-  w.num_slots = tokens;
+  jitcache_writer_launch w = writer_launch(kv, pe, slots, cache, tokens, tokens);
   ASSERT_EQ(jitcache_host_write(scale, JITCACHE_ROPE_FP8, &w), JITCACHE_OK) << last_error();
   EXPECT_EQ(cache, *records);
 }
@@ -317,13 +313,7 @@ TEST_F(CApiHostTest, ModelHostKernelsFollowTheLayerBinding) {
   std::vector<std::int64_t> slots = {0, 1, 2, 3};
   auto write = [&](auto&& run) {
     std::vector<std::uint8_t> cache(tokens * 432);
-    jitcache_writer_launch w{};
-    w.kv_c = reinterpret_cast<std::uintptr_t>(kv.data());
-    w.k_pe = reinterpret_cast<std::uintptr_t>(pe.data());
-    w.slot_mapping = reinterpret_cast<std::uintptr_t>(slots.data());
-    w.num_tokens = tokens;
-    w.cache = reinterpret_cast<std::uintptr_t>(cache.data());
-    w.num_slots = tokens;
+    jitcache_writer_launch w = writer_launch(kv, pe, slots, cache, tokens, tokens);
     EXPECT_EQ(run(w), JITCACHE_OK) << last_error();
     return cache;
   };

@@ -1,0 +1,555 @@
+"""The NVFP4 MLA writer and gather as torch ops (``torch.ops.jitcache.*``).
+
+Two ops under the ``jitcache`` namespace, bound to a prepared :class:`jitcache.Model`
+through an integer id (:func:`model_id`)::
+
+    jitcache::nvfp4_mla_write(Tensor kv_c, Tensor k_pe, Tensor slot_mapping,
+                              Tensor(a!) kv_cache, int model_id, int layer,
+                              Tensor(b!)? status=None) -> ()
+    jitcache::nvfp4_mla_gather(Tensor kv_cache, Tensor slots, Tensor(a!) out,
+                               int model_id, int layer, Tensor(b!)? status=None) -> ()
+
+The variant (identity or dynamic) and the scale come from the layer's binding in the
+model, never from the scale's value. CPU tensors run the host executor (bit-identical to
+the device); CUDA tensors enqueue the prepared kernel on ``torch.cuda.current_stream()``
+without allocating, synchronising or loading anything, so a CUDA graph can capture it.
+Fake implementations let ``torch.compile(fullgraph=True)`` trace both ops.
+
+``status``, when given, is an int32 (or uint32) tensor of one element on the same device
+that the kernel ORs error bits into (:data:`STATUS_IDENTITY_SCALE_MISMATCH`,
+:data:`STATUS_SLOT_OUT_OF_RANGE`, :data:`STATUS_BAD_LATENT_SCALE`); without it, a slot
+outside the cache is skipped silently, as on the device.
+
+:func:`write` and :func:`gather` take the model itself and check every argument.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Callable, Optional, Union
+
+import torch
+
+from . import _lib
+from .errors import InvalidArgumentError
+from .runtime import Model
+
+__all__ = [
+    "LATENT_DIM",
+    "ROPE_DIM",
+    "ROW_DIM",
+    "STATUS_IDENTITY_SCALE_MISMATCH",
+    "STATUS_SLOT_OUT_OF_RANGE",
+    "STATUS_BAD_LATENT_SCALE",
+    "model_id",
+    "get_model",
+    "write",
+    "gather",
+    "new_cache",
+]
+
+LATENT_DIM = 512
+ROPE_DIM = 64
+ROW_DIM = LATENT_DIM + ROPE_DIM
+# The kernels' status bits (kernel_templates/nvfp4_mla.cuh, jc::k_status_*).
+STATUS_IDENTITY_SCALE_MISMATCH = 1
+STATUS_SLOT_OUT_OF_RANGE = 2
+STATUS_BAD_LATENT_SCALE = 4
+
+_NAMESPACE = "jitcache"
+_WRITE = "nvfp4_mla_write"
+_GATHER = "nvfp4_mla_gather"
+_WRITE_SCHEMA = (
+    "(Tensor kv_c, Tensor k_pe, Tensor slot_mapping, Tensor(a!) kv_cache, int model_id, "
+    "int layer, Tensor(b!)? status=None) -> ()"
+)
+_GATHER_SCHEMA = (
+    "(Tensor kv_cache, Tensor slots, Tensor(a!) out, int model_id, int layer, "
+    "Tensor(b!)? status=None) -> ()"
+)
+_STATUS_DTYPES = (torch.int32, torch.uint32)
+_BF16, _I64, _I32, _U8 = torch.bfloat16, torch.int64, torch.int32, torch.uint8
+
+
+# ---- the model registry: integer id -> prepared model ------------------------------------
+
+
+class _Entry:
+    """What the ops need of a registered model, read once at registration."""
+
+    __slots__ = ("ref", "record_bytes", "num_layers", "id")
+
+    def __init__(self, model: Model, ident: int) -> None:
+        self.ref = weakref.ref(model)
+        self.record_bytes = int(model.record_bytes)
+        self.num_layers = int(model.num_layers)
+        self.id = ident
+
+
+_entries: dict[int, _Entry] = {}
+_ids: "weakref.WeakKeyDictionary[Model, int]" = weakref.WeakKeyDictionary()
+_registry_lock = threading.Lock()
+_next_id = 1
+
+
+def _forget(ident: int) -> None:
+    _entries.pop(ident, None)
+
+
+def model_id(model: Union[Model, int]) -> int:
+    """The integer the ops know ``model`` by, registering it on first use (idempotent).
+
+    The registry holds the model weakly: keep the Model alive while its id is in use. An int
+    that is a registered id is returned as is. Ids count from 1 in registration order, so a
+    process that registers its models in the same order gets the same ids (a compiled graph
+    holds the id as a constant).
+    """
+    if isinstance(model, Model):
+        ident = _ids.get(model)
+        if ident is not None:
+            return ident
+        global _next_id
+        with _registry_lock:
+            ident = _ids.get(model)
+            if ident is None:
+                ident = _next_id
+                entry = _Entry(model, ident)  # raises for a released model
+                _next_id += 1
+                _entries[ident] = entry
+                _ids[model] = ident
+                weakref.finalize(model, _forget, ident)
+        return ident
+    if isinstance(model, int) and not isinstance(model, bool):
+        _entry(model)
+        return model
+    raise TypeError(f"model: expected a jitcache.Model or a model id, got {type(model).__name__}")
+
+
+def _entry(ident: int) -> _Entry:
+    entry = _entries.get(ident)
+    if entry is None:
+        raise InvalidArgumentError(
+            f"jitcache.torch: model id {ident} is not registered (never registered with "
+            "jitcache.torch.model_id(), or its Model was garbage-collected)"
+        )
+    return entry
+
+
+def _model(entry: _Entry) -> Model:
+    model = entry.ref()
+    if model is None:
+        raise InvalidArgumentError(
+            f"jitcache.torch: the Model of id {entry.id} was garbage-collected"
+        )
+    return model
+
+
+def get_model(ident: int) -> Model:
+    """The Model registered under ``ident`` (InvalidArgumentError if there is none)."""
+    return _model(_entry(ident))
+
+
+# ---- argument checks (traceable: shapes, dtypes, strides, devices; no data pointers) ------
+
+
+def _shape(t: torch.Tensor) -> list[int]:
+    return list(t.shape)
+
+
+def _dtype(name: str, t: torch.Tensor, dtype: torch.dtype) -> None:
+    if t.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype}, got {t.dtype}")
+
+
+def _rows(name: str, t: torch.Tensor, width: int) -> int:
+    """Checks a [N, width] bf16 matrix with contiguous rows; returns its row stride (0: dense)."""
+    _dtype(name, t, torch.bfloat16)
+    if t.dim() != 2 or t.shape[1] != width:
+        raise ValueError(f"{name}: expected shape [N, {width}], got {_shape(t)}")
+    if t.stride(1) != 1:
+        raise ValueError(f"{name}: each row must be contiguous (stride 1), got strides {t.stride()}")
+    if t.shape[0] <= 1:
+        return 0
+    stride = t.stride(0)
+    if stride < width or stride % 8 != 0:
+        raise ValueError(
+            f"{name}: row stride {stride} elements must be >= {width} and a multiple of 8 "
+            f"(16 bytes)"
+        )
+    return stride
+
+
+def _vector(name: str, t: torch.Tensor, dtype: torch.dtype, length: object) -> None:
+    _dtype(name, t, dtype)
+    if t.dim() != 1:
+        raise ValueError(f"{name}: expected a 1-D tensor, got shape {_shape(t)}")
+    if length is not None and t.shape[0] != length:
+        raise ValueError(f"{name}: expected {length} elements, got {t.shape[0]}")
+    if t.shape[0] > 1 and t.stride(0) != 1:
+        raise ValueError(f"{name}: must be contiguous, got stride {t.stride(0)}")
+
+
+def _cache(t: torch.Tensor, record_bytes: int) -> int:
+    """Checks the KV cache, uint8 [num_slots, R] or [num_blocks, block_size, R] laid out
+    densely; returns num_slots."""
+    _dtype("kv_cache", t, torch.uint8)
+    if t.dim() not in (2, 3) or t.shape[-1] != record_bytes:
+        raise ValueError(
+            f"kv_cache: expected shape [num_slots, {record_bytes}] or "
+            f"[num_blocks, block_size, {record_bytes}] for this model's records, got {_shape(t)}"
+        )
+    expected = 1
+    for size, stride in zip(reversed(t.shape), reversed(t.stride())):
+        if size != 1 and stride != expected:
+            raise ValueError(
+                f"kv_cache: records must be packed densely (a contiguous tensor), got shape "
+                f"{_shape(t)} with strides {t.stride()}"
+            )
+        expected *= size
+    return t.numel() // record_bytes
+
+
+def _status(t: Optional[torch.Tensor], device: torch.device) -> None:
+    if t is None:
+        return
+    if t.dtype not in _STATUS_DTYPES:
+        raise TypeError(f"status: expected dtype torch.int32 or torch.uint32, got {t.dtype}")
+    if t.numel() != 1:
+        raise ValueError(f"status: expected one element, got shape {_shape(t)}")
+    if t.device != device:
+        raise ValueError(f"status: on {t.device}, but the other tensors are on {device}")
+
+
+def _same_device(named: tuple[tuple[str, torch.Tensor], ...]) -> torch.device:
+    device = named[0][1].device
+    for name, t in named[1:]:
+        if t.device != device:
+            raise ValueError(
+                f"{name}: on {t.device}, but {named[0][0]} is on {device}; every tensor must be "
+                f"on one device"
+            )
+    return device
+
+
+def _layer(entry: _Entry, layer: int) -> None:
+    if not 0 <= layer < entry.num_layers:
+        raise InvalidArgumentError(
+            f"layer: {layer} is out of range (the model has {entry.num_layers} layers)"
+        )
+
+
+def _check_write(
+    kv_c: torch.Tensor,
+    k_pe: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    kv_cache: torch.Tensor,
+    entry: _Entry,
+    layer: int,
+    status: Optional[torch.Tensor],
+) -> tuple[int, int, int, int]:
+    """Returns (num_tokens, kv_c stride, k_pe stride, num_slots); raises on a bad argument."""
+    device = _same_device(
+        (("kv_c", kv_c), ("k_pe", k_pe), ("slot_mapping", slot_mapping), ("kv_cache", kv_cache))
+    )
+    kv_stride = _rows("kv_c", kv_c, LATENT_DIM)
+    pe_stride = _rows("k_pe", k_pe, ROPE_DIM)
+    n = kv_c.shape[0]
+    if k_pe.shape[0] != n:
+        raise ValueError(f"k_pe: {k_pe.shape[0]} rows, but kv_c has {n}")
+    _vector("slot_mapping", slot_mapping, torch.int64, n)
+    num_slots = _cache(kv_cache, entry.record_bytes)
+    _status(status, device)
+    _layer(entry, layer)
+    return n, kv_stride, pe_stride, num_slots
+
+
+def _check_gather(
+    kv_cache: torch.Tensor,
+    slots: torch.Tensor,
+    out: torch.Tensor,
+    entry: _Entry,
+    layer: int,
+    status: Optional[torch.Tensor],
+) -> tuple[int, int, int]:
+    """Returns (num_rows, out stride, num_slots); raises on a bad argument."""
+    device = _same_device((("kv_cache", kv_cache), ("slots", slots), ("out", out)))
+    num_slots = _cache(kv_cache, entry.record_bytes)
+    _vector("slots", slots, torch.int32, None)
+    out_stride = _rows("out", out, ROW_DIM)
+    if out.shape[0] != slots.shape[0]:
+        raise ValueError(f"out: {out.shape[0]} rows, but slots has {slots.shape[0]}")
+    _status(status, device)
+    _layer(entry, layer)
+    return slots.shape[0], out_stride, num_slots
+
+
+def _address(name: str, t: torch.Tensor, align: int) -> int:
+    address = t.data_ptr()
+    if address % align:
+        raise ValueError(f"{name}: data at {address:#x} is not {align}-byte aligned")
+    return address
+
+
+# ---- the op implementations --------------------------------------------------------------
+
+
+def _on_cpu(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: Optional[torch.Tensor] = None) -> bool:
+    return a.is_cpu and b.is_cpu and c.is_cpu and (d is None or d.is_cpu)
+
+
+def _on_one_gpu(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: Optional[torch.Tensor] = None
+) -> bool:
+    index = a.get_device()
+    return (
+        a.is_cuda
+        and b.is_cuda
+        and c.is_cuda
+        and b.get_device() == index
+        and c.get_device() == index
+        and (d is None or (d.is_cuda and d.get_device() == index))
+    )
+
+
+def _writer_args(
+    kv_c: torch.Tensor,
+    k_pe: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    kv_cache: torch.Tensor,
+    entry: _Entry,
+    layer: int,
+    status: Optional[torch.Tensor],
+    placed: Callable[..., bool],
+) -> Optional[_lib.WriterLaunch]:
+    """The launch struct, or None when there is nothing to write. The common case (dense
+    tensors, no status word) is checked in one expression; anything else, and every error,
+    goes through the complete checks, which name the argument."""
+    if (
+        status is None
+        and kv_c.dtype is _BF16
+        and k_pe.dtype is _BF16
+        and slot_mapping.dtype is _I64
+        and kv_cache.dtype is _U8
+        and kv_c.dim() == 2
+        and k_pe.dim() == 2
+        and slot_mapping.dim() == 1
+        and 2 <= kv_cache.dim() <= 3
+        and kv_c.is_contiguous()
+        and k_pe.is_contiguous()
+        and slot_mapping.is_contiguous()
+        and kv_cache.is_contiguous()
+        and kv_c.shape[1] == LATENT_DIM
+        and k_pe.shape[1] == ROPE_DIM
+        and kv_c.shape[0] == k_pe.shape[0] == slot_mapping.shape[0]
+        and kv_cache.shape[-1] == entry.record_bytes
+        and 0 <= layer < entry.num_layers
+        and placed(kv_c, k_pe, slot_mapping, kv_cache)
+    ):
+        n, kv_stride, pe_stride = kv_c.shape[0], 0, 0
+        num_slots = kv_cache.numel() // entry.record_bytes
+    else:
+        n, kv_stride, pe_stride, num_slots = _check_write(
+            kv_c, k_pe, slot_mapping, kv_cache, entry, layer, status
+        )
+        if not placed(kv_c, k_pe, slot_mapping, kv_cache):
+            raise ValueError(f"kv_c: on {kv_c.device}, which this implementation does not serve")
+    if n == 0:
+        return None
+    return _lib.WriterLaunch(
+        _address("kv_c", kv_c, 16),
+        kv_stride,
+        _address("k_pe", k_pe, 16),
+        pe_stride,
+        _address("slot_mapping", slot_mapping, 8),
+        n,
+        _address("kv_cache", kv_cache, 16) if num_slots else 0,
+        num_slots,
+        0 if status is None else _address("status", status, 4),
+    )
+
+
+def _gather_args(
+    kv_cache: torch.Tensor,
+    slots: torch.Tensor,
+    out: torch.Tensor,
+    entry: _Entry,
+    layer: int,
+    status: Optional[torch.Tensor],
+    placed: Callable[..., bool],
+) -> Optional[_lib.GatherLaunch]:
+    """The launch struct, or None when there is nothing to gather (see _writer_args)."""
+    if (
+        status is None
+        and kv_cache.dtype is _U8
+        and slots.dtype is _I32
+        and out.dtype is _BF16
+        and 2 <= kv_cache.dim() <= 3
+        and slots.dim() == 1
+        and out.dim() == 2
+        and kv_cache.is_contiguous()
+        and slots.is_contiguous()
+        and out.is_contiguous()
+        and kv_cache.shape[-1] == entry.record_bytes
+        and out.shape[1] == ROW_DIM
+        and out.shape[0] == slots.shape[0]
+        and 0 <= layer < entry.num_layers
+        and placed(kv_cache, slots, out)
+    ):
+        n, out_stride = slots.shape[0], 0
+        num_slots = kv_cache.numel() // entry.record_bytes
+    else:
+        n, out_stride, num_slots = _check_gather(kv_cache, slots, out, entry, layer, status)
+        if not placed(kv_cache, slots, out):
+            raise ValueError(f"out: on {out.device}, which this implementation does not serve")
+    if n == 0:
+        return None
+    return _lib.GatherLaunch(
+        _address("kv_cache", kv_cache, 16) if num_slots else 0,
+        num_slots,
+        _address("slots", slots, 4),
+        n,
+        _address("out", out, 16),
+        out_stride,
+        0 if status is None else _address("status", status, 4),
+    )
+
+
+def _write_cpu(kv_c, k_pe, slot_mapping, kv_cache, model_id, layer, status=None):  # noqa: ANN001
+    entry = _entry(model_id)
+    args = _writer_args(kv_c, k_pe, slot_mapping, kv_cache, entry, layer, status, _on_cpu)
+    if args is not None:
+        _model(entry).host_write(layer, args)
+
+
+def _gather_cpu(kv_cache, slots, out, model_id, layer, status=None):  # noqa: ANN001
+    entry = _entry(model_id)
+    args = _gather_args(kv_cache, slots, out, entry, layer, status, _on_cpu)
+    if args is not None:
+        _model(entry).host_gather(layer, args)
+
+
+def _stream(t: torch.Tensor) -> int:
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _loaded_on(model: Model, t: torch.Tensor) -> Model:
+    """The model, once the tensors are known to be on the GPU its kernels were loaded on."""
+    if t.get_device() != model.device_ordinal:
+        raise ValueError(
+            f"tensors are on {t.device}, but the model's kernels were loaded on "
+            f"cuda:{model.device_ordinal} (the Runtime's device_ordinal)"
+        )
+    return model
+
+
+def _write_cuda(kv_c, k_pe, slot_mapping, kv_cache, model_id, layer, status=None):  # noqa: ANN001
+    entry = _entry(model_id)
+    args = _writer_args(kv_c, k_pe, slot_mapping, kv_cache, entry, layer, status, _on_one_gpu)
+    if args is not None:
+        _loaded_on(_model(entry), kv_c).launch_writer(layer, args, _stream(kv_c))
+
+
+def _gather_cuda(kv_cache, slots, out, model_id, layer, status=None):  # noqa: ANN001
+    entry = _entry(model_id)
+    args = _gather_args(kv_cache, slots, out, entry, layer, status, _on_one_gpu)
+    if args is not None:
+        _loaded_on(_model(entry), out).launch_gather(layer, args, _stream(out))
+
+
+def _write_fake(kv_c, k_pe, slot_mapping, kv_cache, model_id, layer, status=None):  # noqa: ANN001
+    _check_write(kv_c, k_pe, slot_mapping, kv_cache, _entry(int(model_id)), int(layer), status)
+
+
+def _gather_fake(kv_cache, slots, out, model_id, layer, status=None):  # noqa: ANN001
+    _check_gather(kv_cache, slots, out, _entry(int(model_id)), int(layer), status)
+
+
+def _has_op(name: str) -> bool:
+    try:
+        getattr(getattr(torch.ops, _NAMESPACE), name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+# The Library object owns the registrations (they go when it is garbage-collected), so a
+# reload of this module keeps the first one rather than registering twice.
+_library: Optional[torch.library.Library] = globals().get("_library")
+if not _has_op(_WRITE):
+    _library = torch.library.Library(_NAMESPACE, "FRAGMENT")
+    _library.define(_WRITE + _WRITE_SCHEMA)
+    _library.define(_GATHER + _GATHER_SCHEMA)
+    _library.impl(_WRITE, _write_cpu, "CPU")
+    _library.impl(_GATHER, _gather_cpu, "CPU")
+    _library.impl(_WRITE, _write_cuda, "CUDA")
+    _library.impl(_GATHER, _gather_cuda, "CUDA")
+    torch.library.register_fake(f"{_NAMESPACE}::{_WRITE}", _write_fake, lib=_library)
+    torch.library.register_fake(f"{_NAMESPACE}::{_GATHER}", _gather_fake, lib=_library)
+
+_write_op = getattr(getattr(torch.ops, _NAMESPACE), _WRITE).default
+_gather_op = getattr(getattr(torch.ops, _NAMESPACE), _GATHER).default
+
+
+# ---- the checked Python entry points -----------------------------------------------------
+
+
+def _tensor(name: str, value: object) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
+
+
+def _int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+
+
+def write(
+    model: Union[Model, int],
+    layer: int,
+    kv_c: torch.Tensor,
+    k_pe: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    kv_cache: torch.Tensor,
+    status: Optional[torch.Tensor] = None,
+) -> None:
+    """Quantizes kv_c [N, 512] and k_pe [N, 64] (bf16) into ``kv_cache`` (uint8 records) at
+    ``slot_mapping`` (int64 [N]; a negative slot is skipped) with the layer's writer."""
+    _tensor("kv_c", kv_c)
+    _tensor("k_pe", k_pe)
+    _tensor("slot_mapping", slot_mapping)
+    _tensor("kv_cache", kv_cache)
+    if status is not None:
+        _tensor("status", status)
+    _int("layer", layer)
+    _write_op(kv_c, k_pe, slot_mapping, kv_cache, model_id(model), layer, status)
+
+
+def gather(
+    model: Union[Model, int],
+    layer: int,
+    kv_cache: torch.Tensor,
+    slots: torch.Tensor,
+    out: torch.Tensor,
+    status: Optional[torch.Tensor] = None,
+) -> None:
+    """Dequantizes the records at ``slots`` (int32 [R]; a negative slot gives a zero row)
+    into ``out`` (bf16 [R, 576]) with the layer's gather."""
+    _tensor("kv_cache", kv_cache)
+    _tensor("slots", slots)
+    _tensor("out", out)
+    if status is not None:
+        _tensor("status", status)
+    _int("layer", layer)
+    _gather_op(kv_cache, slots, out, model_id(model), layer, status)
+
+
+def new_cache(
+    model: Union[Model, int],
+    num_blocks: int,
+    block_size: int,
+    device: Union[str, torch.device, None] = None,
+) -> torch.Tensor:
+    """A zeroed uint8 KV cache [num_blocks, block_size, record_bytes] for ``model``."""
+    entry = _entry(model_id(model))
+    return torch.zeros((num_blocks, block_size, entry.record_bytes), dtype=torch.uint8, device=device)

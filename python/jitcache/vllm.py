@@ -1,0 +1,281 @@
+"""vLLM integration: a ``vllm.general_plugins`` entry point and helpers for an attention backend.
+
+:func:`register` is what the entry point ``jitcache = "jitcache.vllm:register"`` calls in
+every vLLM process. It adds ``VLLM_NVFP4_MLA_SCALES_FILE`` (the explicit scales override
+that jitcache's resolver reads) and jitcache's own user-set variables to
+``vllm.envs.environment_variables``, so ``current_platform.validate_environ(hard_fail=True)``
+accepts them. It is idempotent and never replaces a variable vLLM already defines.
+
+For an attention backend:
+
+- :func:`model_dir` turns what vLLM was asked to serve (a directory, or a Hugging Face repo
+  id already in the local HF cache) into the snapshot directory; :func:`snapshot_revision`
+  reads the revision from a ``.../snapshots/<rev>`` path.
+- :func:`layer_scales` gives every layer's scale, mode, source and the provenance of the
+  values, compiling nothing.
+- :func:`prepare_model` prepares the kernels once (at model load, before any CUDA graph
+  capture) and registers the model with :mod:`jitcache.torch`.
+- :class:`KVCacheWriter` / :func:`do_kv_cache_update` write the KV cache through the
+  ``jitcache::nvfp4_mla_write`` op with the signature of vLLM's
+  ``MLAAttentionImpl.do_kv_cache_update``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+
+from .runtime import Model, ResolvedScales, Runtime, resolve_scales
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "ENVIRONMENT_VARIABLES",
+    "register",
+    "model_dir",
+    "snapshot_revision",
+    "layer_scales",
+    "prepare_model",
+    "layer_index",
+    "KVCacheWriter",
+    "do_kv_cache_update",
+]
+
+_logger = logging.getLogger("jitcache")
+PathArg = Union[str, "os.PathLike[str]"]
+_REVISION = re.compile(r"[0-9a-f]{40}")
+
+
+def _getter(name: str) -> Callable[[], Optional[str]]:
+    """A getter as jitcache's library reads the variable: the value with surrounding
+    whitespace removed; None when unset, empty or whitespace only."""
+
+    def get() -> Optional[str]:
+        value = os.environ.get(name)
+        if value is None or not value.strip():
+            return None
+        return value.strip()
+
+    return get
+
+
+# name -> getter, in vLLM's convention (vllm.envs.environment_variables). Values are returned
+# unparsed: jitcache's library parses and validates them (`jitcache env` lists them), and a
+# getter never raises (vLLM evaluates every getter when it caches the environment and when
+# it hashes its compile factors).
+#
+# Registered: the variables that change which kernels run or whether an engine starts.
+# vLLM's validate_environ refuses unknown VLLM_* names, so VLLM_NVFP4_MLA_SCALES_FILE must be
+# here; vLLM also hashes every registered variable into its torch.compile cache key.
+ENVIRONMENT_VARIABLES: dict[str, Callable[[], Optional[str]]] = {
+    name: _getter(name)
+    for name in (
+        "VLLM_NVFP4_MLA_SCALES_FILE",  # a v1 scales file that beats the checkpoint's scales
+        "JITCACHE_STRICT",  # strict mode (boolean)
+        "JITCACHE_REQUIRE_CACHE",  # fail instead of running memory-only (boolean)
+        "JITCACHE_LINEINFO",  # compile kernels with -lineinfo (boolean)
+    )
+}
+
+# Not registered, on purpose: where things live and how much is logged change no kernel,
+# and registering them would put them into vLLM's compile cache key (vLLM's own policy
+# keeps location-only variables out of it), so that moving the cache or turning on debug
+# logging would recompile every graph. validate_environ does not look at JITCACHE_* names.
+NOT_REGISTERED: tuple[str, ...] = ("JITCACHE_DIR", "JITCACHE_LOG_LEVEL", "JITCACHE_LIBRARY", "JITCACHE_CLI")
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point: registers the variables above in
+    ``vllm.envs.environment_variables``. Safe to call any number of times, in any process;
+    a variable vLLM already defines is left as it is."""
+    import vllm.envs as envs
+
+    table: dict[str, Any] = envs.environment_variables
+    added = [name for name in ENVIRONMENT_VARIABLES if name not in table]
+    for name in added:
+        table[name] = ENVIRONMENT_VARIABLES[name]
+    if added:
+        _logger.debug("registered vLLM environment variables: %s", ", ".join(added))
+
+
+# ---- the model being served ------------------------------------------------------------
+
+
+def snapshot_revision(path: PathArg) -> Optional[str]:
+    """The revision of a Hugging Face snapshot directory (``.../snapshots/<40 hex>``), else None."""
+    p = Path(os.fspath(path))
+    if p.parent.name == "snapshots" and _REVISION.fullmatch(p.name):
+        return p.name
+    return None
+
+
+def model_dir(
+    model: PathArg, revision: Optional[str] = None, download_dir: Optional[PathArg] = None
+) -> Path:
+    """The checkpoint directory for ``model``: the directory itself when it is one, else the
+    snapshot of the Hugging Face repo id ``model`` (at ``revision``) in the local HF cache
+    (``download_dir``, vLLM's ``--download-dir``; None: huggingface_hub's default). Nothing
+    is downloaded; a repo that is not cached raises FileNotFoundError."""
+    path = Path(os.fspath(model))
+    if path.is_dir():
+        return path
+    text = os.fspath(model)
+    if path.exists() or text.count("/") != 1 or text.startswith(("/", ".")):
+        raise FileNotFoundError(f"model: {text!r} is not a checkpoint directory")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise FileNotFoundError(
+            f"model: {text!r} is not a directory, and huggingface_hub (needed to find a repo "
+            "id in the local cache) is not installed"
+        ) from None
+    try:
+        found = snapshot_download(
+            text,
+            revision=revision,
+            cache_dir=None if download_dir is None else os.fspath(download_dir),
+            local_files_only=True,
+        )
+    except Exception as exc:  # huggingface_hub's errors vary by version
+        raise FileNotFoundError(
+            f"model: {text!r} (revision {revision or 'main'}) is not in the local Hugging Face "
+            f"cache: {exc}"
+        ) from None
+    return Path(found)
+
+
+def layer_scales(
+    model: PathArg,
+    revision: Optional[str] = None,
+    scales_override: Optional[PathArg] = None,
+    download_dir: Optional[PathArg] = None,
+) -> ResolvedScales:
+    """Every layer's scale (main layers, then draft layers), mode and source, and the
+    provenance of the values, for the checkpoint vLLM serves. Same precedence as
+    :meth:`jitcache.Runtime.prepare` (``scales_override``, then VLLM_NVFP4_MLA_SCALES_FILE,
+    then the checkpoint, then 1.0). ``revision`` defaults to the snapshot's."""
+    path = model_dir(model, revision, download_dir)
+    return resolve_scales(path, scales_override, revision or snapshot_revision(path))
+
+
+def prepare_model(
+    model: PathArg,
+    revision: Optional[str] = None,
+    rope: str = "bf16",
+    target: Optional[str] = None,
+    scales_override: Optional[PathArg] = None,
+    runtime: Optional[Runtime] = None,
+    download_dir: Optional[PathArg] = None,
+) -> Model:
+    """Prepares the checkpoint's kernels (call it at model load, before CUDA graph capture)
+    and registers the Model with :mod:`jitcache.torch`. Without ``runtime`` one is opened on
+    the default cache directory for the call (the Model outlives it)."""
+    from . import torch as jt
+
+    path = model_dir(model, revision, download_dir)
+    rev = revision or snapshot_revision(path)
+    options = dict(rope=rope, target=target, scales_override=scales_override, revision=rev)
+    if runtime is not None:
+        prepared = runtime.prepare(path, **options)
+    else:
+        with Runtime() as rt:
+            prepared = rt.prepare(path, **options)
+    jt.model_id(prepared)
+    return prepared
+
+
+def layer_index(layer_name: str) -> int:
+    """The layer index in a vLLM module name ("model.layers.17.self_attn.attn" -> 17); a
+    draft (MTP) layer's name carries num_hidden_layers + i, as jitcache indexes it."""
+    numbers = [int(part) for part in layer_name.split(".") if part.isdigit()]
+    if len(numbers) != 1:
+        raise ValueError(f"layer_name: expected exactly one layer number in {layer_name!r}")
+    return numbers[0]
+
+
+# ---- the KV-cache write ----------------------------------------------------------------
+
+
+def do_kv_cache_update(
+    model: Union[Model, int],
+    layer: int,
+    kv_c_normed: "torch.Tensor",
+    k_pe: "torch.Tensor",
+    kv_cache: "torch.Tensor",
+    slot_mapping: "torch.Tensor",
+    kv_cache_dtype: str = "nvfp4_ds_mla",
+    k_scale: Optional["torch.Tensor"] = None,
+    skip_scale: bool = False,
+) -> None:
+    """Writes the tokens' records as vLLM's MLA ``do_kv_cache_update`` does, through
+    ``jitcache::nvfp4_mla_write`` with the layer's binding.
+
+    ``kv_c_normed`` [T, 512] and ``k_pe`` [T, 64] or [T, 1, 64] (bf16); ``slot_mapping``
+    int64 with S <= T entries (vLLM pads the inputs for CUDA graphs: only the first S rows
+    are written; a negative slot is skipped); ``kv_cache`` uint8 [num_blocks, block_size,
+    record_bytes]. ``kv_cache_dtype``, ``k_scale`` and ``skip_scale`` are accepted for the
+    signature and not used: the scale is the layer's, from the checkpoint. An empty cache (a
+    profiling run) writes nothing. Allocates no device memory and never synchronises."""
+    from . import torch as jt
+
+    if kv_cache.numel() == 0:
+        return
+    if k_pe.dim() == 3:
+        if k_pe.shape[1] != 1:
+            raise ValueError(f"k_pe: expected shape [T, 64] or [T, 1, 64], got {list(k_pe.shape)}")
+        k_pe = k_pe.squeeze(1)
+    slots = slot_mapping.flatten()
+    n = slots.shape[0]
+    if kv_c_normed.dim() >= 1 and kv_c_normed.shape[0] != n:
+        if kv_c_normed.shape[0] < n:
+            raise ValueError(
+                f"slot_mapping: {n} slots for {kv_c_normed.shape[0]} rows of kv_c_normed"
+            )
+        kv_c_normed = kv_c_normed[:n]
+        k_pe = k_pe[:n]
+    jt.write(model, layer, kv_c_normed, k_pe, slots, kv_cache)
+
+
+class KVCacheWriter:
+    """One layer's KV-cache write, shaped like vLLM's ``MLAAttentionImpl.do_kv_cache_update``.
+
+    Either bind it (``impl.do_kv_cache_update = KVCacheWriter(model, i).do_kv_cache_update``)
+    or use it as a mixin of an MLA impl class that sets ``jitcache_model`` and
+    ``jitcache_layer`` in its ``__init__``.
+    """
+
+    jitcache_model: Union[Model, int]
+    jitcache_layer: int
+
+    def __init__(self, model: Union[Model, int], layer: int) -> None:
+        from . import torch as jt
+
+        self.jitcache_model = model
+        self.jitcache_layer = layer
+        jt.model_id(model)  # registers it (and refuses a released model) now, not at launch
+
+    def do_kv_cache_update(
+        self,
+        kv_c_normed: "torch.Tensor",
+        k_pe: "torch.Tensor",
+        kv_cache: "torch.Tensor",
+        slot_mapping: "torch.Tensor",
+        kv_cache_dtype: str,
+        k_scale: "torch.Tensor",
+        skip_scale: bool = False,
+    ) -> None:
+        do_kv_cache_update(
+            self.jitcache_model,
+            self.jitcache_layer,
+            kv_c_normed,
+            k_pe,
+            kv_cache,
+            slot_mapping,
+            kv_cache_dtype,
+            k_scale,
+            skip_scale,
+        )

@@ -26,7 +26,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
-  echo "==> installing $requirements into $venv (the first time: about 4 minutes and 9 GB)" >&2
+  echo "==> installing $requirements into $venv (into a new one: about 4 minutes and 9 GB)" >&2
   start=$(date +%s)
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >&2
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements" >&2

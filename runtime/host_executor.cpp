@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "runtime/launch_contract.hpp"
+
 namespace jitcache {
 namespace {
 
@@ -134,7 +136,7 @@ Status validate(const jc::WriterParams& p, RopeFormat rope) {
     const int record = record_bytes(rope);
     JC_TRY(check_extent(p.cache, "cache", p.num_slots, record, record, 1));
   }
-  return {};
+  return check_no_overlap(p, rope);
 }
 
 Status validate(const jc::GatherParams& p, RopeFormat rope) {
@@ -153,12 +155,13 @@ Status validate(const jc::GatherParams& p, RopeFormat rope) {
     const int record = record_bytes(rope);
     JC_TRY(check_extent(p.cache, "cache", p.num_slots, record, record, 1));
   }
-  return {};
+  return check_no_overlap(p, rope);
 }
 
 Result<jc::u32> host_run_writer(LatentScale latent, RopeFormat rope, const jc::WriterParams& p,
                                 float scale) {
   JC_TRY(validate(p, rope));
+  JC_TRY(check_distinct_slots(p));
   return dispatch(latent, rope, p, scale,
                   []<jc::LatentMode LM, jc::RopeMode RM>(const jc::WriterParams& q, float s) {
                     return run_writer<LM, RM>(q, s);

@@ -25,7 +25,11 @@ inline constexpr std::int64_t k_max_launch_rows = std::int64_t{0x7fffffff} * jc:
 //     aligned);
 //   - for every buffer, base + its extent (last row's offset + row bytes) fits in 64
 //     bits, and the extent fits in int64 (the kernels index with int64, e.g. slot *
-//     record_bytes and token * stride).
+//     record_bytes and token * stride);
+//   - no buffer the kernel writes (the writer's cache and status, the gather's out and
+//     status) shares a byte with any other buffer of the launch, each taken from its base
+//     to the end of its last row (runtime/launch_contract.hpp); buffers that are only
+//     read may overlap.
 // A count of 0 is valid with any pointers: nothing is read or written. The device launch
 // wrappers use the same checks. Errors are ErrorCode::invalid_argument naming the field.
 Status validate(const jc::WriterParams& params, RopeFormat rope);
@@ -33,7 +37,9 @@ Status validate(const jc::GatherParams& params, RopeFormat rope);
 
 // Runs the writer / gather exactly as the GPU would, including the latent-scale guard.
 // Returns the status bits the kernel reports (jc::k_status_*; 0 = clean), or an error
-// when the parameters violate the preconditions.
+// when the parameters violate the preconditions. The writer also refuses, before writing
+// anything, a slot_mapping that maps two tokens to one slot in [0, num_slots)
+// (check_distinct_slots): what the device leaves undefined is an error here.
 Result<jc::u32> host_run_writer(LatentScale latent_scale, RopeFormat rope,
                                 const jc::WriterParams& params, float scale);
 Result<jc::u32> host_run_gather(LatentScale latent_scale, RopeFormat rope,

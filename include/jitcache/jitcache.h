@@ -274,7 +274,20 @@ JITCACHE_API const char* jitcache_model_target(const jitcache_model* model);
  *     when not 0, 4 (uint32);
  *   - strides are at least the row width and multiples of 8 elements;
  *   - each buffer, from its base through its last row, fits in the 64-bit address space
- *     and spans less than 2^63 bytes (the kernels index with int64).
+ *     and spans less than 2^63 bytes (the kernels index with int64);
+ *   - no buffer the kernel writes shares a byte with another buffer of the launch: the
+ *     writer's cache and status with each other and with kv_c, k_pe and slot_mapping; the
+ *     gather's out and status with each other and with cache and slots. Each buffer is
+ *     taken from its base to the end of its last row, so a buffer inside the gaps of
+ *     another's strided rows counts as overlapping. Buffers only read may overlap: kv_c
+ *     and k_pe may be column slices of one [num_tokens, 576] tensor, slot_mapping may lie
+ *     anywhere among them, and a gather's slots may lie inside the cache. The message
+ *     names both buffers with their byte ranges.
+ * Not checked, because slot_mapping is device memory: a writer launch maps each slot in
+ * [0, num_slots) to at most one token (negative slots, padding, may repeat; so may slots
+ * >= num_slots, which write nothing). A duplicate is a caller error that leaves that
+ * slot's record undefined, not necessarily equal to either token's record. The host
+ * executor below, which reads slot_mapping on the CPU, refuses it.
  * A count of 0 (num_tokens, num_rows) enqueues nothing and touches no buffer, so its
  * pointers may be 0; it returns JITCACHE_OK when the model's kernels are loaded, and
  * JITCACHE_ERROR_UNAVAILABLE without a GPU, like any launch. num_slots 0 makes every
@@ -368,8 +381,11 @@ JITCACHE_API jitcache_status jitcache_resolve_scales(const char* checkpoint,
 /* The kernels' own lane bodies run on the CPU, bit-identical to the device: what the
  * `jitcache kv` tools use, and a CPU implementation of the launches. The launch structs
  * are the device's, holding host addresses, with the same checks (a status word, when
- * given, is a host uint32 the run ORs its bits into). Synchronous; single-threaded (two
- * tokens writing one slot behave as on the device: one of them wins). */
+ * given, is a host uint32 the run ORs its bits into). Synchronous; single-threaded.
+ * A writer whose slot_mapping maps two tokens to one slot in [0, num_slots) is refused
+ * before anything is written, with JITCACHE_ERROR_INVALID_ARGUMENT naming the slot and
+ * both token indices (the first repeat in token order); the check takes O(num_tokens)
+ * time and at most 32 bytes per token. */
 
 /* bf16 bits from float32, rounded to nearest even, every NaN to 0x7FFF: how the kv tools
  * and a bf16 tensor hold a float32. `count` values; the arrays may not overlap. */

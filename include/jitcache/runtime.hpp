@@ -112,7 +112,18 @@ struct LayerBinding {
 };
 
 // Launch arguments: raw device addresses, strides in elements, a CUstream (nullptr: the
-// default stream). Bases must be 16-byte aligned, strides multiples of 8 elements.
+// default stream). The launch contract, checked on the host before any device work
+// unless said otherwise (the complete list is jitcache.h's, "Launches"):
+//   - kv_c, k_pe, cache and out are 16-byte aligned, slot_mapping 8 (int64), slots 4
+//     (int32), status 4 (uint32); strides are >= the row width and multiples of 8 elements;
+//   - no buffer the kernel writes (the writer's cache and status, the gather's out and
+//     status) shares a byte with another buffer of the launch, each buffer taken from its
+//     base to the end of its last row (row gaps included); buffers only read may overlap
+//     (kv_c and k_pe as column slices of one [N, 576] tensor);
+//   - a writer launch maps each slot in [0, num_slots) to at most one token (negative
+//     slots may repeat). Not checked: slot_mapping is device memory. A duplicate is a
+//     caller error that leaves the slot's record undefined (not necessarily either
+//     token's record).
 struct WriterLaunch {
   std::uint64_t kv_c = 0;      // bf16 [num_tokens, >=512]
   std::int64_t kv_c_stride = 512;
@@ -159,8 +170,9 @@ class PreparedModel {
   virtual RopeFormat rope() const = 0;
   virtual const std::string& target() const = 0;
 
-  // Launch the layer's kernel with the layer's scale on `stream`. ErrorCode::unavailable
-  // without a GPU; invalid_argument for a bad layer or misaligned arguments.
+  // Launch the layer's kernel with the layer's scale on `stream`. invalid_argument for a
+  // bad layer or arguments that break the launch contract above (misaligned, out of
+  // bounds, overlapping), checked first; then ErrorCode::unavailable without a GPU.
   virtual Status launch_writer(int layer, const WriterLaunch& args, void* stream) const = 0;
   virtual Status launch_gather(int layer, const GatherLaunch& args, void* stream) const = 0;
 };

@@ -20,6 +20,16 @@ that the kernel ORs error bits into (:data:`STATUS_IDENTITY_SCALE_MISMATCH`,
 :data:`STATUS_SLOT_OUT_OF_RANGE`, :data:`STATUS_BAD_LATENT_SCALE`); without it, a slot
 outside the cache is skipped silently, as on the device.
 
+The launch contract: a tensor an op writes (``kv_cache`` and ``status`` of the write,
+``out`` and ``status`` of the gather) may share no byte with another argument of the call,
+each taken from its first to its last element (row gaps included); tensors only read may
+overlap (``kv_c`` and ``k_pe`` as column slices of one [N, 576] tensor). A call that breaks
+it raises ValueError naming both tensors (on CPU and CUDA; fake tensors have no memory to
+compare). ``slot_mapping`` maps each slot to at most one token (negative slots may repeat):
+on CPU a repeat raises :class:`jitcache.InvalidArgumentError` naming the slot and both
+tokens, before anything is written; on CUDA it is not checked (the mapping is device
+memory) and leaves that slot's record undefined.
+
 :func:`write` and :func:`gather` take the model itself and check every argument.
 """
 
@@ -291,6 +301,28 @@ def _address(name: str, t: torch.Tensor, align: int) -> int:
     return address
 
 
+def _row_bytes(n: int, stride: int, width: int) -> int:
+    """The bytes from the first of ``n`` bf16 rows to the end of the last, row gaps included
+    (the library's conservative range, runtime/launch_contract.hpp); stride 0: dense."""
+    return ((n - 1) * (stride or width) + width) * 2
+
+
+def _disjoint(writes: tuple, reads: tuple) -> None:
+    """Raises ValueError when a written span (name, first byte, bytes; 0 bytes: untouched)
+    shares a byte with any other span."""
+    for i, (name, begin, size) in enumerate(writes):
+        if not size:
+            continue
+        end = begin + size
+        for other, other_begin, other_size in writes[i + 1 :] + reads:
+            if other_size and begin < other_begin + other_size and other_begin < end:
+                raise ValueError(
+                    f"{name}: [{begin:#x}, +{size} bytes) overlaps {other} "
+                    f"[{other_begin:#x}, +{other_size} bytes); a tensor the op writes may share "
+                    "no memory with another argument"
+                )
+
+
 # ---- the op implementations --------------------------------------------------------------
 
 
@@ -356,16 +388,24 @@ def _writer_args(
             raise ValueError(f"kv_c: on {kv_c.device}, which this implementation does not serve")
     if n == 0:
         return None
+    kv_addr = _address("kv_c", kv_c, 16)
+    pe_addr = _address("k_pe", k_pe, 16)
+    map_addr = _address("slot_mapping", slot_mapping, 8)
+    cache_addr = _address("kv_cache", kv_cache, 16) if num_slots else 0
+    status_addr = 0 if status is None else _address("status", status, 4)
+    _disjoint(
+        (
+            ("kv_cache", cache_addr, num_slots * entry.record_bytes),
+            ("status", status_addr, 4 if status_addr else 0),
+        ),
+        (
+            ("kv_c", kv_addr, _row_bytes(n, kv_stride, LATENT_DIM)),
+            ("k_pe", pe_addr, _row_bytes(n, pe_stride, ROPE_DIM)),
+            ("slot_mapping", map_addr, n * 8),
+        ),
+    )
     return _lib.WriterLaunch(
-        _address("kv_c", kv_c, 16),
-        kv_stride,
-        _address("k_pe", k_pe, 16),
-        pe_stride,
-        _address("slot_mapping", slot_mapping, 8),
-        n,
-        _address("kv_cache", kv_cache, 16) if num_slots else 0,
-        num_slots,
-        0 if status is None else _address("status", status, 4),
+        kv_addr, kv_stride, pe_addr, pe_stride, map_addr, n, cache_addr, num_slots, status_addr
     )
 
 
@@ -404,14 +444,22 @@ def _gather_args(
             raise ValueError(f"out: on {out.device}, which this implementation does not serve")
     if n == 0:
         return None
+    cache_addr = _address("kv_cache", kv_cache, 16) if num_slots else 0
+    slots_addr = _address("slots", slots, 4)
+    out_addr = _address("out", out, 16)
+    status_addr = 0 if status is None else _address("status", status, 4)
+    _disjoint(
+        (
+            ("out", out_addr, _row_bytes(n, out_stride, ROW_DIM)),
+            ("status", status_addr, 4 if status_addr else 0),
+        ),
+        (
+            ("kv_cache", cache_addr, num_slots * entry.record_bytes),
+            ("slots", slots_addr, n * 4),
+        ),
+    )
     return _lib.GatherLaunch(
-        _address("kv_cache", kv_cache, 16) if num_slots else 0,
-        num_slots,
-        _address("slots", slots, 4),
-        n,
-        _address("out", out, 16),
-        out_stride,
-        0 if status is None else _address("status", status, 4),
+        cache_addr, num_slots, slots_addr, n, out_addr, out_stride, status_addr
     )
 
 

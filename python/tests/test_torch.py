@@ -370,6 +370,85 @@ def test_bad_layer_model_and_status(model) -> None:
         torch.ops.jitcache.nvfp4_mla_gather(a["kv_cache"], a["slots"], a["out"], 123456789, 0)
 
 
+# ---- the launch contract: no written tensor overlaps another, no slot written twice -------
+
+
+def test_written_tensors_may_not_overlap_other_arguments(model) -> None:
+    """kv_cache/status of the write and out/status of the gather are checked against every
+    other argument, to the byte, naming both tensors; a refused call writes nothing."""
+    rb = model.record_bytes
+    a = _good(model)
+    joined = torch.zeros(N, 576, dtype=torch.bfloat16)
+    kv_c, k_pe = joined[:, :512], joined[:, 512:]  # read twice: may overlap
+    jt.write(model, 0, kv_c, k_pe, a["slot_mapping"], a["kv_cache"])
+
+    # A cache whose first record starts on kv_c's last 16 bytes: 4 rows of 1152 bytes, of
+    # which the last holds kv_c's bytes 3456..4479, then k_pe's.
+    arena = torch.zeros(N * 1152 + 16 * rb, dtype=torch.uint8)
+    assert arena.data_ptr() % 16 == 0
+    rows = arena[: N * 1152].view(torch.bfloat16).view(N, 576)
+    cache = arena[4480 - 16 :][: 16 * rb].view(16, rb)
+    before = arena.clone()
+    with pytest.raises(
+        ValueError,
+        match=rf"kv_cache: \[0x[0-9a-f]+, \+{16 * rb} bytes\) overlaps kv_c \[0x[0-9a-f]+, \+4480 bytes\)",
+    ):
+        jt.write(model, 0, rows[:, :512], rows[:, 512:], a["slot_mapping"], cache)
+    assert torch.equal(arena, before), "a refused call must not write"
+    # Right after the rows, it passes.
+    ok_cache = arena[N * 1152 :].view(16, rb)
+    jt.write(model, 0, rows[:, :512], rows[:, 512:], a["slot_mapping"], ok_cache)
+
+    # status inside slot_mapping, inside k_pe's row gap, inside the cache.
+    slot_mapping = torch.arange(N + 2, dtype=torch.int64)
+    status_in_map = slot_mapping[N - 1 :].view(torch.int32)[:1]  # on the last slot
+    with pytest.raises(ValueError, match=r"status: .* overlaps slot_mapping"):
+        jt.write(model, 0, kv_c, k_pe, slot_mapping[:N], a["kv_cache"], status_in_map)
+    gap = torch.zeros(N, 576, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"status: .* overlaps k_pe"):
+        jt.write(model, 0, a["kv_c"], gap[:, :64], a["slot_mapping"], a["kv_cache"],
+                 gap[0, 64:66].view(torch.int32))
+    flat = a["kv_cache"].view(-1)
+    with pytest.raises(ValueError, match=r"kv_cache: .* overlaps status"):
+        jt.write(model, 0, kv_c, k_pe, a["slot_mapping"], a["kv_cache"], flat[8:12].view(torch.int32))
+
+    # The gather: out over the cache, over slots; status over out, over slots.
+    out_arena = torch.zeros(N * 1152 + 16 * rb, dtype=torch.uint8)
+    out = out_arena[: N * 1152].view(torch.bfloat16).view(N, 576)
+    with pytest.raises(ValueError, match=r"out: .* overlaps kv_cache"):
+        jt.gather(model, 0, out_arena[N * 1152 - 16 :][: 16 * rb].view(16, rb), a["slots"], out)
+    slots_in_out = out[N - 1, 568:].view(torch.int32)  # the last 16 bytes of out
+    slots_in_out.copy_(torch.arange(N, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"out: .* overlaps slots"):
+        jt.gather(model, 0, a["kv_cache"], slots_in_out, out)
+    with pytest.raises(ValueError, match=r"out: .* overlaps status"):
+        jt.gather(model, 0, a["kv_cache"], a["slots"], out, out[0, :2].view(torch.int32))
+    slots8 = torch.arange(N + 1, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"status: .* overlaps slots"):
+        jt.gather(model, 0, a["kv_cache"], slots8[:N], a["out"], slots8[N - 1 :][:1])
+    # slots inside the cache: both only read.
+    cache_bytes = torch.zeros(16 * rb + 16, dtype=torch.uint8)
+    cache_bytes[16 * rb - 16 : 16 * rb].view(torch.int32).copy_(torch.arange(4, dtype=torch.int32))
+    jt.gather(model, 0, cache_bytes[: 16 * rb].view(16, rb),
+              cache_bytes[16 * rb - 16 : 16 * rb].view(torch.int32), a["out"])
+
+
+def test_cpu_write_refuses_a_slot_given_to_two_tokens(model) -> None:
+    """On CPU the host executor sees slot_mapping: a repeated slot is the library's
+    InvalidArgumentError naming the slot and both tokens, and nothing is written. Padding
+    (negative) slots may repeat."""
+    a = _good(model)
+    kv_cache = a["kv_cache"]
+    with pytest.raises(
+        jitcache.InvalidArgumentError,
+        match=r"slot_mapping.*slot 5 appears at tokens 1 and 3",
+    ):
+        jt.write(model, 0, a["kv_c"] + 1, a["k_pe"], torch.tensor([2, 5, -1, 5]), kv_cache)
+    assert not kv_cache.any(), "a refused call must not write"
+    jt.write(model, 0, a["kv_c"] + 1, a["k_pe"], torch.tensor([-1, 5, -1, 2]), kv_cache)
+    assert kv_cache.view(-1, model.record_bytes)[[2, 5]].any(dim=1).all()
+
+
 def test_fp8_model_wants_368_byte_records(models) -> None:
     model = models["fp8"]
     assert model.record_bytes == 368

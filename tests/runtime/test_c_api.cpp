@@ -191,7 +191,8 @@ TEST_F(CApiTest, LayerQueriesAndLaunchesRefuseWithoutCrashing) {
   alignas(16) static std::uint8_t buffer[4096];
   const auto base = reinterpret_cast<std::uintptr_t>(buffer);
   jitcache_writer_launch w{};
-  w.kv_c = w.k_pe = w.slot_mapping = w.cache = base;  // strides 0: the dense defaults
+  w.kv_c = w.k_pe = w.slot_mapping = base;  // strides 0: the dense defaults; reads may overlap
+  w.cache = base + 2048;                    // written: apart from every other buffer
   w.num_tokens = 1;
   w.num_slots = 1;
   EXPECT_EQ(jitcache_launch_writer(m_model, 3, &w, nullptr), JITCACHE_ERROR_UNAVAILABLE);
@@ -207,7 +208,8 @@ TEST_F(CApiTest, LayerQueriesAndLaunchesRefuseWithoutCrashing) {
   EXPECT_NE(last_error().find("kv_c_stride"), std::string::npos) << last_error();
 
   jitcache_gather_launch g{};
-  g.cache = g.slots = g.out = base;
+  g.cache = g.slots = base;
+  g.out = base + 1024;
   g.num_slots = 1;
   g.num_rows = 1;
   EXPECT_EQ(jitcache_launch_gather(m_model, 78, &g, nullptr), JITCACHE_ERROR_UNAVAILABLE);
@@ -375,9 +377,12 @@ TEST_F(CApiTest, LaunchArgumentsAreAlignedAndBoundedBeforeAnyDeviceWork) {
   constexpr std::int64_t k_i64_max = std::numeric_limits<std::int64_t>::max();
   constexpr std::uint64_t k_top = std::numeric_limits<std::uint64_t>::max() & ~std::uint64_t{15};
 
+  // The buffers only read share the base; the written ones lie apart (issue 16).
   auto writer = [&] {
     jitcache_writer_launch w{};
-    w.kv_c = w.k_pe = w.slot_mapping = w.cache = w.status = base;
+    w.kv_c = w.k_pe = w.slot_mapping = base;
+    w.cache = base + 2048;   // 2 records of 432 bytes
+    w.status = base + 3072;
     w.num_tokens = 2;
     w.num_slots = 2;
     return w;
@@ -421,7 +426,9 @@ TEST_F(CApiTest, LaunchArgumentsAreAlignedAndBoundedBeforeAnyDeviceWork) {
 
   auto gather = [&] {
     jitcache_gather_launch g{};
-    g.cache = g.slots = g.out = g.status = base;
+    g.cache = g.slots = base;
+    g.out = base + 1024;     // 2 rows of 1152 bytes
+    g.status = base + 3456;
     g.num_slots = 2;
     g.num_rows = 2;
     return g;
@@ -481,7 +488,8 @@ TEST_F(CApiTest, TheCxxLaunchApiRefusesTheSameArguments) {
   alignas(16) static std::uint8_t buffer[4096];
   const auto base = reinterpret_cast<std::uint64_t>(buffer);
   WriterLaunch w;
-  w.kv_c = w.k_pe = w.slot_mapping = w.cache = base;
+  w.kv_c = w.k_pe = w.slot_mapping = base;
+  w.cache = base + 2048;
   w.num_tokens = 1;
   w.num_slots = 1;
   auto launched = (*model)->launch_writer(0, w, nullptr);
@@ -493,13 +501,106 @@ TEST_F(CApiTest, TheCxxLaunchApiRefusesTheSameArguments) {
   EXPECT_EQ(launched.error().code, ErrorCode::invalid_argument);
   EXPECT_CONTAINS(launched.error().message, "'slot_mapping': must be 8-byte aligned");
   GatherLaunch g;
-  g.cache = g.slots = g.out = base;
+  g.cache = g.slots = base;
+  g.out = base + 1024;
   g.num_slots = std::numeric_limits<std::int64_t>::max();
   g.num_rows = 1;
   launched = (*model)->launch_gather(0, g, nullptr);
   ASSERT_FALSE(launched);
   EXPECT_EQ(launched.error().code, ErrorCode::invalid_argument);
   EXPECT_CONTAINS(launched.error().message, "'cache'");
+  // Overlap (issue 16): refused before the missing device is noticed.
+  w.slot_mapping = base;
+  w.cache = base + 1008;  // over kv_c's last 16 bytes
+  launched = (*model)->launch_writer(0, w, nullptr);
+  ASSERT_FALSE(launched);
+  EXPECT_EQ(launched.error().code, ErrorCode::invalid_argument);
+  EXPECT_CONTAINS(launched.error().message, "kernel parameter 'cache': [0x");
+  EXPECT_CONTAINS(launched.error().message, "overlaps 'kv_c'");
+  g.num_slots = 1;
+  g.status = g.out + 1148;  // the last 4 bytes of the one row
+  launched = (*model)->launch_gather(0, g, nullptr);
+  ASSERT_FALSE(launched);
+  EXPECT_EQ(launched.error().code, ErrorCode::invalid_argument);
+  EXPECT_CONTAINS(launched.error().message, "kernel parameter 'out'");
+  EXPECT_CONTAINS(launched.error().message, "overlaps 'status'");
+}
+
+// Issue 16: a buffer a kernel writes overlapping another buffer of the launch is refused
+// on the host, before any device work (so INVALID_ARGUMENT here, without a GPU), naming
+// both buffers with their byte ranges; buffers only read may overlap. The runtime has no
+// device, so made-up addresses are safe: nothing is ever dereferenced.
+TEST_F(CApiTest, LaunchesRefuseOverlappingBuffersBeforeAnyDeviceWork) {
+  ASSERT_NE(open_runtime(), nullptr);
+  ASSERT_NE(prepare(), nullptr);
+  // vLLM's layout: kv_c and k_pe as column slices of one [4, 576] bf16 tensor.
+  jitcache_writer_launch w{};
+  w.kv_c = 0x100000;
+  w.kv_c_stride = 576;
+  w.k_pe = 0x100000 + 1024;
+  w.k_pe_stride = 576;
+  w.slot_mapping = 0x200000;
+  w.num_tokens = 4;
+  w.cache = 0x300000;
+  w.num_slots = 8;
+  w.status = 0x400000;
+  EXPECT_EQ(jitcache_launch_writer(m_model, 3, &w, nullptr), JITCACHE_ERROR_UNAVAILABLE) << last_error();
+  const struct {
+    const char* written;
+    std::uint64_t jitcache_writer_launch::*field;
+    std::uint64_t address;
+    const char* other;
+  } writer_cases[] = {
+      {"cache", &jitcache_writer_launch::cache, 0x100000 + 4480 - 16, "kv_c"},
+      {"cache", &jitcache_writer_launch::cache, 0x100000 + 4592, "k_pe"},  // past kv_c, in k_pe's last row
+      {"cache", &jitcache_writer_launch::cache, 0x200000 - 3456 + 16, "slot_mapping"},
+      {"cache", &jitcache_writer_launch::cache, 0x400000 - 3456 + 16, "status"},
+      {"status", &jitcache_writer_launch::status, 0x100000 + 2000, "kv_c"},
+      {"status", &jitcache_writer_launch::status, 0x200000 + 28, "slot_mapping"},
+      {"cache", &jitcache_writer_launch::status, 0x300000 + 3452, "status"},
+  };
+  for (const auto& c : writer_cases) {
+    SCOPED_TRACE(std::string(c.written) + " over " + c.other);
+    jitcache_writer_launch bad = w;
+    bad.*c.field = c.address;
+    EXPECT_EQ(jitcache_launch_writer(m_model, 3, &bad, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);
+    EXPECT_CONTAINS(last_error(), "kernel parameter '" + std::string(c.written) + "': [0x");
+    EXPECT_CONTAINS(last_error(), "overlaps '" + std::string(c.other) + "' [0x");
+  }
+  // Only-read buffers overlapping one another pass the checks (then: no GPU).
+  jitcache_writer_launch reads = w;
+  reads.slot_mapping = reads.kv_c + 64;
+  EXPECT_EQ(jitcache_launch_writer(m_model, 3, &reads, nullptr), JITCACHE_ERROR_UNAVAILABLE) << last_error();
+
+  jitcache_gather_launch g{};
+  g.cache = 0x100000;
+  g.num_slots = 8;
+  g.slots = 0x100000 + 432;  // inside the cache: both only read
+  g.num_rows = 4;
+  g.out = 0x300000;
+  g.out_stride = 640;
+  g.status = 0x400000;
+  EXPECT_EQ(jitcache_launch_gather(m_model, 3, &g, nullptr), JITCACHE_ERROR_UNAVAILABLE) << last_error();
+  jitcache_gather_launch bad = g;
+  bad.status = g.out + 1152;  // in the gap after out's first row: out's range is conservative
+  EXPECT_EQ(jitcache_launch_gather(m_model, 3, &bad, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(last_error(), "kernel parameter 'out': [0x300000, +4992 bytes) overlaps "
+                          "'status' [0x300480, +4 bytes); a buffer the kernel writes may share no byte with "
+                          "another buffer of the launch");
+  bad = g;
+  bad.out = 0x100000 + 3456 - 16;
+  EXPECT_EQ(jitcache_launch_gather(m_model, 3, &bad, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);
+  EXPECT_CONTAINS(last_error(), "kernel parameter 'out'");
+  EXPECT_CONTAINS(last_error(), "overlaps 'cache'");
+  bad = g;
+  bad.status = g.slots + 12;
+  EXPECT_EQ(jitcache_launch_gather(m_model, 3, &bad, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);
+  EXPECT_CONTAINS(last_error(), "kernel parameter 'status'");
+  bad = g;
+  bad.num_slots = 0;  // the cache is never read: out may lie over it (slots moved off it)
+  bad.slots = 0x200000;
+  bad.out = g.cache;
+  EXPECT_EQ(jitcache_launch_gather(m_model, 3, &bad, nullptr), JITCACHE_ERROR_UNAVAILABLE) << last_error();
 }
 
 // Issue 10 item 11: a callback calling jitcache_prepare for a key being compiled waited for

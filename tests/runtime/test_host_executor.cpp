@@ -348,11 +348,17 @@ TEST(HostExecutor, RejectsMisalignedOrInvalidParameters) {
 // alignment-checked, and counts, strides and bases whose address arithmetic overflows
 // passed. The host executor and the device launches share validate().
 TEST(HostExecutor, EveryPointerIsAlignedForItsTypeAndNoExtentOverflows) {
+  // Disjoint places in one buffer (the launch contract forbids a written buffer to
+  // overlap another); the caches come last, so that a huge num_slots overlaps nothing.
   alignas(16) static std::uint8_t buffer[4096];
-  auto* u16 = reinterpret_cast<std::uint16_t*>(buffer);
-  auto* i64 = reinterpret_cast<const std::int64_t*>(buffer);
-  auto* i32 = reinterpret_cast<const std::int32_t*>(buffer);
-  auto* u32 = reinterpret_cast<std::uint32_t*>(buffer);
+  auto* kv_c = reinterpret_cast<std::uint16_t*>(buffer);                // 2 rows: 2048 bytes
+  auto* k_pe = reinterpret_cast<std::uint16_t*>(buffer + 2048);         // 256 bytes
+  auto* i64 = reinterpret_cast<const std::int64_t*>(buffer + 2304);     // 16 bytes
+  auto* u32 = reinterpret_cast<std::uint32_t*>(buffer + 2320);
+  std::uint8_t* writer_cache = buffer + 2336;                           // up to 864 bytes
+  auto* i32 = reinterpret_cast<const std::int32_t*>(buffer);            // gather: 8 bytes
+  auto* out = reinterpret_cast<std::uint16_t*>(buffer + 32);            // 2 rows: 2304 bytes
+  std::uint8_t* gather_cache = buffer + 2336;
   constexpr std::int64_t k_max = std::numeric_limits<std::int64_t>::max();
   auto at = [](std::uintptr_t address) { return address; };
   const std::uintptr_t top = std::numeric_limits<std::uintptr_t>::max() & ~std::uintptr_t{15};
@@ -362,7 +368,7 @@ TEST(HostExecutor, EveryPointerIsAlignedForItsTypeAndNoExtentOverflows) {
     EXPECT_NE(status.error().message.find(needle), std::string::npos) << status.error().message;
   };
 
-  const jc::WriterParams w{u16, 512, u16, 64, i64, 2, buffer, 2, u32};
+  const jc::WriterParams w{kv_c, 512, k_pe, 64, i64, 2, writer_cache, 2, u32};
   for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) EXPECT_OK(validate(w, rope));
   auto bad = w;
   bad.slot_mapping = reinterpret_cast<const std::int64_t*>(buffer + 4);
@@ -388,7 +394,7 @@ TEST(HostExecutor, EveryPointerIsAlignedForItsTypeAndNoExtentOverflows) {
   bad.slot_mapping = reinterpret_cast<const std::int64_t*>(at(top + 8));  // 8 bytes left, 16 needed
   expect_refused(validate(bad, RopeFormat::bf16), "'slot_mapping'");
 
-  const jc::GatherParams g{buffer, 2, i32, 2, u16, 576, u32};
+  const jc::GatherParams g{gather_cache, 2, i32, 2, out, 576, reinterpret_cast<std::uint32_t*>(buffer + 16)};
   EXPECT_OK(validate(g, RopeFormat::bf16));
   auto gbad = g;
   gbad.slots = reinterpret_cast<const std::int32_t*>(buffer + 2);

@@ -120,7 +120,8 @@ TEST_F(RuntimeTest, LaunchWithoutAGpuIsUnavailableNotACrash) {
   ASSERT_OK(prepared);
   alignas(16) static std::uint8_t buffer[4096];
   WriterLaunch w;
-  w.kv_c = w.k_pe = w.slot_mapping = w.cache = reinterpret_cast<std::uintptr_t>(buffer);
+  w.kv_c = w.k_pe = w.slot_mapping = reinterpret_cast<std::uintptr_t>(buffer);
+  w.cache = w.kv_c + 2048;  // written, so apart from the rest (the launch contract)
   w.num_tokens = 1;
   w.num_slots = 1;
   auto r = (*prepared)->launch_writer(3, w, nullptr);

@@ -404,11 +404,6 @@ BranchVerdict classify_branch(const Function& fn, const Cfg& cfg, std::size_t in
     v.cold = why;
     v.taken_is_cold = (rare_value != negated);
   };
-  if (def && fn.instructions[*def].family() == "FCHK") {
-    cut_when(Cold::slow_division, true);
-    return v;
-  }
-
   const std::size_t block = cfg.block_of[index];
   const auto& succ = cfg.blocks[block].successors;
   if (succ.size() != 2) return v;  // both edges lead to the same block
@@ -428,6 +423,11 @@ BranchVerdict classify_branch(const Function& fn, const Cfg& cfg, std::size_t in
     v.cold = why;
     v.taken_is_cold = taken_side;
   };
+
+  if (def && fn.instructions[*def].family() == "FCHK") {
+    cut_when(Cold::slow_division, true);
+    return v;
+  }
 
   // The side that reports through the status word and stores nothing, where the other
   // side does the work (stores) or reports nothing.

@@ -160,6 +160,8 @@ TEST(SassPath, EachBranchClassifiedByWhatItsSidesDo) {
   EXPECT_EQ(division->cold, Cold::slow_division);
   EXPECT_FALSE(division->taken_is_cold);
   EXPECT_EQ(division->predicate_source, "FCHK P0, R8, R0");
+  EXPECT_EQ(division->taken_region_instructions, 0);
+  EXPECT_EQ(division->fall_region_instructions, 2);
 
   // The guard's definition is found past an instruction that sets another predicate.
   const auto* nan = verdict_at(*analysis, fn, 0x190);

@@ -193,6 +193,8 @@ const char* to_string(Cold cold) {
       return "early exit";
     case Cold::zero_fill:
       return "zero fill";
+    case Cold::diverged_warp:
+      return "diverged warp";
   }
   return "?";
 }
@@ -426,6 +428,10 @@ BranchVerdict classify_branch(const Function& fn, const Cfg& cfg, std::size_t in
 
   if (def && fn.instructions[*def].family() == "FCHK") {
     cut_when(Cold::slow_division, true);
+    return v;
+  }
+  if (br.has_modifier("DIV")) {
+    cut_side(Cold::diverged_warp, true);
     return v;
   }
 

@@ -12,7 +12,14 @@
 // is the path. A branch whose sides depend on the lane (the RoPE lanes, lane 0's padding
 // store) keeps both sides: a warp issues the instructions of every side some active lane
 // takes. Each instruction on the path is counted once (the kernels have no loops; a loop
-// on the path is reported, not unrolled).
+// on the path is reported, not unrolled). The rules read only the SASS, so they need no
+// markers in nvfp4_mla.cuh and keep working while it changes; `kernel_report --explain`
+// prints every branch's verdict and every instruction left off, for a check by hand.
+//
+// Limits, each worth at most the own code of one branch side: a rare side the rules do not
+// recognise is counted (today only the E4M3 NaN-code test, whose rare side has no code of
+// its own); a lane-dependent branch whose one side only exits would lose that EXIT (the
+// compiler predicates those exits today).
 #pragma once
 
 #include <cstdint>
@@ -70,10 +77,12 @@ bool is_control(const Instruction& instruction);                  // BRA, BSSY, 
 enum class Cold {
   none,           // both sides stay (lane-dependent, or nothing says one side is rare)
   slow_division,  // the guard is FCHK's "fast division may be inexact" result
-  status_report,  // the side performs an atomic (the kernels' status word) and the other does not
+  status_report,  // the side reports through an atomic (the status word) and stores nothing
   nan_input,      // the guard tests for NaN (an unsigned compare with the fp32 infinity bits, FSETP.NAN/NUM)
   early_exit,     // the side leaves the kernel without a store while the other side stores
   zero_fill,      // the side only stores zeros and leaves, while the other side stores computed data
+  diverged_warp,  // BRA.DIV's target: the fallback for a warp not converged at a warp-wide operation
+                  // (a full-mask shuffle); an ordinary token's warp is converged there
 };
 const char* to_string(Cold cold);
 

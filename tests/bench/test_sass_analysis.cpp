@@ -322,6 +322,30 @@ TEST(SassPath, ChainedNanTestKeepsBothSides) {
   EXPECT_EQ(a->path_instructions, 5);
 }
 
+// The compiler's fallback for a warp that is not converged at a full-mask shuffle is not
+// what an ordinary token's warp runs.
+TEST(SassPath, DivergedWarpFallbackIsCut) {
+  const std::string text = std::string(k_header) +
+                           "        /*0000*/                   BRA.DIV UR4, `(.L_x_1) ;\n"
+                           "        /*0010*/                   SHFL.BFLY PT, R1, R0, 0x1, 0x1f ;\n"
+                           ".L_x_0:\n"
+                           "        /*0020*/                   STG.E desc[UR4][R2.64], R1 ;\n"
+                           "        /*0030*/                   EXIT ;\n"
+                           ".L_x_1:\n"
+                           "        /*0040*/                   WARPSYNC.ALL ;\n"
+                           "        /*0050*/                   SHFL.BFLY PT, R1, R0, 0x1, 0x1f ;\n"
+                           "        /*0060*/                   BRA `(.L_x_0) ;\n";
+  auto listing = parse_listing(text);
+  ASSERT_OK(listing);
+  auto a = analyse(*listing, "k");
+  ASSERT_OK(a);
+  ASSERT_EQ(a->branches.size(), 1u);
+  EXPECT_EQ(a->branches[0].cold, Cold::diverged_warp);
+  EXPECT_TRUE(a->branches[0].taken_is_cold);
+  EXPECT_EQ(a->path_instructions, 4);
+  EXPECT_EQ(a->total_instructions, 7);
+}
+
 // A predicate written as a second result (a carry) replaces FCHK's verdict: the branch is
 // no longer the slow-division test.
 TEST(SassPath, PredicateRedefinedByACarry) {

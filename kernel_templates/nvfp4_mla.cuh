@@ -171,12 +171,18 @@ JC_HD float abs_f(float x) { return bits_float(float_bits(x) & 0x7fffffffu); }
 
 JC_HD bool is_nan(float x) { return (float_bits(x) & 0x7fffffffu) > 0x7f800000u; }
 
-// max that ignores a NaN operand (IEEE maxNum, like fmaxf): a NaN element never
-// becomes a block's amax. Written out so host and device share one definition.
+// max that ignores a NaN operand, as fmaxf on the GPU: one FMNMX, no branch (PTX max.f32
+// returns the other operand when one is NaN; the GPU has no signalling NaNs). Callers pass
+// absolute values and a running amax that starts at +0, so the result is never NaN and
+// maxNum's freedom for max(-0, +0) never arises. The host spells the same rule out rather
+// than calling fmaxf: IEEE 754-2008 maxNum, which the C library implements, returns a quiet
+// NaN for a signalling one, and bf16 inputs such as 0x7F81 are signalling NaNs.
 JC_HD float max_num(float a, float b) {
-  if (is_nan(a)) return b;
-  if (is_nan(b)) return a;
-  return a > b ? a : b;
+#if defined(__CUDA_ARCH__)
+  return fmaxf(a, b);
+#else
+  return is_nan(a) ? b : (is_nan(b) || a > b ? a : b);
+#endif
 }
 
 JC_HD float bf16_to_float(u16 h) { return bits_float(static_cast<u32>(h) << 16); }
@@ -243,14 +249,14 @@ JC_HD float e2m1_to_float(u8 code) {
 // that rounds to zero keeps its sign, both as cuda_fp4.h's conversion does. The
 // thresholds are the midpoints; at a tie the even code wins (<= vs <).
 JC_HD u8 float_to_e2m1_satfinite(float x) {
-  if (is_nan(x)) return 0x7u;
   const u32 sign = (float_bits(x) >> 28) & 0x8u;
   const float a = abs_f(x);
   const u32 code = static_cast<u32>(a > 0.25f) + static_cast<u32>(a >= 0.75f) +
                    static_cast<u32>(a > 1.25f) + static_cast<u32>(a >= 1.75f) +
                    static_cast<u32>(a > 2.5f) + static_cast<u32>(a >= 3.5f) +
                    static_cast<u32>(a > 5.0f);
-  return static_cast<u8>(sign | code);
+  // NaN by one select, not an early return: no branch per element.
+  return static_cast<u8>(is_nan(x) ? 0x7u : (sign | code));
 }
 
 // The E2M1 code of x / sf for an E4M3 scale value sf > 0, decided by comparing x with the
@@ -274,14 +280,13 @@ JC_HD E2M1Bounds e2m1_bounds(float sf) {
 }
 
 JC_HD u8 e2m1_encode_scaled(float x, const E2M1Bounds& b) {
-  if (is_nan(x)) return 0x7u;
   const u32 sign = (float_bits(x) >> 28) & 0x8u;
   const float a = abs_f(x);
   const u32 code = static_cast<u32>(a > b.c[0]) + static_cast<u32>(a >= b.c[1]) +
                    static_cast<u32>(a > b.c[2]) + static_cast<u32>(a >= b.c[3]) +
                    static_cast<u32>(a > b.c[4]) + static_cast<u32>(a >= b.c[5]) +
                    static_cast<u32>(a > b.c[6]);
-  return static_cast<u8>(sign | code);
+  return static_cast<u8>(is_nan(x) ? 0x7u : (sign | code));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -254,4 +254,17 @@ TEST(MaxNum, IgnoresNan) {
   EXPECT_TRUE(std::isnan(jc::max_num(NAN, NAN)));
 }
 
+// The C library's fmaxf is IEEE 754-2008 maxNum, which turns a signalling NaN operand into
+// a quiet NaN result instead of returning the other operand; bf16 inputs can be signalling
+// NaNs (0x7F81..0x7FBF), which is why the host side of max_num is not fmaxf. This pins the
+// host rule: the non-NaN operand comes back unchanged, for quiet and signalling NaNs alike.
+TEST(MaxNum, SignallingNanYieldsTheOtherOperand) {
+  for (std::uint32_t nan : {0x7f810000u, 0xffbf0000u, 0x7fc00000u, 0x7f800001u}) {
+    for (float other : {0.0f, 1.5f, std::numeric_limits<float>::denorm_min(), INFINITY}) {
+      EXPECT_EQ(to_bits(jc::max_num(from_bits(nan), other)), to_bits(other)) << std::hex << nan;
+      EXPECT_EQ(to_bits(jc::max_num(other, from_bits(nan))), to_bits(other)) << std::hex << nan;
+    }
+  }
+}
+
 }  // namespace

@@ -234,6 +234,54 @@ JC_HD u8 float_to_e4m3_satfinite(float x) {
   return static_cast<u8>(ab > 0x7f800000u ? 0x7fu : (sign | code));
 }
 
+// The block scale's E4M3 code through the GPU's own conversion: one F2FP instead of the
+// two dozen integer instructions of float_to_e4m3_satfinite, which the host keeps. Only for
+// x that is never negative and never NaN; +inf is allowed. The writer's x = rn(amax / 6)
+// qualifies: amax starts at +0 and takes the max of absolute values, NaNs ignored, so it is
+// +0, a positive number or +inf, and so is the quotient.
+// Why the two agree on that domain (PTX ISA, cvt.rn.satfinite.e4m3x2.f32):
+//   * .rn rounds the value to the nearest E4M3 value, ties to the even code, over the whole
+//     E4M3 grid: normals (3 mantissa bits) and the subnormals k * 2^-9 below 2^-6;
+//     float_to_e4m3_satfinite rounds to the same grid with the same tie rule. A fp32
+//     subnormal input is a value like any other (cvt to an fp8 type has no .ftz): it lies
+//     far below 2^-10 and becomes +0 on both sides.
+//   * .satfinite turns a magnitude beyond MAX_NORM (448), +inf included, into 448 = 0x7E,
+//     never into NaN; float_to_e4m3_satfinite saturates to 0x7E as well. (A NaN input
+//     would give 0x7F on both sides, but it cannot occur here.)
+//   * d[7:0] holds the conversion of the second source operand.
+// cuda_fp8.h's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) is this instruction on
+// the device and, on the host, the software path that tests/kernel_templates checks
+// float_to_e4m3_satfinite against; tests/runtime/test_gpu.cpp runs every non-negative fp32
+// bit pattern through both on a GPU.
+JC_HD u8 e4m3_encode_nonnegative(float x) {
+#if defined(__CUDA_ARCH__)
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(x));
+  return static_cast<u8>(pair & 0xffu);
+#else
+  return float_to_e4m3_satfinite(x);
+#endif
+}
+
+// The value of an E4M3 code. On the GPU through cvt.rn.f16x2.e4m3x2 and cvt.f32.f16: every
+// E4M3 value, subnormals and -0 included, is exactly an f16 value and every f16 value
+// exactly an fp32 one, so both conversions are exact and give e4m3_to_float's bits. Only
+// the NaN codes (0x7F, 0xFF) may differ in payload: callers never pass them (the writer's
+// codes come from e4m3_encode_nonnegative, at most 0x7E) or replace the result by a select.
+JC_HD float e4m3_value(u8 code) {
+#if defined(__CUDA_ARCH__)
+  unsigned int halves;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(static_cast<unsigned short>(code)));
+  float value;
+  asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.f32.f16 %0, lo;\n\t}"
+      : "=f"(value)
+      : "r"(halves));
+  return value;
+#else
+  return e4m3_to_float(code);
+#endif
+}
+
 // ---------------------------------------------------------------------------------------
 // E2M1: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign.
 
@@ -325,8 +373,8 @@ JC_HD u8 quantize_block(const u32* x_words, float latent_scale, u32* q_words) {
     x[i] = apply_inverse_latent_scale<LM>(bf16_to_float(h), latent_scale);
     amax = max_num(amax, abs_f(x[i]));
   }
-  const u8 sf = float_to_e4m3_satfinite(div_rn(amax, 6.0f));
-  const float sf_value = e4m3_to_float(sf);
+  const u8 sf = e4m3_encode_nonnegative(div_rn(amax, 6.0f));  // amax is +0, positive or +inf
+  const float sf_value = e4m3_value(sf);                         // sf <= 0x7E: never NaN
   q_words[0] = 0u;
   q_words[1] = 0u;
   if (sf_value != 0.0f) {

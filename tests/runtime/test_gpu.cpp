@@ -1,7 +1,10 @@
 // On a machine with a GPU: the device kernels, prepared by the runtime and launched
 // through its wrappers, are bit-identical to the host executor for both kernels x both
 // latent-scale modes x both RoPE layouts on fresh random data; the identity guard
-// fires on the device. Without a GPU every test here skips.
+// fires on the device; and the hardware conversions the kernels use in place of the
+// host's software ones agree with them on every input they can receive (small check
+// kernels over the kernel header, compiled by the library's NVRTC back end). Without a
+// GPU every test here skips.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "jitcache/runtime.hpp"
+#include "runtime/compiler.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/host_executor.hpp"
 #include "runtime/kernel_cache.hpp"
@@ -61,9 +65,112 @@ class GpuTest : public jitcache::testing::TempDirTest {
     ASSERT_TRUE(m_runtime->device().available) << m_runtime->device().reason;
     std::printf("[gpu] %s, target %s\n", m_runtime->device().name.c_str(), m_runtime->device().target.c_str());
   }
+  void TearDown() override {
+    if (m_checks != nullptr) m_driver->api().cuModuleUnload(m_checks);
+    TempDirTest::TearDown();
+  }
+
+  // A kernel of k_check_kernels, compiled for this device through the library's NVRTC back
+  // end (the same options and embedded headers as the product kernels).
+  CUfunction check_kernel(const char* entry);
+
+  // Runs a check kernel `(u32 first, u64 count, u32* result)` over the fp32 bit patterns
+  // [first, first + count): result[0] counts mismatches, result[1..8] keeps some of them.
+  std::vector<std::uint32_t> run_bit_pattern_check(const char* entry, std::uint32_t first, std::uint64_t count);
+
   std::shared_ptr<CudaDriver> m_driver;
   std::unique_ptr<Runtime> m_runtime;
+  CUmodule m_checks = nullptr;
 };
+
+// Check kernels: each runs the GPU's hardware path of one conversion and the software
+// definition the host executor uses (the same header text, compiled for the device)
+// side by side and counts the inputs where they differ.
+constexpr const char* k_check_kernels = R"(
+#include "jitcache/nvfp4_mla.cuh"
+using namespace jc;
+
+__device__ void note_mismatch(u32* result, u32 input) {
+  const u32 n = atomicAdd(&result[0], 1u);
+  if (n < 8u) result[1 + n] = input;
+}
+
+// The block scale: e4m3_encode_nonnegative (cvt.rn.satfinite.e4m3x2.f32) against
+// float_to_e4m3_satfinite.
+extern "C" __global__ void jc_check_e4m3_encode(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u32 bits = first + static_cast<u32>(i);
+    if (e4m3_encode_nonnegative(bits_float(bits)) != float_to_e4m3_satfinite(bits_float(bits)))
+      note_mismatch(result, bits);
+  }
+}
+
+// Every E4M3 code's value: e4m3_value (cvt.rn.f16x2.e4m3x2, cvt.f32.f16) against
+// e4m3_to_float, bit for bit; the NaN codes only need to decode to a NaN.
+extern "C" __global__ void jc_check_e4m3_value(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u8 code = static_cast<u8>(first + i);
+    const float hw = e4m3_value(code), sw = e4m3_to_float(code);
+    const bool same = is_nan(sw) ? is_nan(hw) : float_bits(hw) == float_bits(sw);
+    if (!same) note_mismatch(result, code);
+  }
+}
+)";
+
+// k_check_kernels compiled for `target` through the library's NVRTC back end (the same
+// options and embedded headers as the product kernels).
+Result<CompiledArtifact> compile_check_kernels(const std::string& target) {
+  GeneratedSource source;
+  source.spec = KernelSpec{KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{target}};
+  source.program_name = "jc_conversion_checks.cu";
+  source.entry = "jc_check_e4m3_encode";
+  source.source = k_check_kernels;
+  const auto headers = kernel_templates::embedded_headers();
+  source.headers.assign(headers.begin(), headers.end());
+  return make_nvrtc_compiler()->compile(source);
+}
+
+CUfunction GpuTest::check_kernel(const char* entry) {
+  if (m_checks == nullptr) {
+    auto artifact = compile_check_kernels(m_runtime->device().target);
+    EXPECT_OK(artifact);
+    if (!artifact) return nullptr;
+    EXPECT_OK(m_driver->check(
+        m_driver->api().cuModuleLoadDataEx(&m_checks, artifact->cubin.data(), 0, nullptr, nullptr),
+        "cuModuleLoadDataEx"));
+  }
+  CUfunction fn = nullptr;
+  EXPECT_OK(m_driver->check(m_driver->api().cuModuleGetFunction(&fn, m_checks, entry), entry));
+  return fn;
+}
+
+std::vector<std::uint32_t> GpuTest::run_bit_pattern_check(const char* entry, std::uint32_t first,
+                                                          std::uint64_t count) {
+  CUfunction fn = check_kernel(entry);
+  if (fn == nullptr) return {~0u};
+  DeviceBuffer result(*m_driver, 9 * sizeof(std::uint32_t));
+  result.fill(0);
+  CUdeviceptr result_ptr = result.addr();
+  void* args[] = {&first, &count, &result_ptr};
+  const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>((count + 255) / 256, 4096));
+  EXPECT_OK(m_driver->check(m_driver->api().cuLaunchKernel(fn, blocks, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr),
+                            entry));
+  EXPECT_OK(m_driver->check(m_driver->api().cuCtxSynchronize(), entry));
+  return result.download<std::uint32_t>();
+}
+
+// Prints up to eight recorded mismatching inputs of a check.
+std::string mismatches_text(const std::vector<std::uint32_t>& result) {
+  std::string text = std::to_string(result.at(0)) + " mismatches";
+  char hex[16];
+  for (std::uint32_t i = 0; i < std::min<std::uint32_t>(result[0], 8); ++i) {
+    std::snprintf(hex, sizeof hex, " 0x%08x", result[1 + i]);
+    text += hex;
+  }
+  return text;
+}
 
 std::vector<std::uint16_t> random_rows(std::mt19937_64& rng, std::size_t tokens) {
   std::vector<std::uint16_t> rows(tokens * 576);
@@ -186,6 +293,28 @@ TEST_F(GpuTest, IdentityGuardFiresOnTheDevice) {
   EXPECT_EQ(d_status.download<std::uint32_t>()[0], jc::k_status_identity_scale_mismatch);
   for (std::uint8_t byte : d_cache.download<std::uint8_t>()) ASSERT_EQ(byte, 0x5a);
   api.cuModuleUnload(module);
+}
+
+// Without a GPU the checks cannot run, but they must at least compile for every product
+// target, so that a machine with a GPU finds them ready.
+TEST(GpuChecks, CompileForEveryProductTarget) {
+  for (std::string_view target : default_targets()) {
+    SCOPED_TRACE(std::string(target));
+    EXPECT_OK(compile_check_kernels(std::string(target)));
+  }
+}
+
+// The writer's block scale goes through the hardware E4M3 conversion: it must equal the
+// software encoder on every input it can get, all non-negative fp32 values from +0 to
+// +inf (the NaNs excluded, which an amax never is).
+TEST_F(GpuTest, E4m3BlockScaleConversionMatchesSoftwareOnEveryNonNegativeInput) {
+  const auto result = run_bit_pattern_check("jc_check_e4m3_encode", 0u, 0x7f800001ull);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
+}
+
+TEST_F(GpuTest, E4m3ValueConversionMatchesSoftwareOnEveryCode) {
+  const auto result = run_bit_pattern_check("jc_check_e4m3_value", 0u, 256);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
 }
 
 }  // namespace

@@ -359,18 +359,81 @@ JC_HD u8 e2m1_encode_scaled(float x, const E2M1Bounds& b) {
   return static_cast<u8>(is_nan(x) ? 0x7u : (sign | code));
 }
 
+// The dynamic writer's codes without dividing by the latent scale. The brief's code of an
+// input kv is E2M1(rn(x / sf)) with x = rn(kv / s); e2m1_encode_scaled decides it by
+// comparing x with the seven decision points c = t * sf. Each comparison of x = rn(kv / s)
+// with c is again a comparison of kv itself with one number:
+//   * c has at most 7 significant bits (above), so it is an "even" float (its last
+//     significand bit is 0) and its neighbours are odd; c >= 2^-11 is normal.
+//   * rn(y) > c  <=>  y > m+ = c + ulp(c)/2, the midpoint to the next float: above it y
+//     rounds to the neighbour or beyond (to +inf on overflow, still > c); at it the tie goes
+//     to the even c; below it rn(y) <= c.
+//   * rn(y) >= c  <=>  y >= m- = c - ulp(c)/2, the midpoint to the previous float: at it the
+//     tie goes to the even c. This needs the previous float to be c - ulp(c), i.e. c not a
+//     power of two. It is not: the >= points are 0.75, 1.75 and 3.5 times sf, i.e. 3 or 7
+//     times a power of two times sf's 4-bit significand, never a power of two.
+//   * With y = kv / s and s > 0: x > c <=> kv > m+ * s and x >= c <=> kv >= m- * s, for the
+//     real products. kv = NaN compares false here as there; e2m1_encode_scaled's NaN select
+//     gives 0x7 on both paths. kv = +-0 or +-inf: x keeps kv's sign and class, and so do the
+//     comparisons.
+//   * For a float kv and a real R: kv > R <=> kv > RD(R) and kv >= R <=> kv >= RU(R), RD/RU
+//     rounding R down/up to fp32 (overflow: RD gives FLT_MAX, RU +inf, which keeps both
+//     statements true). So the thresholds are RD(m+ * s) and RU(m- * s), and the codes come
+//     from the very same comparisons as the identity writer's.
+// m+- has at most 25 significant bits and s 24, so m+- * s is exact in double: the host
+// rounds that product down/up to fp32 directly. The GPU (FP64 is slow on sm_120) gets the
+// same numbers from fp32 FMAs with directed rounding: c * s' +- h * s' rounded once by
+// fma.rm/fma.rp, h = ulp(c)/2 a power of two >= 2^-35, s' = s, or s * 2^100 when s < 2^-64
+// so that h * s' is an exact normal product; the scaled result is rounded again by
+// multiplying with 2^-100 in the same direction, and rounding down (up) to the 24-bit grid
+// and then down (up) to fp32's coarser subnormal grid is rounding down (up) to the latter
+// once. tests/kernel_templates/test_e2m1_dynamic.cpp checks the host thresholds against
+// the division for every bf16 kv, every scale code and hundreds of scales, and the GPU's
+// steps emulated on the CPU; tests/runtime/test_gpu.cpp compares the kernels on a GPU.
+JC_HD float e2m1_half_ulp(float c) {  // ulp(c) / 2 for a normal c >= 2^-11
+  return bits_float((float_bits(c) & 0x7f800000u) - (24u << 23));
+}
+
+JC_HD float scaled_threshold_above(float c, float s) {  // RD((c + ulp(c)/2) * s)
+#if defined(__CUDA_ARCH__)
+  const bool tiny = s < 0x1p-64f;
+  const float s_up = tiny ? __fmul_rn(s, 0x1p100f) : s;
+  const float t = __fmaf_rd(c, s_up, __fmul_rn(e2m1_half_ulp(c), s_up));
+  return tiny ? __fmul_rd(t, 0x1p-100f) : t;
+#else
+  const double product = (static_cast<double>(c) + e2m1_half_ulp(c)) * static_cast<double>(s);
+  float t = static_cast<float>(product);
+  if (static_cast<double>(t) > product) t = __builtin_nextafterf(t, -__builtin_inff());
+  return t;
+#endif
+}
+
+JC_HD float scaled_threshold_from(float c, float s) {  // RU((c - ulp(c)/2) * s)
+#if defined(__CUDA_ARCH__)
+  const bool tiny = s < 0x1p-64f;
+  const float s_up = tiny ? __fmul_rn(s, 0x1p100f) : s;
+  const float t = __fmaf_ru(c, s_up, -__fmul_rn(e2m1_half_ulp(c), s_up));
+  return tiny ? __fmul_ru(t, 0x1p-100f) : t;
+#else
+  const double product = (static_cast<double>(c) - e2m1_half_ulp(c)) * static_cast<double>(s);
+  float t = static_cast<float>(product);
+  if (static_cast<double>(t) < product) t = __builtin_nextafterf(t, __builtin_inff());
+  return t;
+#endif
+}
+
+// The thresholds on kv for scale value sf > 0 and latent scale s: e2m1_encode_scaled(kv,
+// e2m1_bounds_scaled(sf, s)) == float_to_e2m1_satfinite(div_rn(div_rn(kv, s), sf)).
+JC_HD E2M1Bounds e2m1_bounds_scaled(float sf, float s) {
+  const E2M1Bounds c = e2m1_bounds(sf);
+  return E2M1Bounds{{scaled_threshold_above(c.c[0], s), scaled_threshold_from(c.c[1], s),
+                     scaled_threshold_above(c.c[2], s), scaled_threshold_from(c.c[3], s),
+                     scaled_threshold_above(c.c[4], s), scaled_threshold_from(c.c[5], s),
+                     scaled_threshold_above(c.c[6], s)}};
+}
+
 // ---------------------------------------------------------------------------------------
 // One 16-element block (brief, "Quantization (writer)").
-
-template <LatentMode LM>
-JC_HD float apply_inverse_latent_scale(float kv, float latent_scale) {
-  if constexpr (LM == LatentMode::dynamic) {
-    return div_rn(kv, latent_scale);
-  } else {
-    (void)latent_scale;  // identity: no operation at all
-    return kv;
-  }
-}
 
 template <LatentMode LM>
 JC_HD float apply_latent_scale(float y, float latent_scale) {
@@ -383,27 +446,33 @@ JC_HD float apply_latent_scale(float y, float latent_scale) {
 }
 
 // x: 16 bf16 inputs (8 u32 words, element 2i in the low half). Returns the scale byte and
-// writes the 8 E2M1 bytes as two u32 words.
+// writes the 8 E2M1 bytes as two u32 words. The brief divides every input by the latent
+// scale s first (dynamic); here nothing is divided per element:
+//   * amax: max_i |rn(kv_i / s)| = rn(max_i |kv_i| / s), because rn(. / s) is symmetric and,
+//     for s > 0, monotone; NaNs are skipped on both sides and an infinity gives +inf on
+//     both. One division per block.
+//   * codes: compared on kv with e2m1_bounds_scaled's thresholds (argued there).
 template <LatentMode LM>
 JC_HD u8 quantize_block(const u32* x_words, float latent_scale, u32* q_words) {
-  float x[k_block_elems];
+  float kv[k_block_elems];
   float amax = 0.0f;
   JC_UNROLL
   for (int i = 0; i < k_block_elems; ++i) {
     const u32 w = x_words[i / 2];
-    const u16 h = static_cast<u16>((i & 1) ? (w >> 16) : (w & 0xffffu));
-    x[i] = apply_inverse_latent_scale<LM>(bf16_to_float(h), latent_scale);
-    amax = max_num(amax, abs_f(x[i]));
+    kv[i] = bf16_to_float(static_cast<u16>((i & 1) ? (w >> 16) : (w & 0xffffu)));
+    amax = max_num(amax, abs_f(kv[i]));
   }
+  if constexpr (LM == LatentMode::dynamic) amax = div_rn(amax, latent_scale);
   const u8 sf = e4m3_encode_nonnegative(div_rn(amax, 6.0f));  // amax is +0, positive or +inf
   const float sf_value = e4m3_value(sf);                         // sf <= 0x7E: never NaN
   q_words[0] = 0u;
   q_words[1] = 0u;
   if (sf_value != 0.0f) {
-    const E2M1Bounds bounds = e2m1_bounds(sf_value);
+    const E2M1Bounds bounds =
+        LM == LatentMode::dynamic ? e2m1_bounds_scaled(sf_value, latent_scale) : e2m1_bounds(sf_value);
     JC_UNROLL
     for (int i = 0; i < k_block_elems; ++i) {
-      const u32 q = e2m1_encode_scaled(x[i], bounds);
+      const u32 q = e2m1_encode_scaled(kv[i], bounds);
       q_words[i / 8] |= q << (4 * (i % 8));
     }
   }

@@ -218,6 +218,33 @@ JC_HD u32 bf16x2_rn(float lo, float hi) {
 #endif
 }
 
+// bf16x2_rn for inputs that are never NaN: the bare conversion, no select.
+JC_HD u32 bf16x2_rn_not_nan(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  u32 pair;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pair) : "f"(hi), "f"(lo));
+  return pair;
+#else
+  return bf16x2_rn(lo, hi);
+#endif
+}
+
+// The bf16 products of two pairs, lo with lo and hi with hi, for operands whose products
+// are exact bf16 values (the only use). An exact product needs no rounding, so the GPU's
+// mul.rn.bf16x2 (which keeps subnormal operands: bf16 arithmetic has no flush-to-zero
+// mode) and the host's fp32 product, itself exact, give the same bits.
+JC_HD u32 bf16x2_mul_exact(u32 a, u32 b) {
+#if defined(__CUDA_ARCH__)
+  u32 product;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(product) : "r"(a), "r"(b));
+  return product;
+#else
+  const float lo = bf16_to_float(static_cast<u16>(a)) * bf16_to_float(static_cast<u16>(b));
+  const float hi = bf16_to_float(static_cast<u16>(a >> 16)) * bf16_to_float(static_cast<u16>(b >> 16));
+  return bf16x2_rn(lo, hi);
+#endif
+}
+
 // ---------------------------------------------------------------------------------------
 // E4M3 (e4m3fn: bias 7, max 448, min normal 2^-6, min subnormal 2^-9, no infinity,
 // NaN = 0x7F/0xFF).
@@ -301,6 +328,21 @@ JC_HD float e4m3_value(u8 code) {
   return value;
 #else
   return e4m3_to_float(code);
+#endif
+}
+
+// The values of two E4M3 codes (code pair bits 0..7 and 8..15), as e4m3_value; on the GPU
+// one conversion for both. NaN codes decode to some NaN: callers select afterwards.
+JC_HD void e4m3x2_values(u32 codes, float* lo, float* hi) {
+#if defined(__CUDA_ARCH__)
+  unsigned int halves;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(static_cast<unsigned short>(codes)));
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+      : "=f"(*lo), "=f"(*hi)
+      : "r"(halves));
+#else
+  *lo = e4m3_to_float(static_cast<u8>(codes));
+  *hi = e4m3_to_float(static_cast<u8>(codes >> 8));
 #endif
 }
 
@@ -479,19 +521,46 @@ JC_HD u8 quantize_block(const u32* x_words, float latent_scale, u32* q_words) {
   return sf;
 }
 
-// 16 E2M1 codes (two u32 words) and their scale byte -> 16 bf16 (8 u32 words).
+// Dequantization: 8 E2M1 codes (one u32, code i in bits 4i..4i+3) of a block with scale
+// byte sf -> 8 bf16 (4 u32 words, element 2k in the low half of word k), as the brief
+// writes it: bf16(float(q) * float(sf)), times the latent scale s first when dynamic,
+// i.e. bf16(rn(float(q) * float(sf) * s)). In packed bf16, two elements per instruction:
+//   * float(q) * float(sf) is exact in bf16: E2M1 values have at most 2 significant bits
+//     and E4M3 values at most 4, so the product has at most 6 of bf16's 8, and its
+//     magnitude, 0 or within [2^-10, 2688], is a normal bf16. Rounding never happens; the
+//     identity gather's output is this product.
+//   * The code's magnitude bits m (exponent 2 bits, mantissa 1) placed at bf16 bits 6..8
+//     are the bf16 number |q| * 2^-126: exponent field e >= 1 reads 2^(e-127) * (1 + m/2),
+//     and code 1 (0.5) is the subnormal 0x40 = 0.5 * 2^-126. So |q| * sf is this number
+//     times (sf * 2^64) times 2^62, two exact bf16 products (the intermediate lies within
+//     [2^-72, 2^-50], normal); the code's sign is then xored in, which is the sign rule of a
+//     product, zeros included. Negative scale bytes flow through the multiply's sign.
+//   * Dynamic: that exact product in fp32 (a shift), times s rounded in fp32, then to bf16:
+//     the brief's two roundings, never NaN (a finite product times a finite s), so the bare
+//     cvt.rn.bf16x2.f32 is enough.
+//   * A NaN scale byte (0x7F, 0xFF) makes every element NaN, 0x7FFF after the brief's
+//     rounding: one select per word, so no NaN payload from the hardware ever shows.
 template <LatentMode LM>
-JC_HD void dequantize_block(const u32* q_words, u8 sf, float latent_scale, u32* out_words) {
-  const float sf_value = e4m3_to_float(sf);
+JC_HD void dequantize8(u32 q, u8 sf, float latent_scale, u32* out_words) {
+  // sf * 2^64 as a bf16 pair (exact: every E4M3 value is a bf16 value, and so is this).
+  const u32 sf_scaled = float_bits(mul_rn(e4m3_value(sf), 0x1p64f)) >> 16;
+  const u32 sf_pair = sf_scaled | (sf_scaled << 16);
+  const u32 two_pow_62_pair = 0x5e805e80u;
+  const bool sf_is_nan = (sf & 0x7fu) == 0x7fu;
   JC_UNROLL
-  for (int i = 0; i < k_block_elems; i += 2) {
-    float y[2];
-    JC_UNROLL
-    for (int j = 0; j < 2; ++j) {
-      const u8 q = static_cast<u8>((q_words[(i + j) / 8] >> (4 * ((i + j) % 8))) & 0xfu);
-      y[j] = apply_latent_scale<LM>(mul_rn(e2m1_to_float(q), sf_value), latent_scale);
+  for (int k = 0; k < 4; ++k) {
+    const u32 pair_codes = (q >> (8 * k)) & 0xffu;                  // codes 2k (low), 2k+1
+    const u32 magnitude = (pair_codes * 0x40040u) & 0x01c001c0u;     // bits 0..2 -> 6..8, 4..6 -> 22..24
+    const u32 sign = (pair_codes * 0x01001000u) & 0x80008000u;      // bit 3 -> 15, bit 7 -> 31
+    u32 product = bf16x2_mul_exact(bf16x2_mul_exact(magnitude, sf_pair), two_pow_62_pair) ^ sign;
+    if constexpr (LM == LatentMode::dynamic) {
+      const float lo = mul_rn(bits_float(product << 16), latent_scale);
+      const float hi = mul_rn(bits_float(product & 0xffff0000u), latent_scale);
+      product = bf16x2_rn_not_nan(lo, hi);
+    } else {
+      (void)latent_scale;
     }
-    out_words[i / 2] = bf16x2_rn(y[0], y[1]);
+    out_words[k] = sf_is_nan ? 0x7fff7fffu : product;
   }
 }
 
@@ -635,8 +704,10 @@ JC_HD void gather_lane(const GatherParams& p, i64 row, int lane, float latent_sc
   const u8* record = p.cache + static_cast<i64>(slot) * record_bytes(RM);
   // Latent block `lane`: 8 bytes of E2M1 and its scale byte in, 16 bf16 out.
   const Vec8 q = load8(record + 8 * lane);
+  const u8 sf = record[k_scales_offset + lane];
   Vec16 out[2];
-  dequantize_block<LM>(&q.w[0], record[k_scales_offset + lane], latent_scale, &out[0].w[0]);
+  dequantize8<LM>(q.w[0], sf, latent_scale, &out[0].w[0]);
+  dequantize8<LM>(q.w[1], sf, latent_scale, &out[1].w[0]);
   store16(latent_dst, out[0]);
   store16(latent_dst + 8, out[1]);
 
@@ -649,13 +720,9 @@ JC_HD void gather_lane(const GatherParams& p, i64 row, int lane, float latent_sc
     Vec16 rope;
     JC_UNROLL
     for (int e = 0; e < k_rope_elems_per_lane; e += 2) {
-      float y[2];
-      JC_UNROLL
-      for (int j = 0; j < 2; ++j) {
-        const u8 code = static_cast<u8>((in.w[(e + j) / 4] >> (8 * ((e + j) % 4))) & 0xffu);
-        y[j] = mul_rn(e4m3_to_float(code), rope_scale);
-      }
-      rope.w[e / 2] = bf16x2_rn(y[0], y[1]);
+      float value[2];
+      e4m3x2_values(in.w[e / 4] >> (8 * (e % 4)), &value[0], &value[1]);
+      rope.w[e / 2] = bf16x2_rn(mul_rn(value[0], rope_scale), mul_rn(value[1], rope_scale));
     }
     store16(rope_dst, rope);
   }

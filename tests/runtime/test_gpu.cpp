@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -74,9 +75,10 @@ class GpuTest : public jitcache::testing::TempDirTest {
   // end (the same options and embedded headers as the product kernels).
   CUfunction check_kernel(const char* entry);
 
-  // Runs a check kernel `(u32 first, u64 count, u32* result)` over the fp32 bit patterns
-  // [first, first + count): result[0] counts mismatches, result[1..8] keeps some of them.
-  std::vector<std::uint32_t> run_bit_pattern_check(const char* entry, std::uint32_t first, std::uint64_t count);
+  // Runs a check kernel `(u32 param, u64 count, u32* result)` over `count` inputs (for the
+  // bit-pattern checks, the fp32 patterns [param, param + count)): result[0] counts
+  // mismatches, result[1..8] keeps some of them.
+  std::vector<std::uint32_t> run_check(const char* entry, std::uint32_t param, std::uint64_t count);
 
   std::shared_ptr<CudaDriver> m_driver;
   std::unique_ptr<Runtime> m_runtime;
@@ -144,6 +146,67 @@ extern "C" __global__ void jc_count_bf16_noncanonical_nan(u32 first, u64 count, 
     if ((pair & 0xffffu) != 0x7fffu) note_mismatch(result, bits);
   }
 }
+
+// bf16x2_rn_not_nan (the bare cvt.rn.bf16x2.f32) against float_to_bf16 on non-NaN inputs.
+extern "C" __global__ void jc_check_bf16_round_not_nan(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u32 bits = first + static_cast<u32>(i);
+    if (is_nan(bits_float(bits))) continue;
+    const u32 pair = bf16x2_rn_not_nan(bits_float(bits), bits_float(bits ^ 0x80000000u));
+    const u32 expected = static_cast<u32>(float_to_bf16(bits_float(bits))) |
+                         (static_cast<u32>(float_to_bf16(bits_float(bits ^ 0x80000000u))) << 16);
+    if (pair != expected) note_mismatch(result, bits);
+  }
+}
+
+// The gather's latent dequantization (packed bf16 products) against the brief's formula in
+// fp32 and software rounding: thread i takes scale byte i >> 8 and code byte i & 0xFF (two
+// elements), placed in all four bytes of the code word. `param` is the latent scale's bits
+// (dynamic) and is ignored by the identity check.
+template <LatentMode LM>
+__device__ void check_dequantize(u32 param, u64 count, u32* result) {
+  const u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const u8 sf = static_cast<u8>(i >> 8);
+  const u32 code_byte = static_cast<u32>(i & 0xffu);
+  const float s = bits_float(param);
+  u32 words[4];
+  dequantize8<LM>(code_byte * 0x01010101u, sf, s, words);
+  for (int k = 0; k < 4; ++k) {
+    u32 expected = 0u;
+    for (int j = 0; j < 2; ++j) {
+      float y = mul_rn(e2m1_to_float(static_cast<u8>((code_byte >> (4 * j)) & 0xfu)), e4m3_to_float(sf));
+      if (LM == LatentMode::dynamic) y = mul_rn(y, s);
+      expected |= static_cast<u32>(float_to_bf16(y)) << (16 * j);
+    }
+    if (words[k] != expected) {
+      note_mismatch(result, static_cast<u32>(i));
+      return;
+    }
+  }
+}
+extern "C" __global__ void jc_check_dequantize_identity(u32 param, u64 count, u32* result) {
+  check_dequantize<LatentMode::identity>(param, count, result);
+}
+extern "C" __global__ void jc_check_dequantize_dynamic(u32 param, u64 count, u32* result) {
+  check_dequantize<LatentMode::dynamic>(param, count, result);
+}
+
+// The gather's fp8 RoPE: every pair of E4M3 codes through e4m3x2_values, times the RoPE
+// scale (bits in `param`), rounded by bf16x2_rn, against the software path.
+extern "C" __global__ void jc_check_rope_dequantize(u32 param, u64 count, u32* result) {
+  const u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const float rope_scale = bits_float(param);
+  float lo, hi;
+  e4m3x2_values(static_cast<u32>(i), &lo, &hi);
+  const u32 pair = bf16x2_rn(mul_rn(lo, rope_scale), mul_rn(hi, rope_scale));
+  const u32 expected =
+      static_cast<u32>(float_to_bf16(mul_rn(e4m3_to_float(static_cast<u8>(i)), rope_scale))) |
+      (static_cast<u32>(float_to_bf16(mul_rn(e4m3_to_float(static_cast<u8>(i >> 8)), rope_scale))) << 16);
+  if (pair != expected) note_mismatch(result, static_cast<u32>(i));
+}
 )";
 
 // k_check_kernels compiled for `target` through the library's NVRTC back end (the same
@@ -173,14 +236,13 @@ CUfunction GpuTest::check_kernel(const char* entry) {
   return fn;
 }
 
-std::vector<std::uint32_t> GpuTest::run_bit_pattern_check(const char* entry, std::uint32_t first,
-                                                          std::uint64_t count) {
+std::vector<std::uint32_t> GpuTest::run_check(const char* entry, std::uint32_t param, std::uint64_t count) {
   CUfunction fn = check_kernel(entry);
   if (fn == nullptr) return {~0u};
   DeviceBuffer result(*m_driver, 9 * sizeof(std::uint32_t));
   result.fill(0);
   CUdeviceptr result_ptr = result.addr();
-  void* args[] = {&first, &count, &result_ptr};
+  void* args[] = {&param, &count, &result_ptr};
   const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>((count + 255) / 256, 4096));
   EXPECT_OK(m_driver->check(m_driver->api().cuLaunchKernel(fn, blocks, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr),
                             entry));
@@ -335,23 +397,49 @@ TEST(GpuChecks, CompileForEveryProductTarget) {
 // software encoder on every input it can get, all non-negative fp32 values from +0 to
 // +inf (the NaNs excluded, which an amax never is).
 TEST_F(GpuTest, E4m3BlockScaleConversionMatchesSoftwareOnEveryNonNegativeInput) {
-  const auto result = run_bit_pattern_check("jc_check_e4m3_encode", 0u, 0x7f800001ull);
+  const auto result = run_check("jc_check_e4m3_encode", 0u, 0x7f800001ull);
   EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
 }
 
 TEST_F(GpuTest, E4m3ValueConversionMatchesSoftwareOnEveryCode) {
-  const auto result = run_bit_pattern_check("jc_check_e4m3_value", 0u, 256);
+  const auto result = run_check("jc_check_e4m3_value", 0u, 256);
   EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
 }
 
 // The gather rounds to bf16 with the hardware conversion: equal to the software rounding
 // (NaN -> 0x7FFF) on all 2^32 fp32 inputs.
 TEST_F(GpuTest, Bf16RoundingMatchesSoftwareOnEveryInput) {
-  const auto result = run_bit_pattern_check("jc_check_bf16_round", 0u, 0x100000000ull);
+  const auto result = run_check("jc_check_bf16_round", 0u, 0x100000000ull);
   EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
-  const auto nan = run_bit_pattern_check("jc_count_bf16_noncanonical_nan", 0u, 0x100000000ull);
+  const auto nan = run_check("jc_count_bf16_noncanonical_nan", 0u, 0x100000000ull);
   std::printf("[gpu] cvt.rn.bf16x2.f32 turns %u of the 2^24 - 2 NaN inputs into something other than 0x7FFF%s\n",
               nan.at(0), nan.at(0) == 0 ? " (the select is a no-op here)" : "");
+}
+
+TEST_F(GpuTest, Bf16RoundingOfNonNanInputsNeedsNoSelect) {
+  const auto result = run_check("jc_check_bf16_round_not_nan", 0u, 0x100000000ull);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
+}
+
+// Every scale byte x every code byte of the gather, identity and dynamic (a spread of
+// latent scales, down to subnormal and up to FLT_MAX so that products underflow and
+// overflow), and every pair of fp8 RoPE codes with a spread of RoPE scales.
+TEST_F(GpuTest, GatherDequantizationMatchesSoftwareOnEveryScaleAndCodeByte) {
+  const auto identity = run_check("jc_check_dequantize_identity", 0u, 65536);
+  EXPECT_EQ(identity.at(0), 0u) << "identity: " << mismatches_text(identity);
+  for (float s : {1.0f, 0.0019f, 7.4404761904761905e-06f, 1.0f / 3.0f, 3.0e38f, 1e-30f, 1e-40f,
+                  std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max()}) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &s, 4);
+    const auto dynamic = run_check("jc_check_dequantize_dynamic", bits, 65536);
+    EXPECT_EQ(dynamic.at(0), 0u) << "dynamic, s = " << s << ": " << mismatches_text(dynamic);
+  }
+  for (float rope_scale : {0.0f, -0.0f, 1.0f, 0.0123f, 1e-40f, 3.0e38f, INFINITY, -2.5f, NAN}) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &rope_scale, 4);
+    const auto rope = run_check("jc_check_rope_dequantize", bits, 65536);
+    EXPECT_EQ(rope.at(0), 0u) << "RoPE scale " << rope_scale << ": " << mismatches_text(rope);
+  }
 }
 
 }  // namespace

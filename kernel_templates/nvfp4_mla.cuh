@@ -6,12 +6,14 @@
 //     (kernel_templates/generator.cpp), into the GPU kernels;
 //   * by the host compiler into libjitcache's host executor (runtime/host_executor.cpp),
 //     which runs the same lane bodies on the CPU.
-// Every arithmetic step is a correctly rounded fp32 operation (div_rn/mul_rn/add_rn, no
-// FMA contraction, no approximate reciprocal), so the CPU result is bit-identical to the
-// GPU's. Where the brief's formula divides by the block scale, the writer compares with
-// exact multiples of it instead (e2m1_encode_scaled), which gives the same codes. The
-// file includes no CUDA header, because NVRTC compiles it without the host's standard
-// library (only <cstdint> on the host).
+// Every arithmetic step is a correctly rounded operation (div_rn/mul_rn/add_rn, no FMA
+// contraction, no approximate reciprocal; the only FMAs are explicit ones with directed
+// rounding), an exact one, or a hardware conversion proven to equal the host's software
+// one on every input it can receive (each argued where it is defined), so the CPU result
+// is bit-identical to the GPU's. Where the brief's formula divides by the block scale (and,
+// dynamic, by the latent scale), the writer compares the inputs with exact thresholds
+// instead, which gives the same codes. The file includes no CUDA header, because NVRTC
+// compiles it without the host's standard library (only <cstdint> on the host).
 //
 // Record layout (brief, "The nvfp4_ds_mla KV record"), per token:
 //   [0,256)    E2M1 latent, element 2i = low nibble of byte i
@@ -19,10 +21,13 @@
 //   bf16 RoPE (432 bytes): [288,304) zero, [304,432) 64 x BF16
 //   fp8 RoPE  (368 bytes): [288,292) fp32 rope_scale, [292,304) zero, [304,368) 64 x E4M3
 //
-// Thread mapping: one warp per token. Lane b owns latent block b (32 input bytes as two
-// 16-byte loads; 8 bytes of E2M1 and one scale byte out), so a warp's stores of one record
-// are contiguous; then lanes 0..7 each own 8 RoPE elements, and lane 0 also writes bytes
-// [288,304).
+// Thread mapping: one warp per token (writer) or output row (gather). The 512 latent
+// elements are 64 chunks of 8 (16 bytes of bf16, 4 bytes of E2M1); lane l owns chunks l and
+// l + 32, so each 16-byte load (writer) or store (gather) instruction of the warp covers
+// 512 contiguous bytes, and each 4-byte E2M1 access 128. Chunk l is half of latent block
+// l / 2: lanes l and l ^ 1 hold the two halves of blocks l / 2 and 16 + l / 2, and the
+// writer combines their amax with one exact shuffle (the host executor computes the same
+// max). Lane l also owns RoPE elements 2l and 2l + 1; lane 0 writes bytes [288,304).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -59,12 +64,9 @@ typedef std::uint64_t u64;
 static_assert(sizeof(i64) == 8 && sizeof(u32) == 4 && sizeof(u16) == 2 && sizeof(void*) == 8,
               "the kernel ABI assumes LP64");
 
-// 16 and 8 bytes moved as one vector load/store (ld.global.v4.u32 / v2.u32 on the GPU).
+// 16 bytes moved as one vector load/store (ld.global.v4.u32 on the GPU).
 struct alignas(16) Vec16 {
   u32 w[4];
-};
-struct alignas(8) Vec8 {
-  u32 w[2];
 };
 
 constexpr int k_latent_dim = 512;
@@ -81,9 +83,10 @@ constexpr int k_out_dim = k_latent_dim + k_rope_dim;  // 576
 constexpr int k_warp = 32;
 constexpr int k_tokens_per_cta = 4;
 constexpr int k_threads_per_cta = k_warp * k_tokens_per_cta;
-constexpr int k_rope_lanes = 8;
-constexpr int k_rope_elems_per_lane = k_rope_dim / k_rope_lanes;  // 8
-static_assert(k_num_blocks == k_warp, "one latent block per lane");
+constexpr int k_chunk_elems = 8;                                  // 16 bytes of bf16
+constexpr int k_rope_elems_per_lane = k_rope_dim / k_warp;          // 2
+static_assert(k_latent_dim == 2 * k_warp * k_chunk_elems, "two latent chunks per lane");
+static_assert(k_block_elems == 2 * k_chunk_elems, "a block is two chunks, of lanes l and l ^ 1");
 
 // Error bits a kernel reports through its status word (0 = clean).
 constexpr u32 k_status_identity_scale_mismatch = 1u;  // identity kernel given a scale != 1
@@ -475,49 +478,173 @@ JC_HD E2M1Bounds e2m1_bounds_scaled(float sf, float s) {
 }
 
 // ---------------------------------------------------------------------------------------
-// One 16-element block (brief, "Quantization (writer)").
+// Packed bf16 comparisons and max: two elements per instruction on the GPU (HSET2/HMNMX2
+// with .BF16_V2), per half on the host. Comparisons and max select, never round, so both
+// sides agree on every input; the masks are 0xFFFF per true half, as cuda_bf16.h's
+// __hgt2_mask documents for set.gt.u32.bf16x2.
 
-template <LatentMode LM>
-JC_HD float apply_latent_scale(float y, float latent_scale) {
-  if constexpr (LM == LatentMode::dynamic) {
-    return mul_rn(y, latent_scale);
-  } else {
-    (void)latent_scale;
-    return y;
-  }
+JC_HD u32 half_mask(bool lo, bool hi) { return (lo ? 0x0000ffffu : 0u) | (hi ? 0xffff0000u : 0u); }
+
+// a > b or unordered (either NaN), per half.
+JC_HD u32 bf16x2_gtu_mask(u32 a, u32 b) {
+#if defined(__CUDA_ARCH__)
+  u32 mask;
+  asm("set.gtu.u32.bf16x2 %0, %1, %2;" : "=r"(mask) : "r"(a), "r"(b));
+  return mask;
+#else
+  return half_mask(!(bf16_to_float(static_cast<u16>(a)) <= bf16_to_float(static_cast<u16>(b))),
+                   !(bf16_to_float(static_cast<u16>(a >> 16)) <= bf16_to_float(static_cast<u16>(b >> 16))));
+#endif
 }
 
-// x: 16 bf16 inputs (8 u32 words, element 2i in the low half). Returns the scale byte and
-// writes the 8 E2M1 bytes as two u32 words. The brief divides every input by the latent
-// scale s first (dynamic); here nothing is divided per element:
+// a >= b or unordered, per half.
+JC_HD u32 bf16x2_geu_mask(u32 a, u32 b) {
+#if defined(__CUDA_ARCH__)
+  u32 mask;
+  asm("set.geu.u32.bf16x2 %0, %1, %2;" : "=r"(mask) : "r"(a), "r"(b));
+  return mask;
+#else
+  return half_mask(!(bf16_to_float(static_cast<u16>(a)) < bf16_to_float(static_cast<u16>(b))),
+                   !(bf16_to_float(static_cast<u16>(a >> 16)) < bf16_to_float(static_cast<u16>(b >> 16))));
+#endif
+}
+
+// a is NaN, per half.
+JC_HD u32 bf16x2_nan_mask(u32 a) {
+#if defined(__CUDA_ARCH__)
+  u32 mask;
+  asm("set.nan.u32.bf16x2 %0, %1, %1;" : "=r"(mask) : "r"(a));
+  return mask;
+#else
+  return half_mask(is_nan(bf16_to_float(static_cast<u16>(a))), is_nan(bf16_to_float(static_cast<u16>(a >> 16))));
+#endif
+}
+
+// max per half that ignores a NaN operand (PTX max.bf16x2: the other operand; both NaN: the
+// canonical NaN, 0x7FFF on the host). Only for operands with the sign bit clear, so
+// max(-0, +0) never arises.
+JC_HD u32 bf16x2_max_num(u32 a, u32 b) {
+#if defined(__CUDA_ARCH__)
+  u32 m;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(a), "r"(b));
+  return m;
+#else
+  auto one = [](u16 x, u16 y) -> u32 {
+    const float fx = bf16_to_float(x), fy = bf16_to_float(y);
+    if (is_nan(fx)) return is_nan(fy) ? 0x7fffu : y;
+    if (is_nan(fy)) return x;
+    return fx > fy ? x : y;
+  };
+  return one(static_cast<u16>(a), static_cast<u16>(b)) | (one(static_cast<u16>(a >> 16), static_cast<u16>(b >> 16)) << 16);
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// Quantization (brief, "Quantization (writer)"), one 8-element chunk at a time: a latent
+// block of 16 elements is two chunks, held by two lanes (see the thread mapping above).
+
+// amax(|x|) of a chunk of 8 bf16 as fp32: NaN elements ignored, +0 when all are NaN.
+JC_HD float chunk_amax(const Vec16& x) {
+  const u32 pair = bf16x2_max_num(bf16x2_max_num(x.w[0] & 0x7fff7fffu, x.w[1] & 0x7fff7fffu),
+                                  bf16x2_max_num(x.w[2] & 0x7fff7fffu, x.w[3] & 0x7fff7fffu));
+  return max_num(max_num(0.0f, bits_float(pair << 16)), bits_float(pair & 0xffff0000u));
+}
+
+// The seven thresholds a chunk's elements are compared with, as bf16 pairs (both halves
+// equal). An element's E2M1 magnitude code is the number of thresholds its |kv| exceeds:
+// > for t[0], t[2], t[4], t[6], >= for t[1], t[3], t[5] (e2m1_encode_scaled's rule).
+struct E2M1Thresholds {
+  u32 t[7];
+};
+
+// For a bf16 kv and a float T >= 0: kv > T <=> kv > RD_bf16(T), and kv >= T <=> kv >=
+// RU_bf16(T), rounding T down/up onto the bf16 grid, a subset of fp32's (T = +inf stays
+// +inf). Down is dropping T's low 16 bits, up is adding 0xFFFF first.
+JC_HD u32 bf16_pair_down(float t) {
+  const u32 h = float_bits(t) >> 16;
+  return h | (h << 16);
+}
+JC_HD u32 bf16_pair_up(float t) {
+  const u32 h = (float_bits(t) + 0xffffu) >> 16;
+  return h | (h << 16);
+}
+
+// Identity: the decision points t * sf themselves, exact in bf16 (at most 7 significant
+// bits, normal). Dynamic: e2m1_bounds_scaled's fp32 thresholds, rounded onto the bf16 grid
+// in the direction of their comparison.
+template <LatentMode LM>
+JC_HD E2M1Thresholds e2m1_thresholds(float sf_value, float latent_scale) {
+  E2M1Thresholds th;
+  if constexpr (LM == LatentMode::dynamic) {
+    const E2M1Bounds b = e2m1_bounds_scaled(sf_value, latent_scale);
+    JC_UNROLL
+    for (int k = 0; k < 7; ++k) th.t[k] = k % 2 == 0 ? bf16_pair_down(b.c[k]) : bf16_pair_up(b.c[k]);
+  } else {
+    (void)latent_scale;
+    const E2M1Bounds b = e2m1_bounds(sf_value);
+    JC_UNROLL
+    for (int k = 0; k < 7; ++k) th.t[k] = bf16_pair_down(b.c[k]);
+  }
+  return th;
+}
+
+// 8 bf16 (element 2k in the low half of word k) -> their 8 E2M1 codes, code i in bits
+// 4i..4i+3: e2m1_encode_scaled on each element, two elements per instruction.
+//   * Elements i and i+4 share a word, so that code i lands in bits 4i..4i+3 of the low
+//     half and code i+4 in the same bits of the high half: no shifting of results.
+//   * The seven masks m0..m6 (0xFFFF per half when the threshold is exceeded) form a
+//     thermometer, m[k+1] implying m[k], because the real thresholds they stand for
+//     increase strictly; so the count's bits are: bit 0 = m0^..^m6 (the parity), bit 1 =
+//     m1^m3^m5, bit 2 = m3.
+//   * The comparisons are unordered-or (gtu, geu): a NaN sets every mask, code 7, and its
+//     sign is dropped by the NaN mask (NaN -> +6, 0x7). Otherwise the sign is kv's sign
+//     bit, so -0 and values that round to zero keep it.
+JC_HD u32 e2m1_encode8(const Vec16& x, const E2M1Thresholds& th) {
+  u32 codes = 0u;
+  JC_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const u32 lo = x.w[i / 2], hi = x.w[2 + i / 2];
+    const u32 pair = i % 2 == 0 ? ((lo & 0xffffu) | (hi << 16)) : ((lo >> 16) | (hi & 0xffff0000u));
+    const u32 a = pair & 0x7fff7fffu;
+    const u32 m1 = bf16x2_geu_mask(a, th.t[1]), m3 = bf16x2_geu_mask(a, th.t[3]);
+    const u32 m5 = bf16x2_geu_mask(a, th.t[5]);
+    const u32 parity = bf16x2_gtu_mask(a, th.t[0]) ^ m1 ^ bf16x2_gtu_mask(a, th.t[2]) ^ m3 ^
+                       bf16x2_gtu_mask(a, th.t[4]) ^ m5 ^ bf16x2_gtu_mask(a, th.t[6]);
+    const u32 sign = (pair & ~bf16x2_nan_mask(a) & 0x80008000u) >> 12;
+    const u32 nibbles = (parity & 0x00010001u) | ((m1 ^ m3 ^ m5) & 0x00020002u) | (m3 & 0x00040004u) | sign;
+    codes |= nibbles << (4 * i);
+  }
+  return codes;
+}
+
+// One chunk of a block whose amax(|kv|) over all 16 elements is block_amax: returns the
+// block's scale byte and the chunk's 8 codes. The brief divides every input by the latent
+// scale s first (dynamic); nothing is divided per element here:
 //   * amax: max_i |rn(kv_i / s)| = rn(max_i |kv_i| / s), because rn(. / s) is symmetric and,
 //     for s > 0, monotone; NaNs are skipped on both sides and an infinity gives +inf on
 //     both. One division per block.
 //   * codes: compared on kv with e2m1_bounds_scaled's thresholds (argued there).
+//   * A scale of 0 (every |kv| small or zero) makes every code 0, sign and NaN included.
 template <LatentMode LM>
-JC_HD u8 quantize_block(const u32* x_words, float latent_scale, u32* q_words) {
-  float kv[k_block_elems];
-  float amax = 0.0f;
-  JC_UNROLL
-  for (int i = 0; i < k_block_elems; ++i) {
-    const u32 w = x_words[i / 2];
-    kv[i] = bf16_to_float(static_cast<u16>((i & 1) ? (w >> 16) : (w & 0xffffu)));
-    amax = max_num(amax, abs_f(kv[i]));
-  }
+JC_HD u8 quantize_chunk(const Vec16& x, float block_amax, float latent_scale, u32* codes) {
+  float amax = block_amax;
   if constexpr (LM == LatentMode::dynamic) amax = div_rn(amax, latent_scale);
   const u8 sf = e4m3_encode_nonnegative(div_rn(amax, 6.0f));  // amax is +0, positive or +inf
   const float sf_value = e4m3_value(sf);                         // sf <= 0x7E: never NaN
-  q_words[0] = 0u;
-  q_words[1] = 0u;
-  if (sf_value != 0.0f) {
-    const E2M1Bounds bounds =
-        LM == LatentMode::dynamic ? e2m1_bounds_scaled(sf_value, latent_scale) : e2m1_bounds(sf_value);
-    JC_UNROLL
-    for (int i = 0; i < k_block_elems; ++i) {
-      const u32 q = e2m1_encode_scaled(kv[i], bounds);
-      q_words[i / 8] |= q << (4 * (i % 8));
-    }
-  }
+  const u32 q = e2m1_encode8(x, e2m1_thresholds<LM>(sf_value, latent_scale));
+  *codes = sf_value != 0.0f ? q : 0u;
+  return sf;
+}
+
+// A whole block (16 bf16 as 8 u32 words) -> its scale byte and 8 E2M1 bytes (two u32
+// words): the two chunks as two lanes quantize them. For tests and tools.
+template <LatentMode LM>
+JC_HD u8 quantize_block(const u32* x_words, float latent_scale, u32* q_words) {
+  const Vec16 first{{x_words[0], x_words[1], x_words[2], x_words[3]}};
+  const Vec16 second{{x_words[4], x_words[5], x_words[6], x_words[7]}};
+  const float amax = max_num(chunk_amax(first), chunk_amax(second));
+  const u8 sf = quantize_chunk<LM>(first, amax, latent_scale, &q_words[0]);
+  quantize_chunk<LM>(second, amax, latent_scale, &q_words[1]);
   return sf;
 }
 
@@ -618,114 +745,164 @@ JC_HD void store_as(void* p, const T& v) {
 JC_HD Vec16 load16(const void* p) { return load_as<Vec16>(p); }
 JC_HD void store16(void* p, const Vec16& v) { store_as<Vec16>(p, v); }
 
-JC_HD Vec8 load8(const void* p) { return load_as<Vec8>(p); }
-JC_HD void store8(void* p, const Vec8& v) { store_as<Vec8>(p, v); }
-
-// Element i of 8 bf16 held in a Vec16 (element 2k in the low half of word k).
-JC_HD u16 bf16_at(const Vec16& v, int i) {
-  return static_cast<u16>((v.w[i / 2] >> (16 * (i & 1))) & 0xffffu);
+// Reads of the writer's inputs, issued where they stand in the source. On the GPU an asm
+// volatile ld.global.nc: the compiler may neither drop it nor sink it into the branch that
+// uses its value (it otherwise moves the bf16 RoPE load, whose value is only stored, behind
+// the slot checks, i.e. behind the slot's memory round trip). The read-only data path
+// (.nc) is valid because the launch contract keeps every input apart from the cache.
+JC_HD Vec16 load_input16(const void* p) {
+#if defined(__CUDA_ARCH__)
+  Vec16 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(p));
+  return v;
+#else
+  return load16(p);
+#endif
 }
 
-// The RoPE elements lane r < k_rope_lanes owns: 8 bf16, one 16-byte load.
-JC_HD Vec16 load_rope_input(const WriterParams& p, i64 token, int r) {
-  return load16(p.k_pe + token * p.k_pe_stride + r * k_rope_elems_per_lane);
+// The RoPE word. ptxas sinks even an asm ld.global.nc past the slot checks when its value
+// is only stored (bf16 RoPE); a relaxed gpu-scope load it keeps where it is. The word is
+// read once, so bypassing L1 costs nothing.
+JC_HD u32 load_input4(const void* p) {
+#if defined(__CUDA_ARCH__)
+  u32 v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+#else
+  return load_as<u32>(p);
+#endif
 }
 
-// Writer, fp8 RoPE only: this lane's part of amax(|k_pe|); 0 for other lanes.
+JC_HD i64 load_input8(const void* p) {
+#if defined(__CUDA_ARCH__)
+  i64 v;
+  asm volatile("ld.global.nc.s64 %0, [%1];" : "=l"(v) : "l"(p));
+  return v;
+#else
+  return load_as<i64>(p);
+#endif
+}
+
+// Everything one writer lane reads for one token, all issued before anything depends on
+// them: the slot, the two latent chunks and the two RoPE elements (no dependent round
+// trips; the slot is read by every lane, one broadcast transaction).
+struct WriterLoads {
+  i64 slot;
+  Vec16 latent[2];  // elements 8 * lane .. +7 and 256 + 8 * lane .. +7
+  u32 rope;         // k_pe elements 2 * lane (low half) and 2 * lane + 1
+};
+
+JC_HD WriterLoads writer_load(const WriterParams& p, i64 token, int lane) {
+  const u16* kv_c = p.kv_c + token * p.kv_c_stride;
+  WriterLoads in;
+  in.slot = load_input8(p.slot_mapping + token);
+  in.latent[0] = load_input16(kv_c + k_chunk_elems * lane);
+  in.latent[1] = load_input16(kv_c + k_latent_dim / 2 + k_chunk_elems * lane);
+  in.rope = load_input4(p.k_pe + token * p.k_pe_stride + k_rope_elems_per_lane * lane);
+  return in;
+}
+
+// What a lane contributes to the warp's reductions: amax(|kv|) of each of its latent
+// chunks, and (fp8 RoPE only) of its RoPE elements.
+struct WriterPartials {
+  float latent_amax[2];
+  float rope_amax;
+};
+
 template <RopeMode RM>
-JC_HD float writer_rope_partial_amax(const WriterParams& p, i64 token, int lane) {
-  if (RM != RopeMode::fp8 || lane >= k_rope_lanes) return 0.0f;
-  const Vec16 in = load_rope_input(p, token, lane);
-  float amax = 0.0f;
-  JC_UNROLL
-  for (int i = 0; i < k_rope_elems_per_lane; ++i)
-    amax = max_num(amax, abs_f(bf16_to_float(bf16_at(in, i))));
-  return amax;
+JC_HD WriterPartials writer_partials(const WriterLoads& in) {
+  WriterPartials part{{chunk_amax(in.latent[0]), chunk_amax(in.latent[1])}, 0.0f};
+  if constexpr (RM == RopeMode::fp8) {
+    part.rope_amax = max_num(max_num(0.0f, abs_f(bits_float(in.rope << 16))),
+                             abs_f(bits_float(in.rope & 0xffff0000u)));
+  }
+  return part;
 }
 
-// Writer: everything one lane stores for one token. rope_amax is amax(|k_pe|) of the
-// token (only read by the RoPE lanes of the fp8 layout).
+// Writer: everything one lane stores for one token, given the reductions' results:
+// block_amax[j] is amax(|kv|) of the block chunk j belongs to (this lane's and its
+// partner's chunk), rope_amax amax(|k_pe|) over the whole token (fp8 RoPE only).
 template <LatentMode LM, RopeMode RM>
-JC_HD void writer_lane(const WriterParams& p, i64 token, int lane, float latent_scale,
-                       float rope_amax) {
-  const i64 slot = p.slot_mapping[token];
-  if (slot < 0) return;
-  if (slot >= p.num_slots) {
+JC_HD void writer_lane(const WriterParams& p, int lane, const WriterLoads& in, float latent_scale,
+                       const float* block_amax, float rope_amax) {
+  if (in.slot < 0) return;
+  if (in.slot >= p.num_slots) {
     if (lane == 0) report(p.status, k_status_slot_out_of_range);
     return;
   }
-  u8* record = p.cache + slot * record_bytes(RM);
-  // Latent block `lane`: 16 bf16 in, 8 bytes of E2M1 and its scale byte out.
-  const u16* src = p.kv_c + token * p.kv_c_stride + lane * k_block_elems;
-  const Vec16 in[2] = {load16(src), load16(src + 8)};
-  const u32 x_words[8] = {in[0].w[0], in[0].w[1], in[0].w[2], in[0].w[3],
-                          in[1].w[0], in[1].w[1], in[1].w[2], in[1].w[3]};
-  Vec8 q;
-  const u8 sf = quantize_block<LM>(x_words, latent_scale, &q.w[0]);
-  store8(record + 8 * lane, q);
-  record[k_scales_offset + lane] = sf;
+  u8* __restrict__ record = p.cache + in.slot * record_bytes(RM);
+  u32 codes[2];
+  const u8 sf0 = quantize_chunk<LM>(in.latent[0], block_amax[0], latent_scale, &codes[0]);
+  const u8 sf1 = quantize_chunk<LM>(in.latent[1], block_amax[1], latent_scale, &codes[1]);
+  // E2M1 bytes 4 * lane.. and 128 + 4 * lane..: each store instruction covers 128
+  // contiguous bytes. Block lane / 2's scale byte from the even lane, block 16 + lane / 2's
+  // from the odd one: the 32 scale bytes in one 32-byte store.
+  store_as<u32>(record + 4 * lane, codes[0]);
+  store_as<u32>(record + k_latent_bytes / 2 + 4 * lane, codes[1]);
+  record[k_scales_offset + (lane % 2 == 0 ? lane / 2 : k_num_blocks / 2 + lane / 2)] = lane % 2 == 0 ? sf0 : sf1;
 
-  if (lane >= k_rope_lanes) return;
+  u8* rope = record + k_rope_offset;
   if constexpr (RM == RopeMode::bf16) {
-    store16(record + k_rope_offset + 16 * lane, load_rope_input(p, token, lane));
+    store_as<u32>(rope + 4 * lane, in.rope);
     if (lane == 0) store16(record + k_pad_offset, Vec16{{0u, 0u, 0u, 0u}});
   } else {
     const float rope_scale = div_rn(rope_amax, 448.0f);
-    Vec8 out{{0u, 0u}};
+    u32 pair = 0u;
     if (rope_scale != 0.0f) {
-      const Vec16 rope = load_rope_input(p, token, lane);
-      JC_UNROLL
-      for (int i = 0; i < k_rope_elems_per_lane; ++i) {
-        const u32 code = float_to_e4m3_satfinite(div_rn(bf16_to_float(bf16_at(rope, i)), rope_scale));
-        out.w[i / 4] |= code << (8 * (i % 4));
-      }
+      pair = static_cast<u32>(float_to_e4m3_satfinite(div_rn(bits_float(in.rope << 16), rope_scale))) |
+             (static_cast<u32>(float_to_e4m3_satfinite(div_rn(bits_float(in.rope & 0xffff0000u), rope_scale))) << 8);
     }
-    store8(record + k_rope_offset + 8 * lane, out);
+    store_as<u16>(rope + 2 * lane, static_cast<u16>(pair));
     if (lane == 0) store16(record + k_pad_offset, Vec16{{float_bits(rope_scale), 0u, 0u, 0u}});
   }
 }
 
-// Gather: everything one lane stores for one output row.
+// Gather: everything one lane stores for one output row. Lane l produces elements 8l..8l+7
+// and 256+8l..256+8l+7 (two 16-byte stores, each instruction covering 512 contiguous bytes)
+// and RoPE elements 2l, 2l+1. All of a lane's loads come before its first store.
 template <LatentMode LM, RopeMode RM>
 JC_HD void gather_lane(const GatherParams& p, i64 row, int lane, float latent_scale) {
-  u16* dst = p.out + row * p.out_stride;
+  u16* __restrict__ dst = p.out + row * p.out_stride;
   const i32 slot = p.slots[row];
   const bool out_of_range = slot >= 0 && slot >= p.num_slots;
   if (out_of_range && lane == 0) report(p.status, k_status_slot_out_of_range);
-  u16* latent_dst = dst + lane * k_block_elems;
-  u16* rope_dst = dst + k_latent_dim + lane * k_rope_elems_per_lane;
-  const Vec16 zero{{0u, 0u, 0u, 0u}};
+  u16* latent_dst = dst + k_chunk_elems * lane;
+  u16* rope_dst = dst + k_latent_dim + k_rope_elems_per_lane * lane;
   if (slot < 0 || out_of_range) {
+    const Vec16 zero{{0u, 0u, 0u, 0u}};
     store16(latent_dst, zero);
-    store16(latent_dst + 8, zero);
-    if (lane < k_rope_lanes) store16(rope_dst, zero);
+    store16(latent_dst + k_latent_dim / 2, zero);
+    store_as<u32>(rope_dst, 0u);
     return;
   }
-  const u8* record = p.cache + static_cast<i64>(slot) * record_bytes(RM);
-  // Latent block `lane`: 8 bytes of E2M1 and its scale byte in, 16 bf16 out.
-  const Vec8 q = load8(record + 8 * lane);
-  const u8 sf = record[k_scales_offset + lane];
-  Vec16 out[2];
-  dequantize8<LM>(q.w[0], sf, latent_scale, &out[0].w[0]);
-  dequantize8<LM>(q.w[1], sf, latent_scale, &out[1].w[0]);
-  store16(latent_dst, out[0]);
-  store16(latent_dst + 8, out[1]);
-
-  if (lane >= k_rope_lanes) return;
+  const u8* __restrict__ record = p.cache + static_cast<i64>(slot) * record_bytes(RM);
+  const u32 q0 = load_as<u32>(record + 4 * lane);
+  const u32 q1 = load_as<u32>(record + k_latent_bytes / 2 + 4 * lane);
+  const u8 sf0 = record[k_scales_offset + lane / 2];
+  const u8 sf1 = record[k_scales_offset + k_num_blocks / 2 + lane / 2];
+  u32 rope_in;
+  float rope_scale = 0.0f;
   if constexpr (RM == RopeMode::bf16) {
-    store16(rope_dst, load16(record + k_rope_offset + 16 * lane));
+    rope_in = load_as<u32>(record + k_rope_offset + 4 * lane);
   } else {
-    const float rope_scale = bits_float(load_as<u32>(record + k_pad_offset));
-    const Vec8 in = load8(record + k_rope_offset + 8 * lane);
-    Vec16 rope;
-    JC_UNROLL
-    for (int e = 0; e < k_rope_elems_per_lane; e += 2) {
-      float value[2];
-      e4m3x2_values(in.w[e / 4] >> (8 * (e % 4)), &value[0], &value[1]);
-      rope.w[e / 2] = bf16x2_rn(mul_rn(value[0], rope_scale), mul_rn(value[1], rope_scale));
-    }
-    store16(rope_dst, rope);
+    rope_in = load_as<u16>(record + k_rope_offset + 2 * lane);
+    rope_scale = bits_float(load_as<u32>(record + k_pad_offset));
   }
+
+  Vec16 out[2];
+  dequantize8<LM>(q0, sf0, latent_scale, &out[0].w[0]);
+  dequantize8<LM>(q1, sf1, latent_scale, &out[1].w[0]);
+  u32 rope_out = rope_in;
+  if constexpr (RM == RopeMode::fp8) {
+    float value[2];
+    e4m3x2_values(rope_in, &value[0], &value[1]);
+    rope_out = bf16x2_rn(mul_rn(value[0], rope_scale), mul_rn(value[1], rope_scale));
+  }
+  store16(latent_dst, out[0]);
+  store16(latent_dst + k_latent_dim / 2, out[1]);
+  store_as<u32>(rope_dst, rope_out);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -741,15 +918,19 @@ __device__ __forceinline__ void writer_kernel(const WriterParams& p, float laten
   const i64 token = static_cast<i64>(blockIdx.x) * k_tokens_per_cta + threadIdx.x / k_warp;
   const int lane = static_cast<int>(threadIdx.x % k_warp);
   if (token >= p.num_tokens) return;  // uniform across the warp
-  float rope_amax = writer_rope_partial_amax<RM>(p, token, lane);
+  const WriterLoads in = writer_load(p, token, lane);
+  const WriterPartials part = writer_partials<RM>(in);
+  // Lanes l and l ^ 1 hold the two chunks of the same blocks; the RoPE amax spans the warp.
+  // max is exact, so any order of combining gives the host executor's result.
+  const float block_amax[2] = {max_num(part.latent_amax[0], __shfl_xor_sync(0xffffffffu, part.latent_amax[0], 1)),
+                               max_num(part.latent_amax[1], __shfl_xor_sync(0xffffffffu, part.latent_amax[1], 1))};
+  float rope_amax = part.rope_amax;
   if constexpr (RM == RopeMode::fp8) {
-    // The RoPE lanes 0..7 form an aligned group of 8: xor 1, 2 and 4 stay inside it.
-    // max is exact, so this order gives the host executor's result.
-    rope_amax = max_num(rope_amax, __shfl_xor_sync(0xffffffffu, rope_amax, 1));
-    rope_amax = max_num(rope_amax, __shfl_xor_sync(0xffffffffu, rope_amax, 2));
-    rope_amax = max_num(rope_amax, __shfl_xor_sync(0xffffffffu, rope_amax, 4));
+    JC_UNROLL
+    for (int offset = 1; offset < k_warp; offset *= 2)
+      rope_amax = max_num(rope_amax, __shfl_xor_sync(0xffffffffu, rope_amax, offset));
   }
-  writer_lane<LM, RM>(p, token, lane, latent_scale, rope_amax);
+  writer_lane<LM, RM>(p, lane, in, latent_scale, block_amax, rope_amax);
 }
 
 template <LatentMode LM, RopeMode RM>

@@ -72,14 +72,23 @@ jc::u32 run_writer(const jc::WriterParams& p, float scale) {
   if (!jc::latent_scale_ok<LM>(scale)) {
     jc::report(q.status, jc::latent_scale_error_bit<LM>());
   } else {
+    jc::WriterLoads in[jc::k_warp];
+    jc::WriterPartials part[jc::k_warp];
     for (jc::i64 t = 0; t < q.num_tokens; ++t) {
-      // The GPU reduces the RoPE lanes' partial maxima with shuffles; max is exact, so
-      // a sequential reduction gives the same value.
+      for (int lane = 0; lane < jc::k_warp; ++lane) {
+        in[lane] = jc::writer_load(q, t, lane);
+        part[lane] = jc::writer_partials<RM>(in[lane]);
+      }
+      // The warp's shuffles: each lane's chunk amax with its partner's (xor 1), and the RoPE
+      // amax over all lanes (xor 1, 2, 4, 8, 16). max is exact, commutative and
+      // associative on these never-NaN values, so this order gives the GPU's result.
       float rope_amax = 0.0f;
-      for (int lane = 0; lane < jc::k_warp; ++lane)
-        rope_amax = jc::max_num(rope_amax, jc::writer_rope_partial_amax<RM>(q, t, lane));
-      for (int lane = 0; lane < jc::k_warp; ++lane)
-        jc::writer_lane<LM, RM>(q, t, lane, scale, rope_amax);
+      for (int lane = 0; lane < jc::k_warp; ++lane) rope_amax = jc::max_num(rope_amax, part[lane].rope_amax);
+      for (int lane = 0; lane < jc::k_warp; ++lane) {
+        const float block_amax[2] = {jc::max_num(part[lane].latent_amax[0], part[lane ^ 1].latent_amax[0]),
+                                     jc::max_num(part[lane].latent_amax[1], part[lane ^ 1].latent_amax[1])};
+        jc::writer_lane<LM, RM>(q, lane, in[lane], scale, block_amax, rope_amax);
+      }
     }
   }
   if (p.status != nullptr) *p.status |= status;

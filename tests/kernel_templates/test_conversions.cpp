@@ -230,6 +230,43 @@ TEST(E2m1, ScaledEncodeEqualsDivideThenEncode) {
   EXPECT_EQ(mismatches, 0) << "of " << checked;
 }
 
+// The identity writer's path: the decision points as bf16 pairs and the packed encoder
+// (e2m1_encode8) against the brief's E2M1(rn(kv / sf)), for every bf16 kv in every position
+// of a chunk and every positive scale code.
+TEST(E2m1, PackedEncoderEqualsDivideThenEncodeForEveryBf16) {
+  long mismatches = 0;
+  for (int code = 1; code < 0x7f; ++code) {
+    const float sf = jc::e4m3_to_float(static_cast<std::uint8_t>(code));
+    const jc::E2M1Thresholds thresholds = jc::e2m1_thresholds<jc::LatentMode::identity>(sf, 1.0f);
+    for (std::uint32_t base = 0; base < 65536; base += 8) {
+      for (std::uint32_t rotate = 0; rotate < 8; rotate += 3) {
+        jc::Vec16 chunk;
+        std::uint32_t h[8];
+        for (std::uint32_t i = 0; i < 8; ++i) h[i] = base + (i + rotate) % 8;
+        for (int w = 0; w < 4; ++w) chunk.w[w] = h[2 * w] | (h[2 * w + 1] << 16);
+        const std::uint32_t codes = jc::e2m1_encode8(chunk, thresholds);
+        for (int i = 0; i < 8; ++i) {
+          const float kv = jc::bf16_to_float(static_cast<std::uint16_t>(h[i]));
+          const std::uint32_t expected = jc::float_to_e2m1_satfinite(kv / sf);
+          if (((codes >> (4 * i)) & 0xfu) != expected && ++mismatches <= 10)
+            ADD_FAILURE() << "sf=" << sf << " kv bits=0x" << std::hex << h[i] << " position " << i;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// A block whose scale is 0 (every |kv| below 2^-10, or all NaN) has every code 0.
+TEST(E2m1, ZeroScaleBlockHasZeroCodes) {
+  const std::uint32_t words[8] = {0x80010001u, 0x7fc00000u, 0x3a0039ffu, 0xba00ffc0u,
+                                  0x00000000u, 0x80008000u, 0x7f817f81u, 0x00010001u};
+  std::uint32_t q[2] = {~0u, ~0u};
+  EXPECT_EQ(jc::quantize_block<jc::LatentMode::identity>(words, 1.0f, q), 0);
+  EXPECT_EQ(q[0], 0u);
+  EXPECT_EQ(q[1], 0u);
+}
+
 TEST(Bf16, RoundingMatchesNvidia) {
   const auto xs = sample_floats(test_seed("Bf16.RoundingMatchesNvidia"), 400000);
   int mismatches = 0;

@@ -207,6 +207,35 @@ extern "C" __global__ void jc_check_rope_dequantize(u32 param, u64 count, u32* r
       (static_cast<u32>(float_to_bf16(mul_rn(e4m3_to_float(static_cast<u8>(i >> 8)), rope_scale))) << 16);
   if (pair != expected) note_mismatch(result, static_cast<u32>(i));
 }
+
+// The writer's packed comparisons and max (set.gtu/geu/nan.u32.bf16x2, max.bf16x2) against
+// the host's per-half definitions: input i is the bf16 pair a = i & 0xFFFF, b = i >> 16,
+// compared as (a, b) in the low halves and (b, a) in the high halves, so all 2^32 ordered
+// pairs are covered twice. max only takes operands with the sign bit clear; when both are
+// NaN only NaN-ness is required (the host returns 0x7FFF, the GPU its canonical NaN, and
+// the writer never uses that value: every amax is combined with +0 afterwards).
+extern "C" __global__ void jc_check_bf16x2_compare(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u32 ab = first + static_cast<u32>(i);
+    const u32 a = ab & 0xffffu, b = ab >> 16;
+    const u32 x = a | (b << 16), y = b | (a << 16);
+    const float fa = bf16_to_float(static_cast<u16>(a)), fb = bf16_to_float(static_cast<u16>(b));
+    const u32 gtu = half_mask(!(fa <= fb), !(fb <= fa)), geu = half_mask(!(fa < fb), !(fb < fa));
+    const u32 nan = half_mask(is_nan(fa), is_nan(fb));
+    bool same = bf16x2_gtu_mask(x, y) == gtu && bf16x2_geu_mask(x, y) == geu && bf16x2_nan_mask(x) == nan;
+    if ((a & 0x8000u) == 0u && (b & 0x8000u) == 0u) {
+      const u32 m = bf16x2_max_num(x, y);
+      if (is_nan(fa) && is_nan(fb)) {
+        same = same && is_nan(bf16_to_float(static_cast<u16>(m))) && is_nan(bf16_to_float(static_cast<u16>(m >> 16)));
+      } else {
+        const u32 larger = is_nan(fa) ? b : (is_nan(fb) || fa > fb ? a : b);
+        same = same && m == (larger | (larger << 16));
+      }
+    }
+    if (!same) note_mismatch(result, ab);
+  }
+}
 )";
 
 // k_check_kernels compiled for `target` through the library's NVRTC back end (the same
@@ -439,6 +468,128 @@ TEST_F(GpuTest, GatherDequantizationMatchesSoftwareOnEveryScaleAndCodeByte) {
     std::memcpy(&bits, &rope_scale, 4);
     const auto rope = run_check("jc_check_rope_dequantize", bits, 65536);
     EXPECT_EQ(rope.at(0), 0u) << "RoPE scale " << rope_scale << ": " << mismatches_text(rope);
+  }
+}
+
+TEST_F(GpuTest, PackedBf16ComparisonsAndMaxMatchTheHostOnEveryPair) {
+  const auto result = run_check("jc_check_bf16x2_compare", 0u, 0x100000000ull);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
+}
+
+// Rows that reach every corner of the kernels' numerics: every bf16 bit pattern as an input
+// element, blocks of one sign and magnitude, blocks with NaN (quiet and signalling),
+// infinities, zeros of both signs, subnormals and all-zero blocks, tokens of every
+// magnitude; and for the gather, records of random bytes (NaN and negative scale bytes,
+// every code).
+std::vector<std::uint16_t> adversarial_rows(std::mt19937_64& rng) {
+  std::vector<std::uint16_t> rows;
+  for (std::uint32_t h = 0; h < 65536; ++h) rows.push_back(static_cast<std::uint16_t>(h));
+  std::normal_distribution<float> normal;
+  const std::uint16_t specials[] = {0x7fc0, 0xffc0, 0x7f81, 0xffbf, 0x7f80, 0xff80, 0x0000, 0x8000,
+                                    0x0001, 0x807f, 0x7f7f, 0xff7f, 0x0080, 0x8080};
+  for (int t = 0; t < 2048; ++t) {
+    const float mag = std::ldexp(1.0f, static_cast<int>(rng() % 280) - 150);
+    for (int c = 0; c < 576; ++c) {
+      std::uint16_t h = jc::float_to_bf16(normal(rng) * mag);
+      if (t % 3 == 0 && rng() % 8 == 0) h = specials[rng() % 14];
+      if (t % 5 == 1 && (c / 16) % 3 == 0) h = static_cast<std::uint16_t>(rng() % 128 | (rng() % 2) << 15);
+      if (t % 7 == 2 && (c / 16) % 4 == 1) h = 0;
+      rows.push_back(h);
+    }
+  }
+  while (rows.size() % 576 != 0) rows.push_back(0x3f80);
+  return rows;
+}
+
+TEST_F(GpuTest, DeviceMatchesHostExecutorOnAdversarialData) {
+  std::mt19937_64 rng(jitcache::testing::test_seed("GpuTest.DeviceMatchesHostExecutorOnAdversarialData"));
+  const auto rows = adversarial_rows(rng);
+  const std::size_t tokens = rows.size() / 576;
+  std::vector<std::int64_t> slot_of(tokens);
+  for (std::size_t t = 0; t < tokens; ++t) slot_of[t] = t % 29 == 5 ? -1 : static_cast<std::int64_t>(tokens - 1 - t);
+  std::vector<std::int32_t> gather_slots(tokens);
+  for (std::size_t t = 0; t < tokens; ++t) gather_slots[t] = t % 31 == 3 ? -1 : static_cast<std::int32_t>(t);
+
+  auto store = cache::Store::open(dir() / "cache");
+  ASSERT_OK(store);
+  const auto compiler = make_nvrtc_compiler();
+  KernelCache kernels(**store, *compiler);
+  const auto& api = m_driver->api();
+  DeviceBuffer d_rows(*m_driver, rows.size() * 2), d_slots(*m_driver, tokens * 8), d_gslots(*m_driver, tokens * 4),
+      d_status(*m_driver, 4), d_out(*m_driver, tokens * 576 * 2);
+  d_rows.upload(rows.data());
+  d_slots.upload(slot_of.data());
+  d_gslots.upload(gather_slots.data());
+
+  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+    const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
+    for (LatentScale latent : {LatentScale::identity, LatentScale::dynamic}) {
+      const std::vector<float> scales = latent == LatentScale::identity
+                                            ? std::vector<float>{1.0f}
+                                            : std::vector<float>{0.0019f, 1.0f, 3.0e-39f, 1e-30f, 2.5e30f, 3.0e38f};
+      CUfunction writer = nullptr, gather = nullptr;
+      CUmodule modules[2] = {nullptr, nullptr};
+      for (KernelKind kind : {KernelKind::writer, KernelKind::gather}) {
+        auto fetched = kernels.get(KernelSpec{kind, latent, rope, Target{m_runtime->device().target}});
+        ASSERT_OK(fetched);
+        CUmodule& module = modules[kind == KernelKind::writer ? 0 : 1];
+        ASSERT_OK(m_driver->check(api.cuModuleLoadDataEx(&module, fetched->artifact->cubin.data(), 0, nullptr, nullptr),
+                                  "cuModuleLoadDataEx"));
+        ASSERT_OK(m_driver->check(api.cuModuleGetFunction(kind == KernelKind::writer ? &writer : &gather, module,
+                                                          fetched->artifact->entry.c_str()),
+                                  "cuModuleGetFunction"));
+      }
+      for (float scale : scales) {
+        SCOPED_TRACE(std::string(to_string(rope)) + " " + to_string(latent) + " s=" + std::to_string(scale));
+        // Writer, both sides, from the same stale cache contents.
+        std::vector<jc::Vec16> host_cache((tokens * rb + 15) / 16);
+        std::memset(host_cache.data(), 0x5a, tokens * rb);
+        jc::WriterParams hw{rows.data(), 576, rows.data() + 512, 576, slot_of.data(), static_cast<jc::i64>(tokens),
+                            reinterpret_cast<jc::u8*>(host_cache.data()), static_cast<jc::i64>(tokens), nullptr};
+        auto host_status = host_run_writer(latent, rope, hw, scale);
+        ASSERT_OK(host_status);
+        DeviceBuffer d_cache(*m_driver, tokens * rb);
+        d_cache.fill(0x5a);
+        d_status.fill(0);
+        jc::WriterParams dw{reinterpret_cast<const jc::u16*>(d_rows.addr()), 576,
+                            reinterpret_cast<const jc::u16*>(d_rows.addr() + 1024), 576,
+                            reinterpret_cast<const jc::i64*>(d_slots.addr()), static_cast<jc::i64>(tokens),
+                            reinterpret_cast<jc::u8*>(d_cache.addr()), static_cast<jc::i64>(tokens),
+                            reinterpret_cast<jc::u32*>(d_status.addr())};
+        void* wargs[] = {&dw, &scale};
+        const unsigned blocks = static_cast<unsigned>((tokens + 3) / 4);
+        ASSERT_OK(m_driver->check(api.cuLaunchKernel(writer, blocks, 1, 1, 128, 1, 1, 0, nullptr, wargs, nullptr), "writer"));
+        ASSERT_OK(m_driver->check(api.cuCtxSynchronize(), "sync"));
+        EXPECT_EQ(d_status.download<std::uint32_t>()[0], *host_status);
+        const auto device_cache = d_cache.download<std::uint8_t>();
+        ASSERT_EQ(std::memcmp(device_cache.data(), host_cache.data(), tokens * rb), 0) << "writer output differs";
+
+        // Gather of the written records, then of random bytes.
+        for (int garbage = 0; garbage < 2; ++garbage) {
+          if (garbage == 1) {
+            auto* bytes = reinterpret_cast<std::uint8_t*>(host_cache.data());
+            for (std::size_t i = 0; i < tokens * rb; ++i) bytes[i] = static_cast<std::uint8_t>(rng() >> 11);
+            d_cache.upload(host_cache.data());
+          }
+          std::vector<jc::Vec16> host_out(tokens * 576 * 2 / 16);
+          jc::GatherParams hg{reinterpret_cast<const jc::u8*>(host_cache.data()), static_cast<jc::i64>(tokens),
+                              gather_slots.data(), static_cast<jc::i64>(tokens),
+                              reinterpret_cast<jc::u16*>(host_out.data()), 576, nullptr};
+          ASSERT_OK(host_run_gather(latent, rope, hg, scale));
+          d_out.fill(0x77);
+          jc::GatherParams dg{reinterpret_cast<const jc::u8*>(d_cache.addr()), static_cast<jc::i64>(tokens),
+                              reinterpret_cast<const jc::i32*>(d_gslots.addr()), static_cast<jc::i64>(tokens),
+                              reinterpret_cast<jc::u16*>(d_out.addr()), 576, nullptr};
+          void* gargs[] = {&dg, &scale};
+          ASSERT_OK(m_driver->check(api.cuLaunchKernel(gather, blocks, 1, 1, 128, 1, 1, 0, nullptr, gargs, nullptr), "gather"));
+          ASSERT_OK(m_driver->check(api.cuCtxSynchronize(), "sync"));
+          const auto device_out = d_out.download<std::uint8_t>();
+          ASSERT_EQ(std::memcmp(device_out.data(), host_out.data(), tokens * 576 * 2), 0)
+              << (garbage ? "gather of random records differs" : "gather output differs");
+        }
+      }
+      for (CUmodule module : modules) api.cuModuleUnload(module);
+    }
   }
 }
 

@@ -26,8 +26,10 @@
 // l + 32, so each 16-byte load (writer) or store (gather) instruction of the warp covers
 // 512 contiguous bytes, and each 4-byte E2M1 access 128. Chunk l is half of latent block
 // l / 2: lanes l and l ^ 1 hold the two halves of blocks l / 2 and 16 + l / 2, and the
-// writer combines their amax with one exact shuffle (the host executor computes the same
-// max). Lane l also owns RoPE elements 2l and 2l + 1; lane 0 writes bytes [288,304).
+// writer combines their amax with one exact shuffle (the dynamic writer also shares the
+// blocks' scales between the two); the host executor runs the lanes one by one and makes
+// the same exchanges. Lane l also owns RoPE elements 2l and 2l + 1; lane 0 writes bytes
+// [288,304).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -83,8 +85,8 @@ constexpr int k_out_dim = k_latent_dim + k_rope_dim;  // 576
 constexpr int k_warp = 32;
 constexpr int k_tokens_per_cta = 4;
 constexpr int k_threads_per_cta = k_warp * k_tokens_per_cta;
-constexpr int k_chunk_elems = 8;                                  // 16 bytes of bf16
-constexpr int k_rope_elems_per_lane = k_rope_dim / k_warp;          // 2
+constexpr int k_chunk_elems = 8;                            // 16 bytes of bf16
+constexpr int k_rope_elems_per_lane = k_rope_dim / k_warp;  // 2
 static_assert(k_latent_dim == 2 * k_warp * k_chunk_elems, "two latent chunks per lane");
 static_assert(k_block_elems == 2 * k_chunk_elems, "a block is two chunks, of lanes l and l ^ 1");
 
@@ -315,6 +317,27 @@ JC_HD u8 e4m3_encode_nonnegative(float x) {
 #endif
 }
 
+// Two fp32 values of any sign (the fp8 RoPE's quotients) -> their E4M3 codes, lo in bits
+// 0..7: float_to_e4m3_satfinite on each. On the GPU one cvt.rn.satfinite.e4m3x2.f32 and a
+// select per NaN. For every non-NaN input the argument of e4m3_encode_nonnegative holds
+// for the magnitude, and the instruction treats the sign as IEEE rounding does: it keeps it
+// (a negative value that rounds to zero gives -0, 0x80, as float_to_e4m3_satfinite does)
+// and saturates to -448 (0xFE) below -448. A NaN becomes 0x7F by the select whatever the
+// instruction's NaN code. tests/runtime/test_gpu.cpp runs all 2^32 fp32 inputs through
+// both on a GPU.
+JC_HD u32 e4m3x2_encode(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(hi), "f"(lo));  // d[15:8] = cvt(a)
+  u32 codes = pair;
+  codes = is_nan(lo) ? ((codes & 0xff00u) | 0x7fu) : codes;
+  codes = is_nan(hi) ? ((codes & 0x00ffu) | 0x7f00u) : codes;
+  return codes;
+#else
+  return static_cast<u32>(float_to_e4m3_satfinite(lo)) | (static_cast<u32>(float_to_e4m3_satfinite(hi)) << 8);
+#endif
+}
+
 // The value of an E4M3 code. On the GPU through cvt.rn.f16x2.e4m3x2 and cvt.f32.f16: every
 // E4M3 value, subnormals and -0 included, is exactly an f16 value and every f16 value
 // exactly an fp32 one, so both conversions are exact and give e4m3_to_float's bits. Only
@@ -439,42 +462,37 @@ JC_HD float e2m1_half_ulp(float c) {  // ulp(c) / 2 for a normal c >= 2^-11
   return bits_float((float_bits(c) & 0x7f800000u) - (24u << 23));
 }
 
-JC_HD float scaled_threshold_above(float c, float s) {  // RD((c + ulp(c)/2) * s)
-#if defined(__CUDA_ARCH__)
-  const bool tiny = s < 0x1p-64f;
-  const float s_up = tiny ? __fmul_rn(s, 0x1p100f) : s;
-  const float t = __fmaf_rd(c, s_up, __fmul_rn(e2m1_half_ulp(c), s_up));
-  return tiny ? __fmul_rd(t, 0x1p-100f) : t;
-#else
-  const double product = (static_cast<double>(c) + e2m1_half_ulp(c)) * static_cast<double>(s);
-  float t = static_cast<float>(product);
-  if (static_cast<double>(t) > product) t = __builtin_nextafterf(t, -__builtin_inff());
-  return t;
-#endif
-}
-
-JC_HD float scaled_threshold_from(float c, float s) {  // RU((c - ulp(c)/2) * s)
-#if defined(__CUDA_ARCH__)
-  const bool tiny = s < 0x1p-64f;
-  const float s_up = tiny ? __fmul_rn(s, 0x1p100f) : s;
-  const float t = __fmaf_ru(c, s_up, -__fmul_rn(e2m1_half_ulp(c), s_up));
-  return tiny ? __fmul_ru(t, 0x1p-100f) : t;
-#else
-  const double product = (static_cast<double>(c) - e2m1_half_ulp(c)) * static_cast<double>(s);
-  float t = static_cast<float>(product);
-  if (static_cast<double>(t) < product) t = __builtin_nextafterf(t, __builtin_inff());
-  return t;
-#endif
-}
-
 // The thresholds on kv for scale value sf > 0 and latent scale s: e2m1_encode_scaled(kv,
-// e2m1_bounds_scaled(sf, s)) == float_to_e2m1_satfinite(div_rn(div_rn(kv, s), sf)).
+// e2m1_bounds_scaled(sf, s)) == float_to_e2m1_satfinite(div_rn(div_rn(kv, s), sf)): the >
+// points (even k) RD((c + ulp(c)/2) * s), the >= points (odd k) RU((c - ulp(c)/2) * s).
 JC_HD E2M1Bounds e2m1_bounds_scaled(float sf, float s) {
   const E2M1Bounds c = e2m1_bounds(sf);
-  return E2M1Bounds{{scaled_threshold_above(c.c[0], s), scaled_threshold_from(c.c[1], s),
-                     scaled_threshold_above(c.c[2], s), scaled_threshold_from(c.c[3], s),
-                     scaled_threshold_above(c.c[4], s), scaled_threshold_from(c.c[5], s),
-                     scaled_threshold_above(c.c[6], s)}};
+  E2M1Bounds t;
+#if defined(__CUDA_ARCH__)
+  const bool tiny = s < 0x1p-64f;
+  const float s_up = tiny ? __fmul_rn(s, 0x1p100f) : s;
+  JC_UNROLL
+  for (int k = 0; k < 7; ++k) {
+    const float hs = __fmul_rn(e2m1_half_ulp(c.c[k]), s_up);
+    if (k % 2 == 0) {
+      const float v = __fmaf_rd(c.c[k], s_up, hs);
+      t.c[k] = tiny ? __fmul_rd(v, 0x1p-100f) : v;
+    } else {
+      const float v = __fmaf_ru(c.c[k], s_up, -hs);
+      t.c[k] = tiny ? __fmul_ru(v, 0x1p-100f) : v;
+    }
+  }
+#else
+  for (int k = 0; k < 7; ++k) {
+    const double h = e2m1_half_ulp(c.c[k]);
+    const double product = (static_cast<double>(c.c[k]) + (k % 2 == 0 ? h : -h)) * static_cast<double>(s);
+    float v = static_cast<float>(product);
+    if (k % 2 == 0 && static_cast<double>(v) > product) v = __builtin_nextafterf(v, -__builtin_inff());
+    if (k % 2 == 1 && static_cast<double>(v) < product) v = __builtin_nextafterf(v, __builtin_inff());
+    t.c[k] = v;
+  }
+#endif
+  return t;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -484,6 +502,22 @@ JC_HD E2M1Bounds e2m1_bounds_scaled(float sf, float s) {
 // __hgt2_mask documents for set.gt.u32.bf16x2.
 
 JC_HD u32 half_mask(bool lo, bool hi) { return (lo ? 0x0000ffffu : 0u) | (hi ? 0xffff0000u : 0u); }
+
+// Bits of a where mask is set, of b elsewhere (one LOP3).
+JC_HD u32 select_bits(u32 mask, u32 a, u32 b) { return (a & mask) | (b & ~mask); }
+
+// PRMT / __byte_perm in its default mode: byte i of the result is byte ((selector >> 4i) &
+// 7) of the eight bytes b:a (a = bytes 0..3).
+JC_HD u32 byte_perm(u32 a, u32 b, u32 selector) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, selector);
+#else
+  const unsigned long long bytes = (static_cast<unsigned long long>(b) << 32) | a;
+  u32 r = 0u;
+  for (int i = 0; i < 4; ++i) r |= static_cast<u32>((bytes >> (8 * ((selector >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+  return r;
+#endif
+}
 
 // a > b or unordered (either NaN), per half.
 JC_HD u32 bf16x2_gtu_mask(u32 a, u32 b) {
@@ -560,30 +594,33 @@ struct E2M1Thresholds {
 // For a bf16 kv and a float T >= 0: kv > T <=> kv > RD_bf16(T), and kv >= T <=> kv >=
 // RU_bf16(T), rounding T down/up onto the bf16 grid, a subset of fp32's (T = +inf stays
 // +inf). Down is dropping T's low 16 bits, up is adding 0xFFFF first.
-JC_HD u32 bf16_pair_down(float t) {
-  const u32 h = float_bits(t) >> 16;
-  return h | (h << 16);
-}
-JC_HD u32 bf16_pair_up(float t) {
-  const u32 h = (float_bits(t) + 0xffffu) >> 16;
-  return h | (h << 16);
-}
+JC_HD u32 bf16_pair_down(float t) { return byte_perm(float_bits(t), 0u, 0x3232u); }
+JC_HD u32 bf16_pair_up(float t) { return byte_perm(float_bits(t) + 0xffffu, 0u, 0x3232u); }
+
+// The decision points t * 2^120 as bf16 pairs (t = 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5:
+// at most 3 significant bits, so exact), for e2m1_thresholds<identity>.
+constexpr u32 k_e2m1_points_2p120[7] = {0x7a807a80u, 0x7b407b40u, 0x7ba07ba0u, 0x7be07be0u,
+                                        0x7c207c20u, 0x7c607c60u, 0x7ca07ca0u};
 
 // Identity: the decision points t * sf themselves, exact in bf16 (at most 7 significant
-// bits, normal). Dynamic: e2m1_bounds_scaled's fp32 thresholds, rounded onto the bf16 grid
-// in the direction of their comparison.
+// bits, normal). Straight from the scale code: a positive E4M3 code shifted left by 4 is
+// the bf16 number sf * 2^-120 (the 4-bit exponent field becomes bf16's with a bias 120
+// apart, and codes 1..7, E4M3's subnormals m * 2^-9, become bf16's subnormals m * 2^-129),
+// and one exact bf16 product per point gives t * sf. Dynamic: e2m1_bounds_scaled's fp32
+// thresholds, rounded onto the bf16 grid in the direction of their comparison. sf must
+// not be 0 (the caller zeroes such a block's codes) or NaN (never: sf <= 0x7E).
 template <LatentMode LM>
-JC_HD E2M1Thresholds e2m1_thresholds(float sf_value, float latent_scale) {
+JC_HD E2M1Thresholds e2m1_thresholds(u8 sf, float latent_scale) {
   E2M1Thresholds th;
   if constexpr (LM == LatentMode::dynamic) {
-    const E2M1Bounds b = e2m1_bounds_scaled(sf_value, latent_scale);
+    const E2M1Bounds b = e2m1_bounds_scaled(e4m3_value(sf), latent_scale);
     JC_UNROLL
     for (int k = 0; k < 7; ++k) th.t[k] = k % 2 == 0 ? bf16_pair_down(b.c[k]) : bf16_pair_up(b.c[k]);
   } else {
     (void)latent_scale;
-    const E2M1Bounds b = e2m1_bounds(sf_value);
+    const u32 sf_pair = static_cast<u32>(sf) * 0x00100010u;  // sf * 2^-120 in both halves
     JC_UNROLL
-    for (int k = 0; k < 7; ++k) th.t[k] = bf16_pair_down(b.c[k]);
+    for (int k = 0; k < 7; ++k) th.t[k] = bf16x2_mul_exact(sf_pair, k_e2m1_points_2p120[k]);
   }
   return th;
 }
@@ -592,48 +629,60 @@ JC_HD E2M1Thresholds e2m1_thresholds(float sf_value, float latent_scale) {
 // 4i..4i+3: e2m1_encode_scaled on each element, two elements per instruction.
 //   * Elements i and i+4 share a word, so that code i lands in bits 4i..4i+3 of the low
 //     half and code i+4 in the same bits of the high half: no shifting of results.
-//   * The seven masks m0..m6 (0xFFFF per half when the threshold is exceeded) form a
-//     thermometer, m[k+1] implying m[k], because the real thresholds they stand for
-//     increase strictly; so the count's bits are: bit 0 = m0^..^m6 (the parity), bit 1 =
-//     m1^m3^m5, bit 2 = m3.
-//   * The comparisons are unordered-or (gtu, geu): a NaN sets every mask, code 7, and its
+//   * The magnitude code is the number of thresholds |kv| exceeds, and exceeding t[k+1]
+//     implies exceeding t[k] (the real thresholds these bf16 ones stand for increase
+//     strictly, and each comparison is exact). So its bits come from a binary search, three
+//     comparisons instead of seven: bit 2 = exceeds t[3]; bit 1 = exceeds t[1], or t[5]
+//     when bit 2 is set; bit 0 = exceeds t[0], t[2], t[4] or t[6] as bits 2..1 say. The
+//     thresholds are picked per half by select_bits on the masks; t[1], t[3], t[5] are
+//     all >= comparisons and t[0], t[2], t[4], t[6] all >, as the search needs.
+//   * The comparisons are unordered-or (gtu, geu): a NaN passes all three, code 7, and its
 //     sign is dropped by the NaN mask (NaN -> +6, 0x7). Otherwise the sign is kv's sign
 //     bit, so -0 and values that round to zero keep it.
 JC_HD u32 e2m1_encode8(const Vec16& x, const E2M1Thresholds& th) {
   u32 codes = 0u;
   JC_UNROLL
   for (int i = 0; i < 4; ++i) {
-    const u32 lo = x.w[i / 2], hi = x.w[2 + i / 2];
-    const u32 pair = i % 2 == 0 ? ((lo & 0xffffu) | (hi << 16)) : ((lo >> 16) | (hi & 0xffff0000u));
+    const u32 pair = byte_perm(x.w[i / 2], x.w[2 + i / 2], i % 2 == 0 ? 0x5410u : 0x7632u);
     const u32 a = pair & 0x7fff7fffu;
-    const u32 m1 = bf16x2_geu_mask(a, th.t[1]), m3 = bf16x2_geu_mask(a, th.t[3]);
-    const u32 m5 = bf16x2_geu_mask(a, th.t[5]);
-    const u32 parity = bf16x2_gtu_mask(a, th.t[0]) ^ m1 ^ bf16x2_gtu_mask(a, th.t[2]) ^ m3 ^
-                       bf16x2_gtu_mask(a, th.t[4]) ^ m5 ^ bf16x2_gtu_mask(a, th.t[6]);
+    const u32 b2 = bf16x2_geu_mask(a, th.t[3]);
+    const u32 b1 = bf16x2_geu_mask(a, select_bits(b2, th.t[5], th.t[1]));
+    const u32 t0 = select_bits(b2, select_bits(b1, th.t[6], th.t[4]), select_bits(b1, th.t[2], th.t[0]));
+    const u32 b0 = bf16x2_gtu_mask(a, t0);
     const u32 sign = (pair & ~bf16x2_nan_mask(a) & 0x80008000u) >> 12;
-    const u32 nibbles = (parity & 0x00010001u) | ((m1 ^ m3 ^ m5) & 0x00020002u) | (m3 & 0x00040004u) | sign;
+    const u32 nibbles = (b0 & 0x00010001u) | (b1 & 0x00020002u) | (b2 & 0x00040004u) | sign;
     codes |= nibbles << (4 * i);
   }
   return codes;
 }
 
-// One chunk of a block whose amax(|kv|) over all 16 elements is block_amax: returns the
-// block's scale byte and the chunk's 8 codes. The brief divides every input by the latent
-// scale s first (dynamic); nothing is divided per element here:
+// A block's quantization: its scale byte and its thresholds, from amax(|kv|) over its 16
+// elements. The brief divides every input by the latent scale s first (dynamic); nothing is
+// divided per element here:
 //   * amax: max_i |rn(kv_i / s)| = rn(max_i |kv_i| / s), because rn(. / s) is symmetric and,
 //     for s > 0, monotone; NaNs are skipped on both sides and an infinity gives +inf on
 //     both. One division per block.
 //   * codes: compared on kv with e2m1_bounds_scaled's thresholds (argued there).
-//   * A scale of 0 (every |kv| small or zero) makes every code 0, sign and NaN included.
+struct BlockScale {
+  u32 sf;             // the scale byte; 0 makes every code of the block 0
+  E2M1Thresholds th;  // meaningless when sf is 0
+};
+
 template <LatentMode LM>
-JC_HD u8 quantize_chunk(const Vec16& x, float block_amax, float latent_scale, u32* codes) {
+JC_HD BlockScale block_scale(float block_amax, float latent_scale) {
   float amax = block_amax;
   if constexpr (LM == LatentMode::dynamic) amax = div_rn(amax, latent_scale);
-  const u8 sf = e4m3_encode_nonnegative(div_rn(amax, 6.0f));  // amax is +0, positive or +inf
-  const float sf_value = e4m3_value(sf);                         // sf <= 0x7E: never NaN
-  const u32 q = e2m1_encode8(x, e2m1_thresholds<LM>(sf_value, latent_scale));
-  *codes = sf_value != 0.0f ? q : 0u;
-  return sf;
+  BlockScale b;
+  b.sf = e4m3_encode_nonnegative(div_rn(amax, 6.0f));  // amax is +0, positive or +inf: sf <= 0x7E
+  b.th = e2m1_thresholds<LM>(static_cast<u8>(b.sf), latent_scale);
+  return b;
+}
+
+// A chunk's 8 codes under its block's scale. A scale of 0 (every |kv| below 2^-10, or all
+// NaN) makes every code 0, sign and NaN included, as the brief's "if sf == 0" does.
+JC_HD u32 quantize_chunk(const Vec16& x, const BlockScale& b) {
+  const u32 codes = e2m1_encode8(x, b.th);
+  return b.sf != 0u ? codes : 0u;
 }
 
 // A whole block (16 bf16 as 8 u32 words) -> its scale byte and 8 E2M1 bytes (two u32
@@ -642,10 +691,10 @@ template <LatentMode LM>
 JC_HD u8 quantize_block(const u32* x_words, float latent_scale, u32* q_words) {
   const Vec16 first{{x_words[0], x_words[1], x_words[2], x_words[3]}};
   const Vec16 second{{x_words[4], x_words[5], x_words[6], x_words[7]}};
-  const float amax = max_num(chunk_amax(first), chunk_amax(second));
-  const u8 sf = quantize_chunk<LM>(first, amax, latent_scale, &q_words[0]);
-  quantize_chunk<LM>(second, amax, latent_scale, &q_words[1]);
-  return sf;
+  const BlockScale b = block_scale<LM>(max_num(chunk_amax(first), chunk_amax(second)), latent_scale);
+  q_words[0] = quantize_chunk(first, b);
+  q_words[1] = quantize_chunk(second, b);
+  return static_cast<u8>(b.sf);
 }
 
 // Dequantization: 8 E2M1 codes (one u32, code i in bits 4i..4i+3) of a block with scale
@@ -821,27 +870,40 @@ JC_HD WriterPartials writer_partials(const WriterLoads& in) {
   return part;
 }
 
-// Writer: everything one lane stores for one token, given the reductions' results:
-// block_amax[j] is amax(|kv|) of the block chunk j belongs to (this lane's and its
-// partner's chunk), rope_amax amax(|k_pe|) over the whole token (fp8 RoPE only).
+// The dynamic writer's block scale costs two divisions and seven threshold computations,
+// so the two lanes that hold a block's chunks split the work: lane l computes the scale of
+// its chunk l & 1's block (block l / 2 for an even lane, 16 + l / 2 for an odd one) and
+// takes the other block's from its partner, which computed exactly that one (an exchange
+// of values, so the host executor's copy gives the same bits). The identity scale is a
+// division and seven products: each lane computes both.
+template <LatentMode LM>
+JC_HD constexpr bool shares_block_scales() {
+  return LM == LatentMode::dynamic;
+}
+
+// The scale byte a lane stores: the one of the block its chunk lane & 1 belongs to, so the
+// even lanes store blocks 0..15 and the odd ones 16..31, all 32 in one 32-byte store.
+JC_HD int scale_byte_of_lane(int lane) { return lane % 2 == 0 ? lane / 2 : k_num_blocks / 2 + lane / 2; }
+
+// Writer: everything one lane stores for one token, given the warp's reductions and block
+// scales: scales[j] is the scale of the block chunk j belongs to, rope_amax amax(|k_pe|)
+// over the whole token (fp8 RoPE only).
 template <LatentMode LM, RopeMode RM>
-JC_HD void writer_lane(const WriterParams& p, int lane, const WriterLoads& in, float latent_scale,
-                       const float* block_amax, float rope_amax) {
+JC_HD void writer_lane(const WriterParams& p, int lane, const WriterLoads& in, const BlockScale* scales,
+                       float rope_amax) {
   if (in.slot < 0) return;
   if (in.slot >= p.num_slots) {
     if (lane == 0) report(p.status, k_status_slot_out_of_range);
     return;
   }
   u8* __restrict__ record = p.cache + in.slot * record_bytes(RM);
-  u32 codes[2];
-  const u8 sf0 = quantize_chunk<LM>(in.latent[0], block_amax[0], latent_scale, &codes[0]);
-  const u8 sf1 = quantize_chunk<LM>(in.latent[1], block_amax[1], latent_scale, &codes[1]);
+  const u32 codes0 = quantize_chunk(in.latent[0], scales[0]);
+  const u32 codes1 = quantize_chunk(in.latent[1], scales[1]);
   // E2M1 bytes 4 * lane.. and 128 + 4 * lane..: each store instruction covers 128
-  // contiguous bytes. Block lane / 2's scale byte from the even lane, block 16 + lane / 2's
-  // from the odd one: the 32 scale bytes in one 32-byte store.
-  store_as<u32>(record + 4 * lane, codes[0]);
-  store_as<u32>(record + k_latent_bytes / 2 + 4 * lane, codes[1]);
-  record[k_scales_offset + (lane % 2 == 0 ? lane / 2 : k_num_blocks / 2 + lane / 2)] = lane % 2 == 0 ? sf0 : sf1;
+  // contiguous bytes.
+  store_as<u32>(record + 4 * lane, codes0);
+  store_as<u32>(record + k_latent_bytes / 2 + 4 * lane, codes1);
+  record[k_scales_offset + scale_byte_of_lane(lane)] = static_cast<u8>(lane % 2 == 0 ? scales[0].sf : scales[1].sf);
 
   u8* rope = record + k_rope_offset;
   if constexpr (RM == RopeMode::bf16) {
@@ -849,12 +911,12 @@ JC_HD void writer_lane(const WriterParams& p, int lane, const WriterLoads& in, f
     if (lane == 0) store16(record + k_pad_offset, Vec16{{0u, 0u, 0u, 0u}});
   } else {
     const float rope_scale = div_rn(rope_amax, 448.0f);
-    u32 pair = 0u;
+    u32 codes = 0u;
     if (rope_scale != 0.0f) {
-      pair = static_cast<u32>(float_to_e4m3_satfinite(div_rn(bits_float(in.rope << 16), rope_scale))) |
-             (static_cast<u32>(float_to_e4m3_satfinite(div_rn(bits_float(in.rope & 0xffff0000u), rope_scale))) << 8);
+      codes = e4m3x2_encode(div_rn(bits_float(in.rope << 16), rope_scale),
+                            div_rn(bits_float(in.rope & 0xffff0000u), rope_scale));
     }
-    store_as<u16>(rope + 2 * lane, static_cast<u16>(pair));
+    store_as<u16>(rope + 2 * lane, static_cast<u16>(codes));
     if (lane == 0) store16(record + k_pad_offset, Vec16{{float_bits(rope_scale), 0u, 0u, 0u}});
   }
 }
@@ -920,17 +982,29 @@ __device__ __forceinline__ void writer_kernel(const WriterParams& p, float laten
   if (token >= p.num_tokens) return;  // uniform across the warp
   const WriterLoads in = writer_load(p, token, lane);
   const WriterPartials part = writer_partials<RM>(in);
-  // Lanes l and l ^ 1 hold the two chunks of the same blocks; the RoPE amax spans the warp.
-  // max is exact, so any order of combining gives the host executor's result.
+  // Lanes l and l ^ 1 hold the two chunks of the same blocks; the RoPE amax spans the warp,
+  // reduced as unsigned integers (a non-negative float's bits order as its value does; the
+  // partial maxima are never NaN). max is exact, so any order of combining gives the host
+  // executor's result.
   const float block_amax[2] = {max_num(part.latent_amax[0], __shfl_xor_sync(0xffffffffu, part.latent_amax[0], 1)),
                                max_num(part.latent_amax[1], __shfl_xor_sync(0xffffffffu, part.latent_amax[1], 1))};
-  float rope_amax = part.rope_amax;
-  if constexpr (RM == RopeMode::fp8) {
+  float rope_amax = 0.0f;
+  if constexpr (RM == RopeMode::fp8) rope_amax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(part.rope_amax)));
+  BlockScale scales[2];
+  if constexpr (shares_block_scales<LM>()) {
+    const int own = lane % 2;
+    const BlockScale mine = block_scale<LM>(block_amax[own], latent_scale);
+    BlockScale theirs;
+    theirs.sf = __shfl_xor_sync(0xffffffffu, mine.sf, 1);
     JC_UNROLL
-    for (int offset = 1; offset < k_warp; offset *= 2)
-      rope_amax = max_num(rope_amax, __shfl_xor_sync(0xffffffffu, rope_amax, offset));
+    for (int k = 0; k < 7; ++k) theirs.th.t[k] = __shfl_xor_sync(0xffffffffu, mine.th.t[k], 1);
+    scales[0] = own == 0 ? mine : theirs;
+    scales[1] = own == 0 ? theirs : mine;
+  } else {
+    scales[0] = block_scale<LM>(block_amax[0], latent_scale);
+    scales[1] = block_scale<LM>(block_amax[1], latent_scale);
   }
-  writer_lane<LM, RM>(p, lane, in, latent_scale, block_amax, rope_amax);
+  writer_lane<LM, RM>(p, lane, in, scales, rope_amax);
 }
 
 template <LatentMode LM, RopeMode RM>

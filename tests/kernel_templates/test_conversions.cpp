@@ -237,7 +237,8 @@ TEST(E2m1, PackedEncoderEqualsDivideThenEncodeForEveryBf16) {
   long mismatches = 0;
   for (int code = 1; code < 0x7f; ++code) {
     const float sf = jc::e4m3_to_float(static_cast<std::uint8_t>(code));
-    const jc::E2M1Thresholds thresholds = jc::e2m1_thresholds<jc::LatentMode::identity>(sf, 1.0f);
+    const jc::E2M1Thresholds thresholds =
+        jc::e2m1_thresholds<jc::LatentMode::identity>(static_cast<std::uint8_t>(code), 1.0f);
     for (std::uint32_t base = 0; base < 65536; base += 8) {
       for (std::uint32_t rotate = 0; rotate < 8; rotate += 3) {
         jc::Vec16 chunk;
@@ -255,6 +256,28 @@ TEST(E2m1, PackedEncoderEqualsDivideThenEncodeForEveryBf16) {
     }
   }
   EXPECT_EQ(mismatches, 0);
+}
+
+// The bf16 constants t * 2^120 behind the identity thresholds, and the scale code's bits
+// as the bf16 number sf * 2^-120 (codes 1..7 are bf16 subnormals).
+TEST(E2m1, ThresholdConstantsAndScaleCodeBits) {
+  const float points[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  for (int k = 0; k < 7; ++k) {
+    const std::uint32_t pair = jc::k_e2m1_points_2p120[k];
+    EXPECT_EQ(pair >> 16, pair & 0xffffu);
+    EXPECT_EQ(jc::bf16_to_float(static_cast<std::uint16_t>(pair)), std::ldexp(points[k], 120)) << k;
+  }
+  for (int code = 1; code < 0x7f; ++code) {
+    const float as_bf16 = jc::bf16_to_float(static_cast<std::uint16_t>(code << 4));
+    EXPECT_EQ(as_bf16, std::ldexp(jc::e4m3_to_float(static_cast<std::uint8_t>(code)), -120)) << code;
+  }
+}
+
+TEST(Packed, BytePermAndSelectBits) {
+  EXPECT_EQ(jc::byte_perm(0x33221100u, 0x77665544u, 0x5410u), 0x55441100u);
+  EXPECT_EQ(jc::byte_perm(0x33221100u, 0x77665544u, 0x7632u), 0x77663322u);
+  EXPECT_EQ(jc::byte_perm(0xabcd1234u, 0u, 0x3232u), 0xabcdabcdu);
+  EXPECT_EQ(jc::select_bits(0x0000ffffu, 0x11112222u, 0x33334444u), 0x33332222u);
 }
 
 // A block whose scale is 0 (every |kv| below 2^-10, or all NaN) has every code 0.

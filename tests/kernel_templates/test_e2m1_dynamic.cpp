@@ -65,7 +65,7 @@ std::vector<float> latent_scales(std::uint64_t seed) {
   return scales;
 }
 
-// Positive finite E4M3 scale values: codes 0x01..0x7E.
+// Positive finite E4M3 scale values: codes 0x01..0x7E, value i is code i + 1.
 std::vector<float> scale_values() {
   std::vector<float> values;
   for (int code = 1; code < 0x7f; ++code) values.push_back(jc::e4m3_to_float(static_cast<std::uint8_t>(code)));
@@ -88,7 +88,8 @@ TEST(E2m1Dynamic, ThresholdCodesEqualDividingTwiceForEveryBf16) {
     for (std::uint32_t h = 0; h < 65536; ++h) x[h] = kv[h] / s;  // correctly rounded on the host
     for (std::size_t k = 0; k < sfs.size(); ++k) {
       const float sf = sfs[k];
-      const jc::E2M1Thresholds thresholds = jc::e2m1_thresholds<jc::LatentMode::dynamic>(sf, s);
+      const jc::E2M1Thresholds thresholds =
+          jc::e2m1_thresholds<jc::LatentMode::dynamic>(static_cast<std::uint8_t>(k + 1), s);  // code k + 1
       const std::uint32_t rotate = static_cast<std::uint32_t>(k % 8);
       for (std::uint32_t base = 0; base < 65536; base += 8) {
         jc::Vec16 chunk;

@@ -236,6 +236,37 @@ extern "C" __global__ void jc_check_bf16x2_compare(u32 first, u64 count, u32* re
     if (!same) note_mismatch(result, ab);
   }
 }
+
+// The fp8 RoPE's codes: e4m3x2_encode (cvt.rn.satfinite.e4m3x2.f32 and the NaN selects)
+// against float_to_e4m3_satfinite on every fp32 input, both halves (the high one gets the
+// input with its sign flipped).
+extern "C" __global__ void jc_check_e4m3x2_encode(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u32 bits = first + static_cast<u32>(i);
+    const u32 codes = e4m3x2_encode(bits_float(bits), bits_float(bits ^ 0x80000000u));
+    const u32 expected = static_cast<u32>(float_to_e4m3_satfinite(bits_float(bits))) |
+                         (static_cast<u32>(float_to_e4m3_satfinite(bits_float(bits ^ 0x80000000u))) << 8);
+    if (codes != expected) note_mismatch(result, bits);
+  }
+}
+
+// The identity writer's thresholds, bf16 products of the scale code's bits (subnormal for
+// codes 1..7) and t * 2^120, against t * sf in fp32, for every scale code 1..0x7E.
+extern "C" __global__ void jc_check_identity_thresholds(u32 first, u64 count, u32* result) {
+  const u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const u8 sf = static_cast<u8>(first + i);
+  const E2M1Thresholds th = e2m1_thresholds<LatentMode::identity>(sf, 1.0f);
+  const E2M1Bounds c = e2m1_bounds(e4m3_to_float(sf));
+  for (int k = 0; k < 7; ++k) {
+    const u32 h = float_bits(c.c[k]) >> 16;
+    if (th.t[k] != (h | (h << 16)) || (float_bits(c.c[k]) & 0xffffu) != 0u) {
+      note_mismatch(result, sf);
+      return;
+    }
+  }
+}
 )";
 
 // k_check_kernels compiled for `target` through the library's NVRTC back end (the same
@@ -469,6 +500,18 @@ TEST_F(GpuTest, GatherDequantizationMatchesSoftwareOnEveryScaleAndCodeByte) {
     const auto rope = run_check("jc_check_rope_dequantize", bits, 65536);
     EXPECT_EQ(rope.at(0), 0u) << "RoPE scale " << rope_scale << ": " << mismatches_text(rope);
   }
+}
+
+// The fp8 RoPE's E4M3 codes go through the hardware conversion too, NaNs by a select: equal
+// to the software encoder on all 2^32 fp32 inputs, negative ones included.
+TEST_F(GpuTest, RopeE4m3ConversionMatchesSoftwareOnEveryInput) {
+  const auto result = run_check("jc_check_e4m3x2_encode", 0u, 0x100000000ull);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
+}
+
+TEST_F(GpuTest, IdentityThresholdsFromScaleCodeBitsAreExactForEveryCode) {
+  const auto result = run_check("jc_check_identity_thresholds", 1u, 0x7e);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
 }
 
 TEST_F(GpuTest, PackedBf16ComparisonsAndMaxMatchTheHostOnEveryPair) {

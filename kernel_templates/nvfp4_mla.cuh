@@ -993,7 +993,7 @@ __device__ __forceinline__ void writer_kernel(const WriterParams& p, float laten
   BlockScale scales[2];
   if constexpr (shares_block_scales<LM>()) {
     const int own = lane % 2;
-    const BlockScale mine = block_scale<LM>(block_amax[own], latent_scale);
+    const BlockScale mine = block_scale<LM>(own == 0 ? block_amax[0] : block_amax[1], latent_scale);
     BlockScale theirs;
     theirs.sf = __shfl_xor_sync(0xffffffffu, mine.sf, 1);
     JC_UNROLL

@@ -183,7 +183,9 @@ TEST(E2m1Dynamic, DecisionPointsAreNormalAndTheGreaterEqualOnesNotPowersOfTwo) {
     const jc::E2M1Bounds c = jc::e2m1_bounds(sf);
     for (int k = 0; k < 7; ++k) {
       EXPECT_GE(c.c[k], 0x1p-11f);
-      if (k % 2 == 1) EXPECT_NE(to_bits(c.c[k]) & 0x007fffffu, 0u) << "sf=" << sf << " k=" << k;
+      if (k % 2 == 1) {
+        EXPECT_NE(to_bits(c.c[k]) & 0x007fffffu, 0u) << "sf=" << sf << " k=" << k;
+      }
     }
   }
 }

@@ -74,14 +74,39 @@ jc::u32 run_writer(const jc::WriterParams& p, float scale) {
   if (!jc::latent_scale_ok<LM>(scale)) {
     jc::report(q.status, jc::latent_scale_error_bit<LM>());
   } else {
+    jc::WriterLoads in[jc::k_warp];
+    jc::WriterPartials part[jc::k_warp];
+    jc::BlockScale mine[jc::k_warp];
     for (jc::i64 t = 0; t < q.num_tokens; ++t) {
-      // The GPU reduces the RoPE lanes' partial maxima with shuffles; max is exact, so
-      // a sequential reduction gives the same value.
+      for (int lane = 0; lane < jc::k_warp; ++lane) {
+        in[lane] = jc::writer_load(q, t, lane);
+        part[lane] = jc::writer_partials<RM>(in[lane]);
+      }
+      // The warp's cross-lane steps, in the kernel's order: each chunk amax with the
+      // partner's (xor 1); the RoPE amax over all lanes (max is exact, commutative and
+      // associative on these never-NaN values, so the order does not matter); then, where
+      // the lanes share the block scales, each lane's scale of the block of its chunk
+      // lane & 1, and the partner's copy of the other one.
       float rope_amax = 0.0f;
+      for (int lane = 0; lane < jc::k_warp; ++lane) rope_amax = jc::max_num(rope_amax, part[lane].rope_amax);
+      float block_amax[jc::k_warp][2];
       for (int lane = 0; lane < jc::k_warp; ++lane)
-        rope_amax = jc::max_num(rope_amax, jc::writer_rope_partial_amax<RM>(q, t, lane));
-      for (int lane = 0; lane < jc::k_warp; ++lane)
-        jc::writer_lane<LM, RM>(q, t, lane, scale, rope_amax);
+        for (int j = 0; j < 2; ++j)
+          block_amax[lane][j] = jc::max_num(part[lane].latent_amax[j], part[lane ^ 1].latent_amax[j]);
+      if constexpr (jc::shares_block_scales<LM>())
+        for (int lane = 0; lane < jc::k_warp; ++lane)
+          mine[lane] = jc::block_scale<LM>(block_amax[lane][lane % 2], scale);
+      for (int lane = 0; lane < jc::k_warp; ++lane) {
+        jc::BlockScale scales[2];
+        if constexpr (jc::shares_block_scales<LM>()) {
+          scales[lane % 2] = mine[lane];
+          scales[1 - lane % 2] = mine[lane ^ 1];
+        } else {
+          scales[0] = jc::block_scale<LM>(block_amax[lane][0], scale);
+          scales[1] = jc::block_scale<LM>(block_amax[lane][1], scale);
+        }
+        jc::writer_lane<LM, RM>(q, lane, in[lane], scales, rope_amax);
+      }
     }
   }
   if (p.status != nullptr) *p.status |= status;

@@ -230,6 +230,66 @@ TEST(E2m1, ScaledEncodeEqualsDivideThenEncode) {
   EXPECT_EQ(mismatches, 0) << "of " << checked;
 }
 
+// The identity writer's path: the decision points as bf16 pairs and the packed encoder
+// (e2m1_encode8) against the brief's E2M1(rn(kv / sf)), for every bf16 kv in every position
+// of a chunk and every positive scale code.
+TEST(E2m1, PackedEncoderEqualsDivideThenEncodeForEveryBf16) {
+  long mismatches = 0;
+  for (int code = 1; code < 0x7f; ++code) {
+    const float sf = jc::e4m3_to_float(static_cast<std::uint8_t>(code));
+    const jc::E2M1Thresholds thresholds =
+        jc::e2m1_thresholds<jc::LatentMode::identity>(static_cast<std::uint8_t>(code), 1.0f);
+    for (std::uint32_t base = 0; base < 65536; base += 8) {
+      for (std::uint32_t rotate = 0; rotate < 8; rotate += 3) {
+        jc::Vec16 chunk;
+        std::uint32_t h[8];
+        for (std::uint32_t i = 0; i < 8; ++i) h[i] = base + (i + rotate) % 8;
+        for (int w = 0; w < 4; ++w) chunk.w[w] = h[2 * w] | (h[2 * w + 1] << 16);
+        const std::uint32_t codes = jc::e2m1_encode8(chunk, thresholds);
+        for (int i = 0; i < 8; ++i) {
+          const float kv = jc::bf16_to_float(static_cast<std::uint16_t>(h[i]));
+          const std::uint32_t expected = jc::float_to_e2m1_satfinite(kv / sf);
+          if (((codes >> (4 * i)) & 0xfu) != expected && ++mismatches <= 10)
+            ADD_FAILURE() << "sf=" << sf << " kv bits=0x" << std::hex << h[i] << " position " << i;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// The bf16 constants t * 2^120 behind the identity thresholds, and the scale code's bits
+// as the bf16 number sf * 2^-120 (codes 1..7 are bf16 subnormals).
+TEST(E2m1, ThresholdConstantsAndScaleCodeBits) {
+  const float points[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  for (int k = 0; k < 7; ++k) {
+    const std::uint32_t pair = jc::k_e2m1_points_2p120[k];
+    EXPECT_EQ(pair >> 16, pair & 0xffffu);
+    EXPECT_EQ(jc::bf16_to_float(static_cast<std::uint16_t>(pair)), std::ldexp(points[k], 120)) << k;
+  }
+  for (int code = 1; code < 0x7f; ++code) {
+    const float as_bf16 = jc::bf16_to_float(static_cast<std::uint16_t>(code << 4));
+    EXPECT_EQ(as_bf16, std::ldexp(jc::e4m3_to_float(static_cast<std::uint8_t>(code)), -120)) << code;
+  }
+}
+
+TEST(Packed, BytePermAndSelectBits) {
+  EXPECT_EQ(jc::byte_perm(0x33221100u, 0x77665544u, 0x5410u), 0x55441100u);
+  EXPECT_EQ(jc::byte_perm(0x33221100u, 0x77665544u, 0x7632u), 0x77663322u);
+  EXPECT_EQ(jc::byte_perm(0xabcd1234u, 0u, 0x3232u), 0xabcdabcdu);
+  EXPECT_EQ(jc::select_bits(0x0000ffffu, 0x11112222u, 0x33334444u), 0x33332222u);
+}
+
+// A block whose scale is 0 (every |kv| below 2^-10, or all NaN) has every code 0.
+TEST(E2m1, ZeroScaleBlockHasZeroCodes) {
+  const std::uint32_t words[8] = {0x80010001u, 0x7fc00000u, 0x3a0039ffu, 0xba00ffc0u,
+                                  0x00000000u, 0x80008000u, 0x7f817f81u, 0x00010001u};
+  std::uint32_t q[2] = {~0u, ~0u};
+  EXPECT_EQ(jc::quantize_block<jc::LatentMode::identity>(words, 1.0f, q), 0);
+  EXPECT_EQ(q[0], 0u);
+  EXPECT_EQ(q[1], 0u);
+}
+
 TEST(Bf16, RoundingMatchesNvidia) {
   const auto xs = sample_floats(test_seed("Bf16.RoundingMatchesNvidia"), 400000);
   int mismatches = 0;
@@ -252,6 +312,19 @@ TEST(MaxNum, IgnoresNan) {
   EXPECT_EQ(jc::max_num(2.0f, NAN), 2.0f);
   EXPECT_EQ(jc::max_num(1.0f, 3.0f), 3.0f);
   EXPECT_TRUE(std::isnan(jc::max_num(NAN, NAN)));
+}
+
+// The C library's fmaxf is IEEE 754-2008 maxNum, which turns a signalling NaN operand into
+// a quiet NaN result instead of returning the other operand; bf16 inputs can be signalling
+// NaNs (0x7F81..0x7FBF), which is why the host side of max_num is not fmaxf. This pins the
+// host rule: the non-NaN operand comes back unchanged, for quiet and signalling NaNs alike.
+TEST(MaxNum, SignallingNanYieldsTheOtherOperand) {
+  for (std::uint32_t nan : {0x7f810000u, 0xffbf0000u, 0x7fc00000u, 0x7f800001u}) {
+    for (float other : {0.0f, 1.5f, std::numeric_limits<float>::denorm_min(), INFINITY}) {
+      EXPECT_EQ(to_bits(jc::max_num(from_bits(nan), other)), to_bits(other)) << std::hex << nan;
+      EXPECT_EQ(to_bits(jc::max_num(other, from_bits(nan))), to_bits(other)) << std::hex << nan;
+    }
+  }
 }
 
 }  // namespace

@@ -1,14 +1,19 @@
 // On a machine with a GPU: the device kernels, prepared by the runtime and launched
 // through its wrappers, are bit-identical to the host executor for both kernels x both
 // latent-scale modes x both RoPE layouts on fresh random data; the identity guard
-// fires on the device. Without a GPU every test here skips.
+// fires on the device; and the hardware conversions the kernels use in place of the
+// host's software ones agree with them on every input they can receive (small check
+// kernels over the kernel header, compiled by the library's NVRTC back end). Without a
+// GPU every test here skips.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "jitcache/runtime.hpp"
+#include "runtime/compiler.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/host_executor.hpp"
 #include "runtime/kernel_cache.hpp"
@@ -61,9 +66,260 @@ class GpuTest : public jitcache::testing::TempDirTest {
     ASSERT_TRUE(m_runtime->device().available) << m_runtime->device().reason;
     std::printf("[gpu] %s, target %s\n", m_runtime->device().name.c_str(), m_runtime->device().target.c_str());
   }
+  void TearDown() override {
+    if (m_checks != nullptr) m_driver->api().cuModuleUnload(m_checks);
+    TempDirTest::TearDown();
+  }
+
+  // A kernel of k_check_kernels, compiled for this device through the library's NVRTC back
+  // end (the same options and embedded headers as the product kernels).
+  CUfunction check_kernel(const char* entry);
+
+  // Runs a check kernel `(u32 param, u64 count, u32* result)` over `count` inputs (for the
+  // bit-pattern checks, the fp32 patterns [param, param + count)): result[0] counts
+  // mismatches, result[1..8] keeps some of them.
+  std::vector<std::uint32_t> run_check(const char* entry, std::uint32_t param, std::uint64_t count);
+
   std::shared_ptr<CudaDriver> m_driver;
   std::unique_ptr<Runtime> m_runtime;
+  CUmodule m_checks = nullptr;
 };
+
+// Check kernels: each runs the GPU's hardware path of one conversion and the software
+// definition the host executor uses (the same header text, compiled for the device)
+// side by side and counts the inputs where they differ.
+constexpr const char* k_check_kernels = R"(
+#include "jitcache/nvfp4_mla.cuh"
+using namespace jc;
+
+__device__ void note_mismatch(u32* result, u32 input) {
+  const u32 n = atomicAdd(&result[0], 1u);
+  if (n < 8u) result[1 + n] = input;
+}
+
+// The block scale: e4m3_encode_nonnegative (cvt.rn.satfinite.e4m3x2.f32) against
+// float_to_e4m3_satfinite.
+extern "C" __global__ void jc_check_e4m3_encode(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u32 bits = first + static_cast<u32>(i);
+    if (e4m3_encode_nonnegative(bits_float(bits)) != float_to_e4m3_satfinite(bits_float(bits)))
+      note_mismatch(result, bits);
+  }
+}
+
+// Every E4M3 code's value: e4m3_value (cvt.rn.f16x2.e4m3x2, cvt.f32.f16) against
+// e4m3_to_float, bit for bit; the NaN codes only need to decode to a NaN.
+extern "C" __global__ void jc_check_e4m3_value(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u8 code = static_cast<u8>(first + i);
+    const float hw = e4m3_value(code), sw = e4m3_to_float(code);
+    const bool same = is_nan(sw) ? is_nan(hw) : float_bits(hw) == float_bits(sw);
+    if (!same) note_mismatch(result, code);
+  }
+}
+
+// bf16 rounding: bf16x2_rn (cvt.rn.bf16x2.f32 and the NaN select) against float_to_bf16,
+// both halves (the high half gets the input with its sign flipped, so every pattern goes
+// through either position).
+extern "C" __global__ void jc_check_bf16_round(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u32 bits = first + static_cast<u32>(i);
+    const u32 pair = bf16x2_rn(bits_float(bits), bits_float(bits ^ 0x80000000u));
+    const u32 expected = static_cast<u32>(float_to_bf16(bits_float(bits))) |
+                         (static_cast<u32>(float_to_bf16(bits_float(bits ^ 0x80000000u))) << 16);
+    if (pair != expected) note_mismatch(result, bits);
+  }
+}
+
+// For the record, not a requirement: the NaN inputs whose bare cvt.rn.bf16x2.f32 result is
+// not the canonical 0x7FFF (the select in bf16x2_rn makes the kernels independent of it).
+extern "C" __global__ void jc_count_bf16_noncanonical_nan(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u32 bits = first + static_cast<u32>(i);
+    if (!is_nan(bits_float(bits))) continue;
+    u32 pair;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pair) : "f"(0.0f), "f"(bits_float(bits)));
+    if ((pair & 0xffffu) != 0x7fffu) note_mismatch(result, bits);
+  }
+}
+
+// bf16x2_rn_not_nan (the bare cvt.rn.bf16x2.f32) against float_to_bf16 on non-NaN inputs.
+extern "C" __global__ void jc_check_bf16_round_not_nan(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u32 bits = first + static_cast<u32>(i);
+    if (is_nan(bits_float(bits))) continue;
+    const u32 pair = bf16x2_rn_not_nan(bits_float(bits), bits_float(bits ^ 0x80000000u));
+    const u32 expected = static_cast<u32>(float_to_bf16(bits_float(bits))) |
+                         (static_cast<u32>(float_to_bf16(bits_float(bits ^ 0x80000000u))) << 16);
+    if (pair != expected) note_mismatch(result, bits);
+  }
+}
+
+// The gather's latent dequantization (packed bf16 products) against the brief's formula in
+// fp32 and software rounding: thread i takes scale byte i >> 8 and code byte i & 0xFF (two
+// elements), placed in all four bytes of the code word. `param` is the latent scale's bits
+// (dynamic) and is ignored by the identity check.
+template <LatentMode LM>
+__device__ void check_dequantize(u32 param, u64 count, u32* result) {
+  const u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const u8 sf = static_cast<u8>(i >> 8);
+  const u32 code_byte = static_cast<u32>(i & 0xffu);
+  const float s = bits_float(param);
+  u32 words[4];
+  dequantize8<LM>(code_byte * 0x01010101u, sf, s, words);
+  for (int k = 0; k < 4; ++k) {
+    u32 expected = 0u;
+    for (int j = 0; j < 2; ++j) {
+      float y = mul_rn(e2m1_to_float(static_cast<u8>((code_byte >> (4 * j)) & 0xfu)), e4m3_to_float(sf));
+      if (LM == LatentMode::dynamic) y = mul_rn(y, s);
+      expected |= static_cast<u32>(float_to_bf16(y)) << (16 * j);
+    }
+    if (words[k] != expected) {
+      note_mismatch(result, static_cast<u32>(i));
+      return;
+    }
+  }
+}
+extern "C" __global__ void jc_check_dequantize_identity(u32 param, u64 count, u32* result) {
+  check_dequantize<LatentMode::identity>(param, count, result);
+}
+extern "C" __global__ void jc_check_dequantize_dynamic(u32 param, u64 count, u32* result) {
+  check_dequantize<LatentMode::dynamic>(param, count, result);
+}
+
+// The gather's fp8 RoPE: every pair of E4M3 codes through e4m3x2_values, times the RoPE
+// scale (bits in `param`), rounded by bf16x2_rn, against the software path.
+extern "C" __global__ void jc_check_rope_dequantize(u32 param, u64 count, u32* result) {
+  const u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const float rope_scale = bits_float(param);
+  float lo, hi;
+  e4m3x2_values(static_cast<u32>(i), &lo, &hi);
+  const u32 pair = bf16x2_rn(mul_rn(lo, rope_scale), mul_rn(hi, rope_scale));
+  const u32 expected =
+      static_cast<u32>(float_to_bf16(mul_rn(e4m3_to_float(static_cast<u8>(i)), rope_scale))) |
+      (static_cast<u32>(float_to_bf16(mul_rn(e4m3_to_float(static_cast<u8>(i >> 8)), rope_scale))) << 16);
+  if (pair != expected) note_mismatch(result, static_cast<u32>(i));
+}
+
+// The writer's packed comparisons and max (set.gtu/geu/nan.u32.bf16x2, max.bf16x2) against
+// the host's per-half definitions: input i is the bf16 pair a = i & 0xFFFF, b = i >> 16,
+// compared as (a, b) in the low halves and (b, a) in the high halves, so all 2^32 ordered
+// pairs are covered twice. max only takes operands with the sign bit clear; when both are
+// NaN only NaN-ness is required (the host returns 0x7FFF, the GPU its canonical NaN, and
+// the writer never uses that value: every amax is combined with +0 afterwards).
+extern "C" __global__ void jc_check_bf16x2_compare(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u32 ab = first + static_cast<u32>(i);
+    const u32 a = ab & 0xffffu, b = ab >> 16;
+    const u32 x = a | (b << 16), y = b | (a << 16);
+    const float fa = bf16_to_float(static_cast<u16>(a)), fb = bf16_to_float(static_cast<u16>(b));
+    const u32 gtu = half_mask(!(fa <= fb), !(fb <= fa)), geu = half_mask(!(fa < fb), !(fb < fa));
+    const u32 nan = half_mask(is_nan(fa), is_nan(fb));
+    bool same = bf16x2_gtu_mask(x, y) == gtu && bf16x2_geu_mask(x, y) == geu && bf16x2_nan_mask(x) == nan;
+    if ((a & 0x8000u) == 0u && (b & 0x8000u) == 0u) {
+      const u32 m = bf16x2_max_num(x, y);
+      if (is_nan(fa) && is_nan(fb)) {
+        same = same && is_nan(bf16_to_float(static_cast<u16>(m))) && is_nan(bf16_to_float(static_cast<u16>(m >> 16)));
+      } else {
+        const u32 larger = is_nan(fa) ? b : (is_nan(fb) || fa > fb ? a : b);
+        same = same && m == (larger | (larger << 16));
+      }
+    }
+    if (!same) note_mismatch(result, ab);
+  }
+}
+
+// The fp8 RoPE's codes: e4m3x2_encode (cvt.rn.satfinite.e4m3x2.f32 and the NaN selects)
+// against float_to_e4m3_satfinite on every fp32 input, both halves (the high one gets the
+// input with its sign flipped).
+extern "C" __global__ void jc_check_e4m3x2_encode(u32 first, u64 count, u32* result) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const u32 bits = first + static_cast<u32>(i);
+    const u32 codes = e4m3x2_encode(bits_float(bits), bits_float(bits ^ 0x80000000u));
+    const u32 expected = static_cast<u32>(float_to_e4m3_satfinite(bits_float(bits))) |
+                         (static_cast<u32>(float_to_e4m3_satfinite(bits_float(bits ^ 0x80000000u))) << 8);
+    if (codes != expected) note_mismatch(result, bits);
+  }
+}
+
+// The identity writer's thresholds, bf16 products of the scale code's bits (subnormal for
+// codes 1..7) and t * 2^120, against t * sf in fp32, for every scale code 1..0x7E.
+extern "C" __global__ void jc_check_identity_thresholds(u32 first, u64 count, u32* result) {
+  const u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const u8 sf = static_cast<u8>(first + i);
+  const E2M1Thresholds th = e2m1_thresholds<LatentMode::identity>(sf, 1.0f);
+  const E2M1Bounds c = e2m1_bounds(e4m3_to_float(sf));
+  for (int k = 0; k < 7; ++k) {
+    const u32 h = float_bits(c.c[k]) >> 16;
+    if (th.t[k] != (h | (h << 16)) || (float_bits(c.c[k]) & 0xffffu) != 0u) {
+      note_mismatch(result, sf);
+      return;
+    }
+  }
+}
+)";
+
+// k_check_kernels compiled for `target` through the library's NVRTC back end (the same
+// options and embedded headers as the product kernels).
+Result<CompiledArtifact> compile_check_kernels(const std::string& target) {
+  GeneratedSource source;
+  source.spec = KernelSpec{KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{target}};
+  source.program_name = "jc_conversion_checks.cu";
+  source.entry = "jc_check_e4m3_encode";
+  source.source = k_check_kernels;
+  const auto headers = kernel_templates::embedded_headers();
+  source.headers.assign(headers.begin(), headers.end());
+  return make_nvrtc_compiler()->compile(source);
+}
+
+CUfunction GpuTest::check_kernel(const char* entry) {
+  if (m_checks == nullptr) {
+    auto artifact = compile_check_kernels(m_runtime->device().target);
+    EXPECT_OK(artifact);
+    if (!artifact) return nullptr;
+    EXPECT_OK(m_driver->check(
+        m_driver->api().cuModuleLoadDataEx(&m_checks, artifact->cubin.data(), 0, nullptr, nullptr),
+        "cuModuleLoadDataEx"));
+  }
+  CUfunction fn = nullptr;
+  EXPECT_OK(m_driver->check(m_driver->api().cuModuleGetFunction(&fn, m_checks, entry), entry));
+  return fn;
+}
+
+std::vector<std::uint32_t> GpuTest::run_check(const char* entry, std::uint32_t param, std::uint64_t count) {
+  CUfunction fn = check_kernel(entry);
+  if (fn == nullptr) return {~0u};
+  DeviceBuffer result(*m_driver, 9 * sizeof(std::uint32_t));
+  result.fill(0);
+  CUdeviceptr result_ptr = result.addr();
+  void* args[] = {&param, &count, &result_ptr};
+  const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>((count + 255) / 256, 4096));
+  EXPECT_OK(m_driver->check(m_driver->api().cuLaunchKernel(fn, blocks, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr),
+                            entry));
+  EXPECT_OK(m_driver->check(m_driver->api().cuCtxSynchronize(), entry));
+  return result.download<std::uint32_t>();
+}
+
+// Prints up to eight recorded mismatching inputs of a check.
+std::string mismatches_text(const std::vector<std::uint32_t>& result) {
+  std::string text = std::to_string(result.at(0)) + " mismatches";
+  char hex[16];
+  for (std::uint32_t i = 0; i < std::min<std::uint32_t>(result[0], 8); ++i) {
+    std::snprintf(hex, sizeof hex, " 0x%08x", result[1 + i]);
+    text += hex;
+  }
+  return text;
+}
 
 std::vector<std::uint16_t> random_rows(std::mt19937_64& rng, std::size_t tokens) {
   std::vector<std::uint16_t> rows(tokens * 576);
@@ -186,6 +442,198 @@ TEST_F(GpuTest, IdentityGuardFiresOnTheDevice) {
   EXPECT_EQ(d_status.download<std::uint32_t>()[0], jc::k_status_identity_scale_mismatch);
   for (std::uint8_t byte : d_cache.download<std::uint8_t>()) ASSERT_EQ(byte, 0x5a);
   api.cuModuleUnload(module);
+}
+
+// Without a GPU the checks cannot run, but they must at least compile for every product
+// target, so that a machine with a GPU finds them ready.
+TEST(GpuChecks, CompileForEveryProductTarget) {
+  for (std::string_view target : default_targets()) {
+    SCOPED_TRACE(std::string(target));
+    EXPECT_OK(compile_check_kernels(std::string(target)));
+  }
+}
+
+// The writer's block scale goes through the hardware E4M3 conversion: it must equal the
+// software encoder on every input it can get, all non-negative fp32 values from +0 to
+// +inf (the NaNs excluded, which an amax never is).
+TEST_F(GpuTest, E4m3BlockScaleConversionMatchesSoftwareOnEveryNonNegativeInput) {
+  const auto result = run_check("jc_check_e4m3_encode", 0u, 0x7f800001ull);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
+}
+
+TEST_F(GpuTest, E4m3ValueConversionMatchesSoftwareOnEveryCode) {
+  const auto result = run_check("jc_check_e4m3_value", 0u, 256);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
+}
+
+// The gather rounds to bf16 with the hardware conversion: equal to the software rounding
+// (NaN -> 0x7FFF) on all 2^32 fp32 inputs.
+TEST_F(GpuTest, Bf16RoundingMatchesSoftwareOnEveryInput) {
+  const auto result = run_check("jc_check_bf16_round", 0u, 0x100000000ull);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
+  const auto nan = run_check("jc_count_bf16_noncanonical_nan", 0u, 0x100000000ull);
+  std::printf("[gpu] cvt.rn.bf16x2.f32 turns %u of the 2^24 - 2 NaN inputs into something other than 0x7FFF%s\n",
+              nan.at(0), nan.at(0) == 0 ? " (the select is a no-op here)" : "");
+}
+
+TEST_F(GpuTest, Bf16RoundingOfNonNanInputsNeedsNoSelect) {
+  const auto result = run_check("jc_check_bf16_round_not_nan", 0u, 0x100000000ull);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
+}
+
+// Every scale byte x every code byte of the gather, identity and dynamic (a spread of
+// latent scales, down to subnormal and up to FLT_MAX so that products underflow and
+// overflow), and every pair of fp8 RoPE codes with a spread of RoPE scales.
+TEST_F(GpuTest, GatherDequantizationMatchesSoftwareOnEveryScaleAndCodeByte) {
+  const auto identity = run_check("jc_check_dequantize_identity", 0u, 65536);
+  EXPECT_EQ(identity.at(0), 0u) << "identity: " << mismatches_text(identity);
+  for (float s : {1.0f, 0.0019f, 7.4404761904761905e-06f, 1.0f / 3.0f, 3.0e38f, 1e-30f, 1e-40f,
+                  std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max()}) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &s, 4);
+    const auto dynamic = run_check("jc_check_dequantize_dynamic", bits, 65536);
+    EXPECT_EQ(dynamic.at(0), 0u) << "dynamic, s = " << s << ": " << mismatches_text(dynamic);
+  }
+  for (float rope_scale : {0.0f, -0.0f, 1.0f, 0.0123f, 1e-40f, 3.0e38f, INFINITY, -2.5f, NAN}) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &rope_scale, 4);
+    const auto rope = run_check("jc_check_rope_dequantize", bits, 65536);
+    EXPECT_EQ(rope.at(0), 0u) << "RoPE scale " << rope_scale << ": " << mismatches_text(rope);
+  }
+}
+
+// The fp8 RoPE's E4M3 codes go through the hardware conversion too, NaNs by a select: equal
+// to the software encoder on all 2^32 fp32 inputs, negative ones included.
+TEST_F(GpuTest, RopeE4m3ConversionMatchesSoftwareOnEveryInput) {
+  const auto result = run_check("jc_check_e4m3x2_encode", 0u, 0x100000000ull);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
+}
+
+TEST_F(GpuTest, IdentityThresholdsFromScaleCodeBitsAreExactForEveryCode) {
+  const auto result = run_check("jc_check_identity_thresholds", 1u, 0x7e);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
+}
+
+TEST_F(GpuTest, PackedBf16ComparisonsAndMaxMatchTheHostOnEveryPair) {
+  const auto result = run_check("jc_check_bf16x2_compare", 0u, 0x100000000ull);
+  EXPECT_EQ(result.at(0), 0u) << mismatches_text(result);
+}
+
+// Rows that reach every corner of the kernels' numerics: every bf16 bit pattern as an input
+// element, blocks of one sign and magnitude, blocks with NaN (quiet and signalling),
+// infinities, zeros of both signs, subnormals and all-zero blocks, tokens of every
+// magnitude; and for the gather, records of random bytes (NaN and negative scale bytes,
+// every code).
+std::vector<std::uint16_t> adversarial_rows(std::mt19937_64& rng) {
+  std::vector<std::uint16_t> rows;
+  for (std::uint32_t h = 0; h < 65536; ++h) rows.push_back(static_cast<std::uint16_t>(h));
+  std::normal_distribution<float> normal;
+  const std::uint16_t specials[] = {0x7fc0, 0xffc0, 0x7f81, 0xffbf, 0x7f80, 0xff80, 0x0000, 0x8000,
+                                    0x0001, 0x807f, 0x7f7f, 0xff7f, 0x0080, 0x8080};
+  for (int t = 0; t < 2048; ++t) {
+    const float mag = std::ldexp(1.0f, static_cast<int>(rng() % 280) - 150);
+    for (int c = 0; c < 576; ++c) {
+      std::uint16_t h = jc::float_to_bf16(normal(rng) * mag);
+      if (t % 3 == 0 && rng() % 8 == 0) h = specials[rng() % 14];
+      if (t % 5 == 1 && (c / 16) % 3 == 0) h = static_cast<std::uint16_t>(rng() % 128 | (rng() % 2) << 15);
+      if (t % 7 == 2 && (c / 16) % 4 == 1) h = 0;
+      rows.push_back(h);
+    }
+  }
+  while (rows.size() % 576 != 0) rows.push_back(0x3f80);
+  return rows;
+}
+
+TEST_F(GpuTest, DeviceMatchesHostExecutorOnAdversarialData) {
+  std::mt19937_64 rng(jitcache::testing::test_seed("GpuTest.DeviceMatchesHostExecutorOnAdversarialData"));
+  const auto rows = adversarial_rows(rng);
+  const std::size_t tokens = rows.size() / 576;
+  std::vector<std::int64_t> slot_of(tokens);
+  for (std::size_t t = 0; t < tokens; ++t) slot_of[t] = t % 29 == 5 ? -1 : static_cast<std::int64_t>(tokens - 1 - t);
+  std::vector<std::int32_t> gather_slots(tokens);
+  for (std::size_t t = 0; t < tokens; ++t) gather_slots[t] = t % 31 == 3 ? -1 : static_cast<std::int32_t>(t);
+
+  auto store = cache::Store::open(dir() / "cache");
+  ASSERT_OK(store);
+  const auto compiler = make_nvrtc_compiler();
+  KernelCache kernels(**store, *compiler);
+  const auto& api = m_driver->api();
+  DeviceBuffer d_rows(*m_driver, rows.size() * 2), d_slots(*m_driver, tokens * 8), d_gslots(*m_driver, tokens * 4),
+      d_status(*m_driver, 4), d_out(*m_driver, tokens * 576 * 2);
+  d_rows.upload(rows.data());
+  d_slots.upload(slot_of.data());
+  d_gslots.upload(gather_slots.data());
+
+  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+    const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
+    for (LatentScale latent : {LatentScale::identity, LatentScale::dynamic}) {
+      const std::vector<float> scales = latent == LatentScale::identity
+                                            ? std::vector<float>{1.0f}
+                                            : std::vector<float>{0.0019f, 1.0f, 3.0e-39f, 1e-30f, 2.5e30f, 3.0e38f};
+      CUfunction writer = nullptr, gather = nullptr;
+      CUmodule modules[2] = {nullptr, nullptr};
+      for (KernelKind kind : {KernelKind::writer, KernelKind::gather}) {
+        auto fetched = kernels.get(KernelSpec{kind, latent, rope, Target{m_runtime->device().target}});
+        ASSERT_OK(fetched);
+        CUmodule& module = modules[kind == KernelKind::writer ? 0 : 1];
+        ASSERT_OK(m_driver->check(api.cuModuleLoadDataEx(&module, fetched->artifact->cubin.data(), 0, nullptr, nullptr),
+                                  "cuModuleLoadDataEx"));
+        ASSERT_OK(m_driver->check(api.cuModuleGetFunction(kind == KernelKind::writer ? &writer : &gather, module,
+                                                          fetched->artifact->entry.c_str()),
+                                  "cuModuleGetFunction"));
+      }
+      for (float scale : scales) {
+        SCOPED_TRACE(std::string(to_string(rope)) + " " + to_string(latent) + " s=" + std::to_string(scale));
+        // Writer, both sides, from the same stale cache contents.
+        std::vector<jc::Vec16> host_cache((tokens * rb + 15) / 16);
+        std::memset(host_cache.data(), 0x5a, tokens * rb);
+        jc::WriterParams hw{rows.data(), 576, rows.data() + 512, 576, slot_of.data(), static_cast<jc::i64>(tokens),
+                            reinterpret_cast<jc::u8*>(host_cache.data()), static_cast<jc::i64>(tokens), nullptr};
+        auto host_status = host_run_writer(latent, rope, hw, scale);
+        ASSERT_OK(host_status);
+        DeviceBuffer d_cache(*m_driver, tokens * rb);
+        d_cache.fill(0x5a);
+        d_status.fill(0);
+        jc::WriterParams dw{reinterpret_cast<const jc::u16*>(d_rows.addr()), 576,
+                            reinterpret_cast<const jc::u16*>(d_rows.addr() + 1024), 576,
+                            reinterpret_cast<const jc::i64*>(d_slots.addr()), static_cast<jc::i64>(tokens),
+                            reinterpret_cast<jc::u8*>(d_cache.addr()), static_cast<jc::i64>(tokens),
+                            reinterpret_cast<jc::u32*>(d_status.addr())};
+        void* wargs[] = {&dw, &scale};
+        const unsigned blocks = static_cast<unsigned>((tokens + 3) / 4);
+        ASSERT_OK(m_driver->check(api.cuLaunchKernel(writer, blocks, 1, 1, 128, 1, 1, 0, nullptr, wargs, nullptr), "writer"));
+        ASSERT_OK(m_driver->check(api.cuCtxSynchronize(), "sync"));
+        EXPECT_EQ(d_status.download<std::uint32_t>()[0], *host_status);
+        const auto device_cache = d_cache.download<std::uint8_t>();
+        ASSERT_EQ(std::memcmp(device_cache.data(), host_cache.data(), tokens * rb), 0) << "writer output differs";
+
+        // Gather of the written records, then of random bytes.
+        for (int garbage = 0; garbage < 2; ++garbage) {
+          if (garbage == 1) {
+            auto* bytes = reinterpret_cast<std::uint8_t*>(host_cache.data());
+            for (std::size_t i = 0; i < tokens * rb; ++i) bytes[i] = static_cast<std::uint8_t>(rng() >> 11);
+            d_cache.upload(host_cache.data());
+          }
+          std::vector<jc::Vec16> host_out(tokens * 576 * 2 / 16);
+          jc::GatherParams hg{reinterpret_cast<const jc::u8*>(host_cache.data()), static_cast<jc::i64>(tokens),
+                              gather_slots.data(), static_cast<jc::i64>(tokens),
+                              reinterpret_cast<jc::u16*>(host_out.data()), 576, nullptr};
+          ASSERT_OK(host_run_gather(latent, rope, hg, scale));
+          d_out.fill(0x77);
+          jc::GatherParams dg{reinterpret_cast<const jc::u8*>(d_cache.addr()), static_cast<jc::i64>(tokens),
+                              reinterpret_cast<const jc::i32*>(d_gslots.addr()), static_cast<jc::i64>(tokens),
+                              reinterpret_cast<jc::u16*>(d_out.addr()), 576, nullptr};
+          void* gargs[] = {&dg, &scale};
+          ASSERT_OK(m_driver->check(api.cuLaunchKernel(gather, blocks, 1, 1, 128, 1, 1, 0, nullptr, gargs, nullptr), "gather"));
+          ASSERT_OK(m_driver->check(api.cuCtxSynchronize(), "sync"));
+          const auto device_out = d_out.download<std::uint8_t>();
+          ASSERT_EQ(std::memcmp(device_out.data(), host_out.data(), tokens * 576 * 2), 0)
+              << (garbage ? "gather of random records differs" : "gather output differs");
+        }
+      }
+      for (CUmodule module : modules) api.cuModuleUnload(module);
+    }
+  }
 }
 
 }  // namespace

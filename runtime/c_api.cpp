@@ -10,6 +10,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -219,6 +220,20 @@ Result<jitcache_runtime_options> read_options(const char* self, const jitcache_r
   return options;
 }
 
+// The RoPE format a C caller named; nullopt for a value outside the enum.
+std::optional<RopeFormat> read_rope(jitcache_rope rope) {
+  switch (abi_enum_value(rope)) {
+    case JITCACHE_ROPE_BF16: return RopeFormat::bf16;
+    case JITCACHE_ROPE_FP8: return RopeFormat::fp8;
+    default: return std::nullopt;
+  }
+}
+
+jitcache_status unknown_rope(const char* self, jitcache_rope rope) {
+  return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
+              std::string(self) + ": no RoPE format " + std::to_string(abi_enum_value(rope)));
+}
+
 bool is_unset(const char* text) { return text == nullptr || *text == '\0'; }
 
 jitcache_status prepare_model(const char* self, jitcache_runtime* runtime,
@@ -226,18 +241,12 @@ jitcache_status prepare_model(const char* self, jitcache_runtime* runtime,
   if (runtime == nullptr) return null_argument(self, "runtime");
   if (options.checkpoint == nullptr) return null_argument(self, "checkpoint");
   if (out == nullptr) return null_argument(self, "out");
-  // Before anything else, target detection included: an empty checkpoint is the caller's
-  // mistake whatever the device.
-  if (*options.checkpoint == '\0')
-    return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
-                "checkpoint directory: empty path; give the directory that holds config.json");
   if (t_log_callback_depth > 0) return refused_in_log_callback(self);
-  const int rope_value = abi_enum_value(options.rope);
-  if (rope_value != JITCACHE_ROPE_BF16 && rope_value != JITCACHE_ROPE_FP8)
-    return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no RoPE format " + std::to_string(rope_value));
+  const std::optional<RopeFormat> rope = read_rope(options.rope);
+  if (!rope) return unknown_rope(self, options.rope);
   ModelSpec spec;
   spec.checkpoint = options.checkpoint;
-  spec.rope = rope_value == JITCACHE_ROPE_FP8 ? RopeFormat::fp8 : RopeFormat::bf16;
+  spec.rope = *rope;
   if (options.target != nullptr) spec.target = options.target;
   if (options.scales_override != nullptr) spec.scales_override = std::filesystem::path(options.scales_override);
   if (!is_unset(options.revision)) spec.checkpoint_revision = std::string(options.revision);
@@ -283,14 +292,6 @@ nlohmann::json describe(const PreparedModel& model) {
             {"wall_ms", s.wall_ms}}},
           {"kernels", std::move(kernels)},
           {"scales", scales::to_json(model.scales())}};
-}
-
-RopeFormat rope_or_throw(const char* self, jitcache_rope rope, jitcache_status& status) {
-  const int value = abi_enum_value(rope);
-  if (value == JITCACHE_ROPE_BF16) return RopeFormat::bf16;
-  if (value == JITCACHE_ROPE_FP8) return RopeFormat::fp8;
-  status = fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no RoPE format " + std::to_string(value));
-  return RopeFormat::bf16;
 }
 
 template <class T>
@@ -349,16 +350,15 @@ jitcache_status run_on_host(const char* self, LatentScale variant, RopeFormat ro
 template <class Args>
 jitcache_status host_kernel(const char* self, float scale, jitcache_rope rope, const Args* args) {
   if (args == nullptr) return null_argument(self, "args");
-  jitcache_status status = JITCACHE_OK;
-  const RopeFormat format = rope_or_throw(self, rope, status);
-  if (status != JITCACHE_OK) return status;
+  const std::optional<RopeFormat> format = read_rope(rope);
+  if (!format) return unknown_rope(self, rope);
   const auto choice = kv::choose_latent_scale(static_cast<double>(scale), "scale");
   if (!choice) {
     Error error = choice.error();
     error.message = std::string(self) + ": " + error.message;
     return fail(error);
   }
-  return run_on_host(self, choice->variant, format, *args, choice->value);
+  return run_on_host(self, choice->variant, *format, *args, choice->value);
 }
 
 template <class Args>
@@ -685,10 +685,8 @@ jitcache_status jitcache_model_host_gather(const jitcache_model* model, int32_t 
 }
 
 uint32_t jitcache_record_bytes(jitcache_rope rope) {
-  const int value = abi_enum_value(rope);
-  if (value == JITCACHE_ROPE_BF16) return static_cast<uint32_t>(record_bytes(RopeFormat::bf16));
-  if (value == JITCACHE_ROPE_FP8) return static_cast<uint32_t>(record_bytes(RopeFormat::fp8));
-  return 0;
+  const std::optional<RopeFormat> format = read_rope(rope);
+  return format ? static_cast<uint32_t>(record_bytes(*format)) : 0;
 }
 
 }  // extern "C"

@@ -91,10 +91,13 @@ std::vector<KeyNearMiss> scales_key_near_misses(const json& config) {
   return found;
 }
 
+Error empty_checkpoint_error() {
+  return Error{ErrorCode::invalid_argument,
+               "checkpoint directory: empty path; give the directory that holds config.json", {}};
+}
+
 Result<CheckpointConfig> read_checkpoint_config(const std::filesystem::path& checkpoint_dir) {
-  if (checkpoint_dir.empty())
-    return make_error(ErrorCode::invalid_argument,
-                      "checkpoint directory: empty path; give the directory that holds config.json");
+  if (checkpoint_dir.empty()) return std::unexpected(empty_checkpoint_error());
   std::error_code ec;
   if (!std::filesystem::is_directory(checkpoint_dir, ec)) {
     return make_error(ErrorCode::not_found, text::shown(checkpoint_dir) +

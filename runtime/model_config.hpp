@@ -52,6 +52,10 @@ struct CheckpointConfig {
 };
 
 // Reads and strictly parses <checkpoint_dir>/config.json.
+// The error for an empty checkpoint path (invalid_argument), checked by prepare before
+// anything else and by read_checkpoint_config.
+Error empty_checkpoint_error();
+
 Result<CheckpointConfig> read_checkpoint_config(const std::filesystem::path& checkpoint_dir);
 
 }  // namespace jitcache

@@ -16,6 +16,7 @@
 #include "runtime/cuda_driver.hpp"
 #include "runtime/host_executor.hpp"
 #include "runtime/kernel_cache.hpp"
+#include "runtime/model_config.hpp"
 #include "support/env.hpp"
 
 namespace jitcache {
@@ -135,6 +136,8 @@ class RuntimeImpl final : public Runtime {
 
   Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) override {
     const auto started = std::chrono::steady_clock::now();
+    // The caller's mistake comes first, before a missing device is.
+    if (model.checkpoint.empty()) return std::unexpected(empty_checkpoint_error());
     auto prepared = std::make_shared<PreparedModelImpl>();
     prepared->m_rope = model.rope;
 

@@ -7,6 +7,8 @@ and ``jitcache.vllm`` need torch. Importing this package needs neither.
 from __future__ import annotations
 
 from . import _lib, _log
+from . import errors as _errors
+from . import runtime as _runtime
 from .errors import (
     CompileError,
     DatabaseError,
@@ -67,26 +69,6 @@ __all__ = [
     "library_version",
     "library_path",
     "set_log_level",
-    "Runtime",
-    "Model",
-    "LayerInfo",
-    "PrepareStats",
-    "KernelInfo",
-    "Provenance",
-    "DeviceInfo",
-    "CacheInfo",
-    "ResolvedScales",
-    "resolve_scales",
-    "Error",
-    "InvalidArgumentError",
-    "InvalidInputError",
-    "JitcacheIOError",
-    "NotFoundError",
-    "UnsafeError",
-    "CompileError",
-    "DatabaseError",
-    "UnavailableError",
-    "InternalError",
-    "OutOfMemoryError",
-    "error_for",
+    *_runtime.__all__,
+    *(name for name in _errors.__all__ if name != "STATUS_NAMES"),
 ]

@@ -20,16 +20,9 @@ namespace {
 using jitcache::testing::test_seed;
 using namespace jitcache::reference;
 
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-std::uint32_t to_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+// The bit views the kernels use themselves.
+using jc::bits_float;
+using jc::float_bits;
 
 // --- NVIDIA's conversions --------------------------------------------------------------
 std::uint8_t nv_e4m3(float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
@@ -56,7 +49,7 @@ std::vector<float> sample_floats(std::uint64_t seed, int count) {
   for (std::uint32_t u : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
                           0xffc00000u, 0x7f800001u, 0x00000001u, 0x807fffffu, 0x43e00000u,
                           0x43e80000u, 0x3c800000u, 0x3b000000u, 0x3a800000u})
-    xs.push_back(from_bits(u));
+    xs.push_back(bits_float(u));
   std::uniform_int_distribution<std::uint32_t> exponent(95, 160), mantissa(0, 0x7fffff);
   std::uniform_int_distribution<std::uint32_t> any;
   for (int i = 0; i < count; ++i) {
@@ -64,8 +57,8 @@ std::vector<float> sample_floats(std::uint64_t seed, int count) {
     std::uint32_t man = mantissa(rng);
     // One in four mantissas is cut to few bits so exact ties and exact values are common.
     if (i % 4 == 0) man &= 0x7f0000u;
-    xs.push_back(from_bits(sign | (exponent(rng) << 23) | man));
-    if (i % 16 == 0) xs.push_back(from_bits(any(rng)));  // anything, NaNs included
+    xs.push_back(bits_float(sign | (exponent(rng) << 23) | man));
+    if (i % 16 == 0) xs.push_back(bits_float(any(rng)));  // anything, NaNs included
   }
   return xs;
 }
@@ -82,7 +75,7 @@ TEST(E4m3, AllCodesDecodeLikeNvidiaAndRoundTrip) {
       continue;
     }
     EXPECT_EQ(static_cast<double>(ours), ref) << "code " << code;
-    EXPECT_EQ(to_bits(ours), to_bits(nv_e4m3_value(c))) << "code " << code;
+    EXPECT_EQ(float_bits(ours), float_bits(nv_e4m3_value(c))) << "code " << code;
     EXPECT_EQ(jc::float_to_e4m3_satfinite(ours), c) << "code " << code;
   }
 }
@@ -93,8 +86,8 @@ TEST(E2m1, AllCodesDecodeLikeNvidiaAndRoundTrip) {
     const auto c = static_cast<std::uint8_t>(code);
     const float ours = jc::e2m1_to_float(c);
     const float expected = (code & 8) ? -magnitudes[code & 7] : magnitudes[code & 7];
-    EXPECT_EQ(to_bits(ours), to_bits(expected)) << "code " << code;
-    EXPECT_EQ(to_bits(ours), to_bits(nv_e2m1_value(c))) << "code " << code;
+    EXPECT_EQ(float_bits(ours), float_bits(expected)) << "code " << code;
+    EXPECT_EQ(float_bits(ours), float_bits(nv_e2m1_value(c))) << "code " << code;
     EXPECT_EQ(jc::float_to_e2m1_satfinite(ours), c) << "code " << code;
   }
 }
@@ -106,7 +99,7 @@ TEST(E4m3, EncodeMatchesNvidiaAndReference) {
     const std::uint8_t ours = jc::float_to_e4m3_satfinite(x);
     if (ours != nv_e4m3(x) || ours != ref_e4m3(x)) {
       if (++mismatches <= 10)
-        ADD_FAILURE() << "x=" << x << " bits=0x" << std::hex << to_bits(x) << " ours=0x"
+        ADD_FAILURE() << "x=" << x << " bits=0x" << std::hex << float_bits(x) << " ours=0x"
                       << int(ours) << " nvidia=0x" << int(nv_e4m3(x)) << " ref=0x"
                       << int(ref_e4m3(x));
     }
@@ -122,11 +115,11 @@ TEST(E4m3, EncodeMatchesNvidiaOnEveryRoundingBoundary) {
   int mismatches = 0, checked = 0;
   for (std::uint32_t high = 0; high < 0x10000u; ++high) {
     for (std::uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
-      const float x = from_bits((high << 16) | low);
+      const float x = bits_float((high << 16) | low);
       const std::uint8_t ours = jc::float_to_e4m3_satfinite(x);
       ++checked;
       if (ours != nv_e4m3(x) && ++mismatches <= 10)
-        ADD_FAILURE() << "bits=0x" << std::hex << to_bits(x) << " ours=0x" << int(ours)
+        ADD_FAILURE() << "bits=0x" << std::hex << float_bits(x) << " ours=0x" << int(ours)
                       << " nvidia=0x" << int(nv_e4m3(x));
     }
   }
@@ -200,7 +193,7 @@ TEST(E2m1, ScaledEncodeEqualsDivideThenEncode) {
     const std::uint8_t ours = jc::e2m1_encode_scaled(x, bounds);
     ++checked;
     if ((ours != expected || expected != nv_e2m1(q)) && ++mismatches <= 10)
-      ADD_FAILURE() << "x bits=0x" << std::hex << to_bits(x) << " sf=" << std::dec << sf
+      ADD_FAILURE() << "x bits=0x" << std::hex << float_bits(x) << " sf=" << std::dec << sf
                     << " scaled=" << int(ours) << " divided=" << int(expected)
                     << " nvidia=" << int(nv_e2m1(q));
   };
@@ -214,7 +207,7 @@ TEST(E2m1, ScaledEncodeEqualsDivideThenEncode) {
       const float c = t * sf;
       ASSERT_EQ(static_cast<double>(c), static_cast<double>(t) * sf) << "t * sf must be exact";
       for (int k = -4; k <= 4; ++k) {
-        const float x = from_bits(static_cast<std::uint32_t>(static_cast<std::int64_t>(to_bits(c)) + k));
+        const float x = bits_float(static_cast<std::uint32_t>(static_cast<std::int64_t>(float_bits(c)) + k));
         check(x, sf, bounds);
         check(-x, sf, bounds);
       }
@@ -224,7 +217,7 @@ TEST(E2m1, ScaledEncodeEqualsDivideThenEncode) {
     for (float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, std::numeric_limits<float>::max(),
                     std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()})
       check(x, sf, bounds);
-    for (int i = 0; i < 4000; ++i) check(from_bits(any(rng)), sf, bounds);
+    for (int i = 0; i < 4000; ++i) check(bits_float(any(rng)), sf, bounds);
   }
   EXPECT_EQ(scales, 126);
   EXPECT_EQ(mismatches, 0) << "of " << checked;
@@ -295,7 +288,7 @@ TEST(Bf16, RoundingMatchesNvidia) {
   int mismatches = 0;
   for (float x : xs) {
     if (jc::float_to_bf16(x) != nv_bf16(x) && ++mismatches <= 10)
-      ADD_FAILURE() << "x bits=0x" << std::hex << to_bits(x) << " ours=0x" << jc::float_to_bf16(x)
+      ADD_FAILURE() << "x bits=0x" << std::hex << float_bits(x) << " ours=0x" << jc::float_to_bf16(x)
                     << " nvidia=0x" << nv_bf16(x);
   }
   EXPECT_EQ(mismatches, 0);
@@ -321,8 +314,8 @@ TEST(MaxNum, IgnoresNan) {
 TEST(MaxNum, SignallingNanYieldsTheOtherOperand) {
   for (std::uint32_t nan : {0x7f810000u, 0xffbf0000u, 0x7fc00000u, 0x7f800001u}) {
     for (float other : {0.0f, 1.5f, std::numeric_limits<float>::denorm_min(), INFINITY}) {
-      EXPECT_EQ(to_bits(jc::max_num(from_bits(nan), other)), to_bits(other)) << std::hex << nan;
-      EXPECT_EQ(to_bits(jc::max_num(other, from_bits(nan))), to_bits(other)) << std::hex << nan;
+      EXPECT_EQ(float_bits(jc::max_num(bits_float(nan), other)), float_bits(other)) << std::hex << nan;
+      EXPECT_EQ(float_bits(jc::max_num(other, bits_float(nan))), float_bits(other)) << std::hex << nan;
     }
   }
 }

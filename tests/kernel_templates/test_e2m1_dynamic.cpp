@@ -9,7 +9,6 @@
 //   * per block: quantize_block<dynamic> equals the division-per-element formulation it
 //     replaced, kept here as the reference.
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -23,16 +22,9 @@ namespace {
 
 using jitcache::testing::test_seed;
 
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-std::uint32_t to_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+// The bit views the kernels use themselves.
+using jc::bits_float;
+using jc::float_bits;
 
 // The latent scales to test: every edge the threshold arithmetic has, and the real ones.
 std::vector<float> latent_scales(std::uint64_t seed) {
@@ -61,7 +53,7 @@ std::vector<float> latent_scales(std::uint64_t seed) {
   // Random ones: any exponent, any significand.
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::uint32_t> bits(1u, 0x7f7fffffu);
-  for (int i = 0; i < 40; ++i) add(from_bits(bits(rng)));
+  for (int i = 0; i < 40; ++i) add(bits_float(bits(rng)));
   return scales;
 }
 
@@ -101,7 +93,7 @@ TEST(E2m1Dynamic, ThresholdCodesEqualDividingTwiceForEveryBf16) {
           const std::uint8_t expected = jc::float_to_e2m1_satfinite(x[h[i]] / sf);
           const std::uint32_t got = (codes >> (4 * i)) & 0xfu;
           if (got != expected && ++mismatches <= 10)
-            ADD_FAILURE() << "s bits=0x" << std::hex << to_bits(s) << " sf=" << std::dec << sf << " kv bits=0x"
+            ADD_FAILURE() << "s bits=0x" << std::hex << float_bits(s) << " sf=" << std::dec << sf << " kv bits=0x"
                           << std::hex << h[i] << " thresholds " << std::dec << got << " division " << int(expected);
         }
       }
@@ -168,7 +160,7 @@ TEST(E2m1Dynamic, GpuThresholdStepsGiveTheHostThresholds) {
       const jc::E2M1Bounds host = jc::e2m1_bounds_scaled(sf, s);
       for (int k = 0; k < 7; ++k) {
         const float gpu = gpu_threshold(c.c[k], s, k % 2 == 0);
-        if (to_bits(gpu) != to_bits(host.c[k]) && ++mismatches <= 10)
+        if (float_bits(gpu) != float_bits(host.c[k]) && ++mismatches <= 10)
           ADD_FAILURE() << "s=" << s << " sf=" << sf << " k=" << k << " gpu=" << gpu << " host=" << host.c[k];
       }
     }
@@ -184,7 +176,7 @@ TEST(E2m1Dynamic, DecisionPointsAreNormalAndTheGreaterEqualOnesNotPowersOfTwo) {
     for (int k = 0; k < 7; ++k) {
       EXPECT_GE(c.c[k], 0x1p-11f);
       if (k % 2 == 1) {
-        EXPECT_NE(to_bits(c.c[k]) & 0x007fffffu, 0u) << "sf=" << sf << " k=" << k;
+        EXPECT_NE(float_bits(c.c[k]) & 0x007fffffu, 0u) << "sf=" << sf << " k=" << k;
       }
     }
   }

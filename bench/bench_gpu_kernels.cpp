@@ -11,7 +11,7 @@
 #include "jitcache/runtime.hpp"
 #include "kernel_templates/kernel_spec.hpp"
 #include "kernel_templates/nvfp4_mla.cuh"
-#include "runtime/cuda_driver.hpp"
+#include "runtime/device/cuda_driver.hpp"
 
 using namespace jitcache;
 

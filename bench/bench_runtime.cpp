@@ -35,11 +35,11 @@
 #include "cache/store.hpp"
 #include "jitcache/jitcache.h"
 #include "jitcache/runtime.hpp"
-#include "runtime/artifact_bundle.hpp"
-#include "runtime/artifact_facts.hpp"
-#include "runtime/cache_dir.hpp"
-#include "runtime/compiler.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "runtime/compile/artifact_bundle.hpp"
+#include "runtime/compile/artifact_facts.hpp"
+#include "runtime/compile/cache_dir.hpp"
+#include "runtime/compile/compiler.hpp"
+#include "runtime/compile/kernel_cache.hpp"
 #include "support/sha256.hpp"
 
 extern char** environ;

@@ -38,7 +38,7 @@
 #include "bench/sass_analysis.hpp"
 #include "kernel_templates/embedded_headers.hpp"
 #include "kernel_templates/nvfp4_mla.cuh"
-#include "runtime/compiler.hpp"
+#include "runtime/compile/compiler.hpp"
 
 extern char** environ;
 

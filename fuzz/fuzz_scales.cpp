@@ -11,9 +11,9 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/model_config.hpp"
-#include "runtime/scale_file.hpp"
-#include "runtime/scale_json.hpp"
+#include "runtime/scales/model_config.hpp"
+#include "runtime/scales/scale_file.hpp"
+#include "runtime/scales/scale_json.hpp"
 
 namespace {
 

@@ -10,13 +10,13 @@
 #include <thread>
 
 #include "cache/store.hpp"
-#include "runtime/binding_guard.hpp"
-#include "runtime/cache_dir.hpp"
-#include "runtime/compiler.hpp"
-#include "runtime/cuda_driver.hpp"
-#include "runtime/host_executor.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/model_config.hpp"
+#include "runtime/compile/binding_guard.hpp"
+#include "runtime/compile/cache_dir.hpp"
+#include "runtime/compile/compiler.hpp"
+#include "runtime/device/cuda_driver.hpp"
+#include "runtime/kv/host_executor.hpp"
+#include "runtime/compile/kernel_cache.hpp"
+#include "runtime/scales/model_config.hpp"
 #include "support/env.hpp"
 
 namespace jitcache {

@@ -21,7 +21,7 @@ struct EnvVar {
   std::string_view default_value;  // "" = no default
   std::string_view doc;
   // The variable changes what a compile produces, so its effective value is a fact of
-  // every kernel's cache key (runtime/kernel_cache.cpp).
+  // every kernel's cache key (runtime/compile/kernel_cache.cpp).
   bool affects_compilation = false;
 };
 

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "runtime/audit.hpp"
-#include "runtime/cache_dir.hpp"
+#include "runtime/audit/audit.hpp"
+#include "runtime/compile/cache_dir.hpp"
 #include "tools/cli.hpp"
 
 namespace jitcache::cli {

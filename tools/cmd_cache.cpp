@@ -11,8 +11,8 @@
 
 #include "cache/report.hpp"
 #include "cache/store.hpp"
-#include "runtime/audit.hpp"
-#include "runtime/cache_dir.hpp"
+#include "runtime/audit/audit.hpp"
+#include "runtime/compile/cache_dir.hpp"
 #include "tools/cli.hpp"
 
 namespace jitcache::cli {

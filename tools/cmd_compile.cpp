@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "runtime/compiler.hpp"
+#include "runtime/compile/compiler.hpp"
 #include "tools/cli.hpp"
 
 namespace jitcache::cli {

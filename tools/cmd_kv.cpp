@@ -1,5 +1,5 @@
 // `jitcache kv quantize | dequantize | error`: the NVFP4 record numerics on real KV data,
-// on the CPU, through the host executor (runtime/kv_tools.hpp): the GPU's numbers
+// on the CPU, through the host executor (runtime/kv/kv_tools.hpp): the GPU's numbers
 // without a GPU.
 #include <cmath>
 #include <cstdio>
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/kv_tools.hpp"
+#include "runtime/kv/kv_tools.hpp"
 #include "tools/cli.hpp"
 
 namespace jitcache::cli {

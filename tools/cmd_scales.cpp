@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "jitcache/scales.hpp"
-#include "runtime/scale_json.hpp"
-#include "runtime/scale_resolver.hpp"
+#include "runtime/scales/scale_json.hpp"
+#include "runtime/scales/scale_resolver.hpp"
 #include "tools/cli.hpp"
 
 namespace jitcache::cli {

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "runtime/outer_scale_study.hpp"
+#include "runtime/kv/outer_scale_study.hpp"
 #include "tools/cli.hpp"
 
 namespace jitcache::cli {

@@ -303,7 +303,7 @@ def _address(name: str, t: torch.Tensor, align: int) -> int:
 
 def _row_bytes(n: int, stride: int, width: int) -> int:
     """The bytes from the first of ``n`` bf16 rows to the end of the last, row gaps included
-    (the library's conservative range, runtime/launch_contract.hpp); stride 0: dense."""
+    (the library's conservative range, runtime/kv/launch_contract.hpp); stride 0: dense."""
     return ((n - 1) * (stride or width) + width) * 2
 
 

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "jitcache/runtime.hpp"
-#include "runtime/compiler.hpp"
-#include "runtime/cuda_driver.hpp"
-#include "runtime/host_executor.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "runtime/compile/compiler.hpp"
+#include "runtime/device/cuda_driver.hpp"
+#include "runtime/kv/host_executor.hpp"
+#include "runtime/compile/kernel_cache.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {

@@ -4,8 +4,8 @@
 #include <fstream>
 
 #include "jitcache/runtime.hpp"
-#include "runtime/binding_guard.hpp"
-#include "runtime/compiler.hpp"
+#include "runtime/compile/binding_guard.hpp"
+#include "runtime/compile/compiler.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {

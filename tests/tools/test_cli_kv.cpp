@@ -19,8 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/kv_tools.hpp"
-#include "runtime/npy.hpp"
+#include "runtime/kv/kv_tools.hpp"
+#include "runtime/kv/npy.hpp"
 #include "cli_runner.hpp"
 #include "test_support.hpp"
 

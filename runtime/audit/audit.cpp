@@ -1,0 +1,280 @@
+#include "runtime/audit/audit.hpp"
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "runtime/compile/artifact_bundle.hpp"
+#include "runtime/compile/artifact_facts.hpp"
+#include "runtime/compile/binding_guard.hpp"
+#include "runtime/compile/kernel_cache.hpp"
+#include "runtime/compile/ptx_analysis.hpp"
+
+namespace jitcache {
+namespace {
+
+// What an entry's blob says about itself.
+struct ArtifactView {
+  std::optional<FactMap> embedded;  // jc_artifact_facts, from the cubin or the PTX
+  std::string ptx;                  // when the blob holds PTX
+  std::string form;                 // "bundle", "cubin", "ptx"
+};
+
+enum class BuiltFor { identity, dynamic, unknown };
+
+bool starts_with(std::span<const std::byte> bytes, std::string_view prefix) {
+  return bytes.size() >= prefix.size() && std::memcmp(bytes.data(), prefix.data(), prefix.size()) == 0;
+}
+
+// Accepts the current bundle, and the raw cubin or PTX blobs older writers stored.
+std::optional<ArtifactView> view_artifact(std::span<const std::byte> bytes) {
+  ArtifactView view;
+  if (auto bundle = parse_bundle(bytes)) {
+    view.form = "bundle";
+    view.ptx = bundle->ptx;
+    if (auto facts = facts_from_cubin(bundle->cubin)) view.embedded = *facts;
+    else if (auto from_ptx = facts_from_ptx(bundle->ptx)) view.embedded = *from_ptx;
+    return view;
+  }
+  if (starts_with(bytes, "\x7f" "ELF")) {
+    view.form = "cubin";
+    const std::span<const std::uint8_t> image(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+    if (auto facts = facts_from_cubin(image)) view.embedded = *facts;
+    return view;
+  }
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (text.find(".entry ") != std::string_view::npos && text.find(".version") != std::string_view::npos) {
+    view.form = "ptx";
+    view.ptx = std::string(text);
+    if (auto facts = facts_from_ptx(text)) view.embedded = *facts;
+    return view;
+  }
+  return std::nullopt;
+}
+
+// From the embedded facts; else from the PTX: a kernel that never computes with its
+// latent-scale parameter was built for identity.
+std::pair<BuiltFor, std::string> built_for(const ArtifactView& view) {
+  if (view.embedded) {
+    auto it = view.embedded->find("latent_scale");
+    if (it != view.embedded->end())
+      return {it->second == "identity" ? BuiltFor::identity : BuiltFor::dynamic, "its embedded facts"};
+  }
+  if (!view.ptx.empty()) {
+    for (const char* entry : {k_writer_entry, k_gather_entry}) {
+      auto use = analyze_param_use(view.ptx, entry, 1);
+      if (!use) continue;
+      if (use->arithmetic.empty()) return {BuiltFor::identity, "its PTX: no arithmetic on the latent scale"};
+      return {BuiltFor::dynamic, "its PTX: the latent scale is applied"};
+    }
+  }
+  return {BuiltFor::unknown, ""};
+}
+
+std::string fact_or(const cache::Facts& facts, std::string_view name, std::string fallback) {
+  auto v = facts.get(name);
+  return v ? std::string(*v) : fallback;
+}
+
+bool is_legacy(const cache::EntryInfo& e, std::string& why) {
+  if (e.key_schema != cache::k_key_schema_version) {
+    why = "written under key schema " + std::to_string(e.key_schema) + " (this build: " +
+          std::to_string(cache::k_key_schema_version) + ")";
+    return true;
+  }
+  const auto schema = e.facts.get("facts_schema");
+  if (!schema) {
+    why = "its facts have no facts_schema (written before kernel facts were versioned)";
+    return true;
+  }
+  if (*schema != std::to_string(k_kernel_facts_schema)) {
+    why = "kernel facts schema " + std::string(*schema) + " (this build: " + std::to_string(k_kernel_facts_schema) + ")";
+    return true;
+  }
+  if (!e.facts.get("latent_scale")) {
+    why = "its facts do not record latent_scale";
+    return true;
+  }
+  return false;
+}
+
+void audit_entry(cache::Store& store, const cache::EntryInfo& e, AuditReport& report) {
+  Finding f;
+  f.key = e.key.to_hex();
+  f.digest = e.digest.to_hex();
+  f.kernel = fact_or(e.facts, "kernel", "?");
+  f.target = fact_or(e.facts, "target", "?");
+  auto add = [&](FindingKind kind, std::string explanation) {
+    f.kind = kind;
+    f.explanation = std::move(explanation);
+    report.findings.push_back(f);
+  };
+
+  auto read = store.read_blob(e.digest, e.size);
+  ++report.blobs_checked;
+  if (!read) {
+    add(FindingKind::corrupt, read.error().message);
+    return;
+  }
+  if (!*read) {
+    const cache::BlobFailure& failure = read->error();
+    add(failure.problem == cache::BlobProblem::missing ? FindingKind::missing_blob : FindingKind::corrupt,
+        failure.detail);
+    return;
+  }
+  const cache::SharedBytes& bytes = **read;
+  const auto view = view_artifact(*bytes);
+  if (!view) {
+    add(FindingKind::corrupt, "the blob is not a kernel artifact (neither a bundle, a cubin nor PTX)");
+    return;
+  }
+  if (view->embedded) {
+    if (f.kernel == "?") f.kernel = view->embedded->count("kernel") ? view->embedded->at("kernel") : "?";
+    if (f.target == "?") f.target = view->embedded->count("target") ? view->embedded->at("target") : "?";
+  }
+
+  std::string legacy_why;
+  const bool legacy = is_legacy(e, legacy_why);
+  const auto [built, evidence] = built_for(*view);
+  const auto indexed = e.facts.get("latent_scale");
+  if (built == BuiltFor::identity && (!indexed || *indexed != "identity")) {
+    add(FindingKind::stale_identity,
+        "identity kernel (by " + evidence + ") indexed as " +
+            (indexed ? "latent_scale=" + std::string(*indexed) : "no latent_scale (" + legacy_why + ")") +
+            ": serving it to a calibrated layer skips the restore multiply");
+    return;
+  }
+  if (legacy) {
+    add(FindingKind::legacy_key, legacy_why + "; never served");
+    return;
+  }
+  if (e.facts.key() != e.key) {
+    add(FindingKind::fact_mismatch, "the index's facts hash to " + e.facts.key().to_hex() + ", not to the entry's key");
+    return;
+  }
+  if (!view->embedded) {
+    add(FindingKind::fact_mismatch, "the artifact (" + view->form + ") carries no embedded facts to check the index against");
+    return;
+  }
+  for (const auto& [name, value] : *view->embedded) {
+    const auto in_index = e.facts.get(name);
+    if (!in_index || *in_index != value) {
+      add(FindingKind::fact_mismatch, "index says " + name + "=" + (in_index ? std::string(*in_index) : "(absent)") +
+                                          ", the artifact says " + value);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+const char* to_string(FindingKind kind) {
+  switch (kind) {
+    case FindingKind::stale_identity: return "stale-identity";
+    case FindingKind::legacy_key: return "legacy-key";
+    case FindingKind::fact_mismatch: return "fact-mismatch";
+    case FindingKind::corrupt: return "corrupt";
+    case FindingKind::missing_blob: return "missing-blob";
+    case FindingKind::orphan_blob: return "orphan-blob";
+  }
+  return "?";
+}
+
+Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, const AuditOptions& options) {
+  AuditReport report;
+  const auto entries = JC_TRY(store.list());
+  report.entries = entries.size();
+  for (const cache::EntryInfo& e : entries) audit_entry(store, e, report);
+  for (const cache::StoredBlob& blob : JC_TRY(store.orphan_blobs(options.orphan_grace))) {
+    Finding f;
+    f.kind = FindingKind::orphan_blob;
+    f.digest = blob.digest.to_hex();
+    f.kernel = "?";
+    f.target = "?";
+    f.explanation = store.blob_path(blob.digest).string() + ": no index row refers to this blob";
+    report.findings.push_back(std::move(f));
+  }
+  if (!options.checkpoint) return report;
+
+  // The per-layer binding report.
+  ResolveOptions resolve;
+  resolve.checkpoint_dir = *options.checkpoint;
+  resolve.override_file = options.scales_override;
+  const ResolvedScales scales = JC_TRY(resolve_scales(resolve));
+  const Target target = JC_TRY(parse_target(options.target));
+  CheckpointAudit audit;
+  audit.checkpoint = options.checkpoint->string();
+  audit.target = target.name;
+  audit.rope = to_string(options.rope);
+  audit.provenance = scales.provenance;
+
+  std::map<std::string, const Finding*> flagged;
+  for (const Finding& f : report.findings)
+    if (!f.key.empty()) flagged[f.key] = &f;
+  std::set<std::string> present;
+  for (const cache::EntryInfo& e : entries) present.insert(e.key.to_hex());
+
+  std::map<std::pair<KernelKind, LatentScale>, std::size_t> variant_index;
+  auto variant = [&](KernelKind kind, LatentScale mode) -> Result<std::size_t> {
+    auto it = variant_index.find({kind, mode});
+    if (it != variant_index.end()) return it->second;
+    const KernelSpec spec{kind, mode, options.rope, target};
+    const cache::Facts facts = JC_TRY(kernel_facts(generate(spec), compiler));
+    VariantAudit v;
+    v.label = spec.label();
+    v.key = facts.key().to_hex();
+    v.cached = present.contains(v.key) && !flagged.contains(v.key);
+    audit.variants.push_back(v);
+    variant_index[{kind, mode}] = audit.variants.size() - 1;
+    return audit.variants.size() - 1;
+  };
+  for (const LayerScale& l : scales.layers) {
+    const LatentScale mode = latent_scale_for(l.mode);
+    const std::size_t w = JC_TRY(variant(KernelKind::writer, mode));
+    const std::size_t g = JC_TRY(variant(KernelKind::gather, mode));
+    ++audit.variants[w].layers;
+    ++audit.variants[g].layers;
+    LayerAudit row;
+    row.layer = l.layer;
+    row.scale = l.scale;
+    row.mode = l.mode;
+    row.source = l.source;
+    row.writer_key = audit.variants[w].key;
+    row.gather_key = audit.variants[g].key;
+    row.writer_cached = audit.variants[w].cached;
+    row.gather_cached = audit.variants[g].cached;
+    if (l.mode == ScaleMode::dynamic)
+      for (const std::string& key : {row.writer_key, row.gather_key})
+        if (auto it = flagged.find(key); it != flagged.end() && it->second->kind == FindingKind::stale_identity)
+          row.bound_to_identity = true;
+    (l.mode == ScaleMode::dynamic ? audit.dynamic_layers : audit.identity_layers)++;
+    audit.layers.push_back(row);
+  }
+  report.checkpoint = std::move(audit);
+  return report;
+}
+
+Result<std::vector<std::string>> clear_flagged(cache::Store& store, const AuditReport& report, cache::DryRun dry_run) {
+  std::vector<std::string> lines;
+  const char* verb = dry_run == cache::DryRun::yes ? "would remove" : "removed";
+  for (const Finding& f : report.findings) {
+    if (f.kind == FindingKind::orphan_blob) {
+      const auto digest = JC_TRY(cache::BlobDigest::from_hex(f.digest));
+      if (dry_run == cache::DryRun::no && !JC_TRY(store.remove_orphan_blob(digest))) {
+        lines.push_back("kept orphan blob " + f.digest + ": an entry refers to it again");
+        continue;
+      }
+      lines.push_back(std::string(verb) + " orphan blob " + f.digest);
+      continue;
+    }
+    cache::EntryFilter only;
+    only.key_prefix = f.key;
+    const auto removed = JC_TRY(store.remove(only, dry_run));
+    for (const auto& e : removed)
+      lines.push_back(std::string(verb) + " " + to_string(f.kind) + " entry " + e.key.to_hex() + " (" + f.kernel +
+                      ", " + f.target + ")");
+  }
+  return lines;
+}
+
+}  // namespace jitcache

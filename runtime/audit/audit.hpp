@@ -1,0 +1,105 @@
+// The cache audit: finds, in any existing cache (written by an older key schema,
+// imported, or tampered with), every entry that must not be served:
+//
+//   stale-identity  an artifact built for identity (by its embedded facts; without them,
+//                   by the PTX evidence that the restore multiply is absent) whose index
+//                   entry says dynamic or does not say (legacy schema) — the field failure
+//   legacy-key      an entry written under an older key schema (facts missing)
+//   fact-mismatch   the index's facts differ from the artifact's embedded facts
+//   corrupt         a blob whose digest or size is wrong, or that is not a kernel artifact
+//   missing-blob    an index row whose blob file is gone
+//   orphan-blob     a blob file no index row refers to, older than the publish grace
+//                   (15 min, as gc): younger ones may be a publish in flight
+//
+// With a checkpoint it also reports, per layer, which variant the layer needs, whether a
+// valid entry exists for it, and whether anything a calibrated layer would be bound to is
+// an identity kernel. The audit changes nothing; clear_flagged() removes what it flagged.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/store.hpp"
+#include "jitcache/error.hpp"
+#include "jitcache/scales.hpp"
+#include "runtime/compile/compiler.hpp"
+
+namespace jitcache {
+
+enum class FindingKind { stale_identity, legacy_key, fact_mismatch, corrupt, missing_blob, orphan_blob };
+const char* to_string(FindingKind kind);  // "stale-identity", "legacy-key", ...
+
+struct Finding {
+  FindingKind kind = FindingKind::corrupt;
+  std::string key;     // the entry's key (empty for an orphan blob)
+  std::string digest;  // the blob's digest
+  std::string kernel;  // from the entry's or the artifact's facts; "?" when unknown
+  std::string target;
+  std::string explanation;  // one line
+};
+
+// Per layer, with a checkpoint.
+struct LayerAudit {
+  int layer = 0;
+  float scale = 1.0f;
+  ScaleMode mode = ScaleMode::identity;
+  ScaleSource source = ScaleSource::identity_default;
+  std::string writer_key;  // the keys this build would look up for the layer's variants
+  std::string gather_key;
+  bool writer_cached = false;  // a valid (unflagged) entry exists under that key
+  bool gather_cached = false;
+  bool bound_to_identity = false;  // a calibrated layer's key holds an identity kernel
+};
+
+struct VariantAudit {
+  std::string label;  // e.g. "writer/dynamic/bf16/sm_100a"
+  std::string key;
+  bool cached = false;
+  std::size_t layers = 0;  // how many layers need it
+};
+
+struct CheckpointAudit {
+  std::string checkpoint;
+  std::string target;
+  std::string rope;
+  ScaleProvenance provenance;
+  std::vector<VariantAudit> variants;
+  std::vector<LayerAudit> layers;
+  std::size_t dynamic_layers = 0;
+  std::size_t identity_layers = 0;
+};
+
+struct AuditReport {
+  std::size_t entries = 0;
+  std::size_t blobs_checked = 0;
+  std::vector<Finding> findings;
+  std::optional<CheckpointAudit> checkpoint;
+  bool clean() const {
+    if (!findings.empty()) return false;
+    if (!checkpoint) return true;
+    for (const auto& l : checkpoint->layers)
+      if (l.bound_to_identity) return false;
+    return true;
+  }
+};
+
+struct AuditOptions {
+  // With a checkpoint: the per-layer binding report for this target and RoPE layout.
+  std::optional<std::filesystem::path> checkpoint;
+  std::optional<std::filesystem::path> scales_override;
+  std::string target;
+  RopeFormat rope = RopeFormat::bf16;
+  // A blob no row refers to is an orphan-blob finding only once it is this old: a younger
+  // one may be a concurrent publish between its rename and its row commit.
+  std::chrono::milliseconds orphan_grace = cache::k_publish_grace;
+};
+
+Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, const AuditOptions& options = {});
+
+// Removes exactly the entries and blobs `report` flagged (or, dry run, says what it
+// would remove). Returns one line per removal.
+Result<std::vector<std::string>> clear_flagged(cache::Store& store, const AuditReport& report,
+                                               cache::DryRun dry_run);
+
+}  // namespace jitcache

@@ -1,0 +1,134 @@
+#include "runtime/compile/kernel_cache.hpp"
+
+#include "jitcache/log.hpp"
+#include "runtime/compile/artifact_bundle.hpp"
+#include "support/env.hpp"
+
+namespace jitcache {
+namespace {
+
+std::string hash_hex(std::string_view text) { return cache::BlobDigest::of(text).to_hex(); }
+
+// Fact names allow [A-Za-z0-9_.-]; include names may hold '/'.
+std::string header_fact_name(std::string_view include_name) {
+  std::string name = "header.";
+  for (char c : include_name) name += (c == '/') ? '.' : c;
+  return name;
+}
+
+// A stored artifact must be the one asked for: its own facts (from the bundle, written
+// by the compile that produced it) agree with every generator fact of the request.
+Status check_artifact_facts(const CompiledArtifact& artifact, const GeneratedSource& source) {
+  for (const auto& [name, value] : source.facts) {
+    auto it = artifact.facts.find(name);
+    const std::string found = it == artifact.facts.end() ? "(absent)" : it->second;
+    if (found != value)
+      return make_error(ErrorCode::invalid_input, "cached artifact for " + source.spec.label() +
+                                                      " has fact " + name + "=" + found +
+                                                      ", expected " + value);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<cache::Facts> kernel_facts(const GeneratedSource& source, const Compiler& compiler) {
+  cache::Facts facts;
+  facts.set("facts_schema", std::to_string(k_kernel_facts_schema));
+  for (const auto& [name, value] : source.facts) facts.set(name, value);
+  facts.set("source_xxh3", hash_hex(source.source));
+  for (const auto& header : source.headers)
+    facts.set(header_fact_name(header.include_name), hash_hex(header.text));
+  facts.set("compiler", compiler.name());
+  facts.set("compiler_version", compiler.version());
+  facts.set("compiler_fingerprint", JC_TRY(compiler.fingerprint()));
+  std::string options;
+  for (const auto& o : compiler.options(source.spec)) options += (options.empty() ? "" : " ") + o;
+  facts.set("options", options);
+  for (const env::EnvVar* var : env::registry()) {
+    if (!var->affects_compilation) continue;
+    // Unset and set-to-default must hash the same: record the effective value.
+    facts.set("env." + std::string(var->name), env::get(*var).value_or(std::string(var->default_value)));
+  }
+  facts.set("bundle_format", std::to_string(k_bundle_format_version));
+  JC_TRY(facts.validate());
+  return facts;
+}
+
+Result<KernelFetch> KernelCache::get(const KernelSpec& spec, BundleText text) {
+  auto fetched = lookup(spec, text, OnMiss::compile);
+  if (!fetched) return std::unexpected(std::move(fetched.error()));
+  if (!*fetched)  // compiling never yields "absent"; say so rather than trust it
+    return make_error(ErrorCode::internal, "kernel cache: fetching " + spec.label() + " produced nothing");
+  return std::move(**fetched);
+}
+
+Result<std::optional<KernelFetch>> KernelCache::find(const KernelSpec& spec, BundleText text) {
+  return lookup(spec, text, OnMiss::report);
+}
+
+Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, BundleText text, OnMiss on_miss) {
+  const GeneratedSource source = generate(spec);
+  const cache::Facts facts = JC_TRY(kernel_facts(source, m_compiler));
+  auto fetched = fetch(source, facts, text, on_miss);
+  if (fetched || fetched.error().code != ErrorCode::invalid_input) return fetched;
+  // The blob verified against its digest but is not a usable artifact (a foreign or
+  // buggy writer): drop the entry and compile once more.
+  log_warning("dropping unusable cache entry " + facts.key().to_hex() + ": " + fetched.error().message);
+  cache::EntryFilter only;
+  only.key_prefix = facts.key().to_hex();
+  JC_TRY(m_store.remove(only, cache::DryRun::no));
+  {
+    std::lock_guard lock(m_mutex);
+    m_parsed.erase(facts.key());
+  }
+  return fetch(source, facts, text, on_miss);
+}
+
+Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& source, const cache::Facts& facts,
+                                                      BundleText text, OnMiss on_miss) {
+  const KernelSpec& spec = source.spec;
+  const cache::CacheKey key = facts.key();
+  {
+    std::lock_guard lock(m_mutex);
+    if (auto it = m_parsed.find(key); it != m_parsed.end() && (it->second.text == BundleText::load || text == BundleText::skip)) {
+      // The store still counts the hit, so stats see every use. Not a miss when absent:
+      // get_or_create below counts the one miss of a lookup that compiles.
+      auto hit = JC_TRY(m_store.get(key, cache::CountMiss::no));
+      if (hit) return KernelFetch{it->second.artifact, key, cache::Source::memory};
+      m_parsed.erase(it);
+    }
+  }
+  cache::SharedBytes bytes;
+  cache::Source source_tier = cache::Source::produced;
+  if (on_miss == OnMiss::report) {
+    // A probe: the get() that follows a miss counts it when it compiles (once per lookup).
+    auto hit = JC_TRY(m_store.get(key, cache::CountMiss::no));
+    if (!hit) return std::optional<KernelFetch>();
+    bytes = hit->bytes;
+    source_tier = hit->tier == cache::Tier::memory ? cache::Source::memory : cache::Source::disk;
+  } else {
+    const Compiler& compiler = m_compiler;
+    const cache::Producer producer = [&]() -> Result<cache::Produced> {
+      const CompiledArtifact artifact = JC_TRY(compiler.compile(source));
+      log_debug("compiled " + spec.label() + " in " + std::to_string(artifact.compile_ms) + " ms");
+      return cache::Produced{serialize_bundle(artifact), artifact.compile_ms};
+    };
+    cache::Fetched fetched = JC_TRY(m_store.get_or_create(key, facts, producer, spec.label()));
+    bytes = std::move(fetched.bytes);
+    source_tier = fetched.source;
+  }
+  auto artifact = parse_bundle(*bytes, text);
+  if (!artifact)
+    return make_error(ErrorCode::invalid_input, "entry " + key.to_hex() + " of " + spec.label() +
+                                                    ": " + artifact.error().message);
+  JC_TRY(check_artifact_facts(*artifact, source));
+  auto shared = std::make_shared<const CompiledArtifact>(std::move(*artifact));
+  {
+    std::lock_guard lock(m_mutex);
+    m_parsed[key] = Parsed{shared, text};
+  }
+  return KernelFetch{shared, key, source_tier};
+}
+
+}  // namespace jitcache

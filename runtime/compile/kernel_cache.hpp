@@ -1,0 +1,69 @@
+// The kernel cache: joins the generator, a compiler back end and the generic store.
+// It decides which facts identify a kernel binary (every fact that changes it, the
+// latent scale's identity/dynamic mode first), and turns a KernelSpec into a verified
+// CompiledArtifact: from this process's memory, from disk, or by compiling once per key
+// across threads and processes.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "cache/store.hpp"
+#include "jitcache/error.hpp"
+#include "runtime/compile/artifact_bundle.hpp"
+#include "runtime/compile/compiler.hpp"
+
+namespace jitcache {
+
+// Bump when the set or meaning of the facts below changes (a new fact, a renamed one):
+// entries keyed under the old set become unreachable instead of being misread.
+inline constexpr int k_kernel_facts_schema = 1;
+
+// The facts of one kernel binary:
+//   facts_schema, kernel_family, kernel, generator_version,
+//   latent_scale (identity|dynamic), rope (bf16|fp8), record_bytes, latent_dim,
+//   rope_dim, quant_block, threads_per_cta,
+//   target (exact: sm_120a != sm_120 != sm_121a),
+//   source_xxh3 (the generated translation unit), header.<name> (each header it may include),
+//   compiler, compiler_version, compiler_fingerprint, options (normalized, space-joined),
+//   env.<NAME> for every registered variable that affects compilation (unset reads as
+//   its default), bundle_format.
+Result<cache::Facts> kernel_facts(const GeneratedSource& source, const Compiler& compiler);
+
+struct KernelFetch {
+  std::shared_ptr<const CompiledArtifact> artifact;
+  cache::CacheKey key;
+  cache::Source source;  // memory, disk, coalesced or produced (compiled)
+};
+
+class KernelCache {
+ public:
+  KernelCache(cache::Store& store, const Compiler& compiler) : m_store(store), m_compiler(compiler) {}
+
+  // The artifact for `spec`; compiles on a miss. A stored bundle that does not parse, or
+  // whose embedded facts disagree with the request, is removed and compiled again. With
+  // BundleText::skip the artifact's PTX and log are left empty (loading needs neither).
+  Result<KernelFetch> get(const KernelSpec& spec, BundleText text = BundleText::load);
+
+  // The same from the cache alone: std::nullopt where get() would have to compile.
+  Result<std::optional<KernelFetch>> find(const KernelSpec& spec, BundleText text = BundleText::load);
+
+ private:
+  struct Parsed {
+    std::shared_ptr<const CompiledArtifact> artifact;
+    BundleText text;
+  };
+  enum class OnMiss { compile, report };
+  Result<std::optional<KernelFetch>> lookup(const KernelSpec& spec, BundleText text, OnMiss on_miss);
+  Result<std::optional<KernelFetch>> fetch(const GeneratedSource& source, const cache::Facts& facts,
+                                           BundleText text, OnMiss on_miss);
+
+  cache::Store& m_store;
+  const Compiler& m_compiler;
+  std::mutex m_mutex;
+  // Parsed artifacts of this process, so a repeated get does not re-parse a bundle.
+  std::unordered_map<cache::CacheKey, Parsed> m_parsed;
+};
+
+}  // namespace jitcache

@@ -1,0 +1,311 @@
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <nvrtc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "cache/files.hpp"
+#include "jitcache/log.hpp"
+#include "runtime/compile/compiler.hpp"
+#include "support/env.hpp"
+#include "support/regular_file.hpp"
+
+namespace jitcache {
+namespace {
+
+// Owns an nvrtcProgram: destroyed on every path out of compile().
+class Program {
+ public:
+  explicit Program(nvrtcProgram p) : m_program(p) {}
+  ~Program() {
+    if (m_program != nullptr) nvrtcDestroyProgram(&m_program);
+  }
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+  nvrtcProgram get() const { return m_program; }
+
+ private:
+  nvrtcProgram m_program;
+};
+
+std::string joined(const std::vector<std::string>& options) {
+  std::string text;
+  for (const auto& o : options) text += (text.empty() ? "" : " ") + o;
+  return text;
+}
+
+constexpr const char* k_memo_format = "jitcache_compiler_fingerprints_v1";
+constexpr std::size_t k_memo_max_entries = 16;
+constexpr std::size_t k_memo_max_bytes = 64 * 1024;
+
+std::optional<std::string> describe_file(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  // ctime as well as mtime: restoring a file's mtime (cp -p, tar) still changes its ctime.
+  return path.string() + " size " + std::to_string(st.st_size) + " mtime " + std::to_string(st.st_mtim.tv_sec) +
+         "." + std::to_string(st.st_mtim.tv_nsec) + " ctime " + std::to_string(st.st_ctim.tv_sec) + "." +
+         std::to_string(st.st_ctim.tv_nsec) + " inode " + std::to_string(st.st_dev) + ":" +
+         std::to_string(st.st_ino);
+}
+
+// What identifies the NVRTC build this process runs, without compiling anything: the
+// loaded libnvrtc file and the libnvrtc-builtins it loads from its own directory. A
+// reinstalled or upgraded toolkit replaces the files, which changes their identity.
+std::optional<std::string> nvrtc_identity() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) == 0 || info.dli_fname == nullptr)
+    return std::nullopt;
+  // Not NVRTC's own file (a non-PIE program's PLT stub, say): identity unknown.
+  if (std::string_view(info.dli_fname).find("nvrtc") == std::string_view::npos) return std::nullopt;
+  std::error_code ec;
+  const auto library = std::filesystem::canonical(info.dli_fname, ec);
+  int major = 0, minor = 0;
+  if (ec || nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return std::nullopt;
+  const auto described = describe_file(library);
+  if (!described) return std::nullopt;
+  const std::string version = std::to_string(major) + "." + std::to_string(minor);
+  const auto builtins = describe_file(library.parent_path() / ("libnvrtc-builtins.so." + version));
+  return "nvrtc " + version + "; " + *described + "; builtins " + builtins.value_or("absent");
+}
+
+bool is_fingerprint(const nlohmann::json& value) {
+  if (!value.is_string()) return false;
+  const auto& text = value.get_ref<const std::string&>();
+  return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// The memo's valid entries; empty for a missing, foreign, oversized or malformed file.
+nlohmann::json read_memo_entries(const std::filesystem::path& file) {
+  nlohmann::json entries = nlohmann::json::object();
+  // Non-blocking and regular only: a FIFO planted in the cache root is a miss, not a hang.
+  const auto opened = RegularFile::open(file, FollowSymlinks::no);
+  if (!opened || opened->status().st_uid != ::geteuid()) return entries;
+  const auto read = opened->read_all(k_memo_max_bytes);
+  if (!read) return entries;
+  const std::string& text = *read;
+  const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return entries;
+  const auto format = doc.find("format");
+  const auto found = doc.find("entries");
+  if (format == doc.end() || *format != k_memo_format || found == doc.end() || !found->is_object())
+    return entries;
+  for (const auto& [identity, fingerprint] : found->items())
+    if (is_fingerprint(fingerprint)) entries[identity] = fingerprint;
+  return entries;
+}
+
+// Adds one entry; concurrent writers each rename a whole file, so the worst case is a
+// lost entry, which is a later miss.
+Status write_memo(const std::filesystem::path& file, const std::string& identity, const std::string& fingerprint) {
+  nlohmann::json entries = read_memo_entries(file);
+  if (entries.size() >= k_memo_max_entries) entries = nlohmann::json::object();
+  entries[identity] = fingerprint;
+  const std::string text = nlohmann::json{{"format", k_memo_format}, {"entries", entries}}.dump(
+                               2, ' ', false, nlohmann::json::error_handler_t::replace) +
+                           "\n";
+
+  std::random_device random;
+  const std::filesystem::path temp =
+      file.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(random());
+  cache::UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) return std::unexpected(cache::errno_error("create " + temp.string(), errno));
+  auto written = cache::write_all(fd.get(), std::as_bytes(std::span(text)), temp);
+  if (written) written = cache::fsync_fd(fd.get(), temp);
+  fd.reset();
+  if (written && ::rename(temp.c_str(), file.c_str()) != 0)
+    written = std::unexpected(cache::errno_error("rename " + temp.string() + " to " + file.string(), errno));
+  if (!written) ::unlink(temp.c_str());
+  return written;
+}
+
+class NvrtcCompiler final : public Compiler {
+ public:
+  explicit NvrtcCompiler(NvrtcOptions options) : m_options(std::move(options)) {}
+
+  std::string name() const override { return "nvrtc"; }
+
+  std::string version() const override {
+    int major = 0, minor = 0;
+    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
+    return std::to_string(major) + "." + std::to_string(minor);
+  }
+
+  Result<std::string> fingerprint() const override {
+    std::call_once(m_fingerprint_once, [this] { m_fingerprint = memoized_fingerprint(); });
+    return m_fingerprint;
+  }
+
+  std::vector<std::string> options(const KernelSpec& spec) const override {
+    // IEEE-exact numerics are part of the contract with the host executor: no FMA
+    // contraction, correctly rounded division and square root, denormals kept.
+    std::vector<std::string> options = {"--gpu-architecture=" + spec.target.arch_option(),
+                                        "--std=c++17",
+                                        "--fmad=false",
+                                        "--prec-div=true",
+                                        "--prec-sqrt=true",
+                                        "--ftz=false",
+                                        "--ptxas-options=-v"};
+    // Line information changes the binary, never the numerics; an unparsable value is
+    // treated as off (env::get_bool reports it where the registry is checked).
+    if (env::get_bool(env::jitcache_lineinfo).value_or(false)) options.push_back("--generate-line-info");
+    return options;
+  }
+
+  Result<CompiledArtifact> compile(const GeneratedSource& source) const override {
+    const auto started = std::chrono::steady_clock::now();
+    std::vector<const char*> header_texts, header_names;
+    for (const auto& h : source.headers) {
+      // NVRTC wants NUL-terminated strings; the embedded views are literals, so they are.
+      header_texts.push_back(h.text.data());
+      header_names.push_back(h.include_name.data());
+    }
+    nvrtcProgram raw = nullptr;
+    nvrtcResult rc = nvrtcCreateProgram(&raw, source.source.c_str(), source.program_name.c_str(),
+                                        static_cast<int>(header_texts.size()), header_texts.data(),
+                                        header_names.data());
+    if (rc != NVRTC_SUCCESS)
+      return make_error(ErrorCode::compile, "nvrtcCreateProgram failed for " + source.spec.label() +
+                                                ": " + nvrtcGetErrorString(rc));
+    Program program(raw);
+
+    CompiledArtifact artifact;
+    artifact.spec = source.spec;
+    artifact.entry = source.entry;
+    artifact.facts = source.facts;
+    artifact.options = options(source.spec);
+    std::vector<const char*> argv;
+    for (const auto& o : artifact.options) argv.push_back(o.c_str());
+
+    rc = nvrtcCompileProgram(program.get(), static_cast<int>(argv.size()), argv.data());
+    std::size_t log_size = 0;
+    if (nvrtcGetProgramLogSize(program.get(), &log_size) == NVRTC_SUCCESS && log_size > 1) {
+      artifact.log.resize(log_size);
+      nvrtcGetProgramLog(program.get(), artifact.log.data());
+      artifact.log.resize(log_size - 1);
+    }
+    if (rc != NVRTC_SUCCESS) {
+      return make_error(ErrorCode::compile,
+                        "NVRTC could not compile " + source.program_name + " (" +
+                            source.spec.label() + "): " + nvrtcGetErrorString(rc),
+                        "options: " + joined(artifact.options) + "\nlog:\n" + artifact.log);
+    }
+
+    std::size_t ptx_size = 0;
+    if (nvrtcGetPTXSize(program.get(), &ptx_size) == NVRTC_SUCCESS && ptx_size > 0) {
+      artifact.ptx.resize(ptx_size);
+      nvrtcGetPTX(program.get(), artifact.ptx.data());
+      artifact.ptx.resize(ptx_size - 1);
+    }
+    std::size_t cubin_size = 0;
+    rc = nvrtcGetCUBINSize(program.get(), &cubin_size);
+    if (rc != NVRTC_SUCCESS || cubin_size == 0)
+      return make_error(ErrorCode::compile,
+                        "NVRTC produced no cubin for " + source.spec.label() +
+                            " (is the target a real architecture?)",
+                        "options: " + joined(artifact.options));
+    artifact.cubin.resize(cubin_size);
+    nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(artifact.cubin.data()));
+
+    artifact.usage = parse_ptxas_usage(artifact.log, artifact.entry);
+    artifact.compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    return artifact;
+  }
+
+ private:
+  Result<std::string> memoized_fingerprint() const {
+    const std::filesystem::path& memo = m_options.fingerprint_memo;
+    if (memo.empty()) return compute_fingerprint();
+    std::optional<std::string> identity;
+    try {
+      identity = nvrtc_identity();
+      if (!identity) return compute_fingerprint();
+      const nlohmann::json entries = read_memo_entries(memo);
+      if (const auto it = entries.find(*identity); it != entries.end()) return it->get<std::string>();
+    } catch (const std::exception& e) {
+      // The memo is only a shortcut: whatever went wrong, compute.
+      log_debug("compiler fingerprint memo " + memo.string() + " not used: " + e.what());
+      return compute_fingerprint();
+    }
+    auto computed = compute_fingerprint();
+    if (!computed) return computed;
+    try {
+      if (auto written = write_memo(memo, *identity, *computed); !written)
+        log_debug("compiler fingerprint memo not written: " + written.error().message);
+    } catch (const std::exception& e) {
+      log_debug("compiler fingerprint memo not written: " + std::string(e.what()));
+    }
+    return computed;
+  }
+
+  // PTX of a tiny fixed program for a fixed virtual target, plus the architectures this
+  // NVRTC supports: what distinguishes builds that report the same version.
+  static Result<std::string> compute_fingerprint() {
+    const char* source = "extern \"C\" __global__ void jc_fingerprint(float* p, float s) { p[0] = __fdiv_rn(p[1], s); }\n";
+    nvrtcProgram raw = nullptr;
+    if (nvrtcCreateProgram(&raw, source, "fingerprint.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS)
+      return make_error(ErrorCode::compile, "NVRTC could not create the fingerprint program");
+    Program program(raw);
+    const char* opts[] = {"--gpu-architecture=compute_90"};
+    if (nvrtcCompileProgram(program.get(), 1, opts) != NVRTC_SUCCESS)
+      return make_error(ErrorCode::compile, "NVRTC could not compile the fingerprint program");
+    std::size_t size = 0;
+    nvrtcGetPTXSize(program.get(), &size);
+    std::string text(size, '\0');
+    nvrtcGetPTX(program.get(), text.data());
+    int count = 0;
+    if (nvrtcGetNumSupportedArchs(&count) == NVRTC_SUCCESS && count > 0) {
+      std::vector<int> archs(static_cast<std::size_t>(count));
+      nvrtcGetSupportedArchs(archs.data());
+      for (int a : archs) text += " sm" + std::to_string(a);
+    }
+    const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+    char hex[33];
+    std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                  static_cast<unsigned long long>(h.low64));
+    return std::string(hex);
+  }
+
+  NvrtcOptions m_options;
+  mutable std::once_flag m_fingerprint_once;
+  mutable Result<std::string> m_fingerprint = std::string();
+};
+
+}  // namespace
+
+std::unique_ptr<Compiler> make_nvrtc_compiler(NvrtcOptions options) {
+  return std::make_unique<NvrtcCompiler>(std::move(options));
+}
+
+ResourceUsage parse_ptxas_usage(const std::string& log, const std::string& entry) {
+  ResourceUsage usage;
+  const std::string marker = "Function properties for " + entry;
+  const auto at = log.find(marker);
+  if (at == std::string::npos) return usage;
+  // The entry's block ends at the next "Function properties" (or the end of the log).
+  const auto end = log.find("Function properties for ", at + marker.size());
+  const std::string block = log.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  std::smatch m;
+  if (std::regex_search(block, m, std::regex(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)"))) {
+    usage.stack_frame_bytes = std::stoi(m[1]);
+    usage.spill_store_bytes = std::stoi(m[2]);
+    usage.spill_load_bytes = std::stoi(m[3]);
+  }
+  if (std::regex_search(block, m, std::regex(R"(Used (\d+) registers)")))
+    usage.registers = std::stoi(m[1]);
+  return usage;
+}
+
+}  // namespace jitcache

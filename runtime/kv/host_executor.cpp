@@ -1,0 +1,205 @@
+#include "runtime/kv/host_executor.hpp"
+
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "runtime/kv/launch_contract.hpp"
+
+namespace jitcache {
+namespace {
+
+Status invalid(const char* field, const std::string& rule) {
+  return make_error(ErrorCode::invalid_argument, std::string("kernel parameter '") + field + "': " + rule);
+}
+
+std::string hex(std::uint64_t value) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof buffer, "0x%llx", static_cast<unsigned long long>(value));
+  return buffer;
+}
+
+Status check_count(std::int64_t count, const char* field, std::int64_t max) {
+  if (count < 0) return invalid(field, "must be >= 0, got " + std::to_string(count));
+  if (count > max)
+    return invalid(
+        field, "must be <= " + std::to_string(max) + " (one launch's limit), got " + std::to_string(count));
+  return {};
+}
+
+Status check_pointer(const void* p, const char* field, std::size_t alignment, const char* type) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  if (address == 0) return invalid(field, "must be non-null");
+  if (address % alignment != 0)
+    return invalid(
+        field, "must be " + std::to_string(alignment) + "-byte aligned (" + type + "), got " + hex(address));
+  return {};
+}
+
+Status check_optional_pointer(const void* p, const char* field, std::size_t alignment, const char* type) {
+  return p == nullptr ? Status{} : check_pointer(p, field, alignment, type);
+}
+
+Status check_stride(std::int64_t stride, int row_elems, const char* field) {
+  if (stride < row_elems || stride % 8 != 0)
+    return invalid(field, "must be >= " + std::to_string(row_elems) + " and a multiple of 8 elements, got " +
+                              std::to_string(stride));
+  return {};
+}
+
+// The buffer spans (count - 1) * stride + row elements from `base`. That many bytes must
+// fit in int64 (the kernels' index type) and must not wrap the 64-bit address space.
+Status check_extent(const void* base, const char* field, std::int64_t count, std::int64_t stride,
+                    std::int64_t row_elems, std::size_t elem_bytes) {
+  if (count == 0) return {};
+  // Callers bound count (rows <= 2^33) wherever the stride is free, so nothing here wraps.
+  __extension__ typedef unsigned __int128 Wide;
+  const Wide bytes =
+      (static_cast<Wide>(count - 1) * static_cast<Wide>(stride) + static_cast<Wide>(row_elems)) *
+      static_cast<Wide>(elem_bytes);
+  const Wide end = static_cast<Wide>(reinterpret_cast<std::uintptr_t>(base)) + bytes;
+  if (bytes > static_cast<Wide>(std::numeric_limits<std::int64_t>::max()) || end > (Wide{1} << 64))
+    return invalid(field, "the buffer at " + hex(reinterpret_cast<std::uintptr_t>(base)) + " with " +
+                              std::to_string(count) + " rows of stride " + std::to_string(stride) +
+                              " does not fit in the 64-bit address space");
+  return {};
+}
+
+template <jc::LatentMode LM, jc::RopeMode RM>
+jc::u32 run_writer(const jc::WriterParams& p, float scale) {
+  jc::u32 status = 0;
+  jc::WriterParams q = p;
+  q.status = &status;
+  if (!jc::latent_scale_ok<LM>(scale)) {
+    jc::report(q.status, jc::latent_scale_error_bit<LM>());
+  } else {
+    jc::WriterLoads in[jc::k_warp];
+    jc::WriterPartials part[jc::k_warp];
+    jc::BlockScale mine[jc::k_warp];
+    for (jc::i64 t = 0; t < q.num_tokens; ++t) {
+      for (int lane = 0; lane < jc::k_warp; ++lane) {
+        in[lane] = jc::writer_load(q, t, lane);
+        part[lane] = jc::writer_partials<RM>(in[lane]);
+      }
+      // The warp's cross-lane steps, in the kernel's order: each chunk amax with the
+      // partner's (xor 1); the RoPE amax over all lanes (max is exact, commutative and
+      // associative on these never-NaN values, so the order does not matter); then, where
+      // the lanes share the block scales, each lane's scale of the block of its chunk
+      // lane & 1, and the partner's copy of the other one.
+      float rope_amax = 0.0f;
+      for (int lane = 0; lane < jc::k_warp; ++lane) rope_amax = jc::max_num(rope_amax, part[lane].rope_amax);
+      float block_amax[jc::k_warp][2];
+      for (int lane = 0; lane < jc::k_warp; ++lane)
+        for (int j = 0; j < 2; ++j)
+          block_amax[lane][j] = jc::max_num(part[lane].latent_amax[j], part[lane ^ 1].latent_amax[j]);
+      if constexpr (jc::shares_block_scales<LM>())
+        for (int lane = 0; lane < jc::k_warp; ++lane)
+          mine[lane] = jc::block_scale<LM>(block_amax[lane][lane % 2], scale);
+      for (int lane = 0; lane < jc::k_warp; ++lane) {
+        jc::BlockScale scales[2];
+        if constexpr (jc::shares_block_scales<LM>()) {
+          scales[lane % 2] = mine[lane];
+          scales[1 - lane % 2] = mine[lane ^ 1];
+        } else {
+          scales[0] = jc::block_scale<LM>(block_amax[lane][0], scale);
+          scales[1] = jc::block_scale<LM>(block_amax[lane][1], scale);
+        }
+        jc::writer_lane<LM, RM>(q, lane, in[lane], scales, rope_amax);
+      }
+    }
+  }
+  if (p.status != nullptr) *p.status |= status;
+  return status;
+}
+
+template <jc::LatentMode LM, jc::RopeMode RM>
+jc::u32 run_gather(const jc::GatherParams& p, float scale) {
+  jc::u32 status = 0;
+  jc::GatherParams q = p;
+  q.status = &status;
+  if (!jc::latent_scale_ok<LM>(scale)) {
+    jc::report(q.status, jc::latent_scale_error_bit<LM>());
+  } else {
+    for (jc::i64 row = 0; row < q.num_rows; ++row)
+      for (int lane = 0; lane < jc::k_warp; ++lane) jc::gather_lane<LM, RM>(q, row, lane, scale);
+  }
+  if (p.status != nullptr) *p.status |= status;
+  return status;
+}
+
+template <class Params, class Fn>
+jc::u32 dispatch(LatentScale latent, RopeFormat rope, const Params& p, float scale, Fn&& fn) {
+  using L = jc::LatentMode;
+  using R = jc::RopeMode;
+  const bool id = latent == LatentScale::identity;
+  const bool bf = rope == RopeFormat::bf16;
+  if (id && bf) return fn.template operator()<L::identity, R::bf16>(p, scale);
+  if (id) return fn.template operator()<L::identity, R::fp8>(p, scale);
+  if (bf) return fn.template operator()<L::dynamic, R::bf16>(p, scale);
+  return fn.template operator()<L::dynamic, R::fp8>(p, scale);
+}
+
+}  // namespace
+
+Status validate(const jc::WriterParams& p, RopeFormat rope) {
+  JC_TRY(check_count(p.num_tokens, "num_tokens", k_max_launch_rows));
+  JC_TRY(check_count(p.num_slots, "num_slots", std::numeric_limits<std::int64_t>::max()));
+  if (p.num_tokens == 0) return {};
+  JC_TRY(check_pointer(p.kv_c, "kv_c", 16, "bf16 rows"));
+  JC_TRY(check_pointer(p.k_pe, "k_pe", 16, "bf16 rows"));
+  JC_TRY(check_pointer(p.slot_mapping, "slot_mapping", alignof(std::int64_t), "int64"));
+  JC_TRY(check_optional_pointer(p.status, "status", alignof(std::uint32_t), "uint32"));
+  JC_TRY(check_stride(p.kv_c_stride, jc::k_latent_dim, "kv_c_stride"));
+  JC_TRY(check_stride(p.k_pe_stride, jc::k_rope_dim, "k_pe_stride"));
+  JC_TRY(check_extent(p.kv_c, "kv_c", p.num_tokens, p.kv_c_stride, jc::k_latent_dim, sizeof(jc::u16)));
+  JC_TRY(check_extent(p.k_pe, "k_pe", p.num_tokens, p.k_pe_stride, jc::k_rope_dim, sizeof(jc::u16)));
+  JC_TRY(check_extent(p.slot_mapping, "slot_mapping", p.num_tokens, 1, 1, sizeof(std::int64_t)));
+  // Every slot is out of range with no slots: the cache is never written.
+  if (p.num_slots > 0) {
+    JC_TRY(check_pointer(p.cache, "cache", 16, "records"));
+    const int record = record_bytes(rope);
+    JC_TRY(check_extent(p.cache, "cache", p.num_slots, record, record, 1));
+  }
+  return check_no_overlap(p, rope);
+}
+
+Status validate(const jc::GatherParams& p, RopeFormat rope) {
+  JC_TRY(check_count(p.num_rows, "num_rows", k_max_launch_rows));
+  JC_TRY(check_count(p.num_slots, "num_slots", std::numeric_limits<std::int64_t>::max()));
+  if (p.num_rows == 0) return {};
+  JC_TRY(check_pointer(p.slots, "slots", alignof(std::int32_t), "int32"));
+  JC_TRY(check_pointer(p.out, "out", 16, "bf16 rows"));
+  JC_TRY(check_optional_pointer(p.status, "status", alignof(std::uint32_t), "uint32"));
+  JC_TRY(check_stride(p.out_stride, jc::k_out_dim, "out_stride"));
+  JC_TRY(check_extent(p.slots, "slots", p.num_rows, 1, 1, sizeof(std::int32_t)));
+  JC_TRY(check_extent(p.out, "out", p.num_rows, p.out_stride, jc::k_out_dim, sizeof(jc::u16)));
+  // Every slot is out of range with no slots: the cache is never read.
+  if (p.num_slots > 0) {
+    JC_TRY(check_pointer(p.cache, "cache", 16, "records"));
+    const int record = record_bytes(rope);
+    JC_TRY(check_extent(p.cache, "cache", p.num_slots, record, record, 1));
+  }
+  return check_no_overlap(p, rope);
+}
+
+Result<jc::u32> host_run_writer(LatentScale latent, RopeFormat rope, const jc::WriterParams& p,
+                                float scale) {
+  JC_TRY(validate(p, rope));
+  JC_TRY(check_distinct_slots(p));
+  return dispatch(latent, rope, p, scale,
+                  []<jc::LatentMode LM, jc::RopeMode RM>(const jc::WriterParams& q, float s) {
+                    return run_writer<LM, RM>(q, s);
+                  });
+}
+
+Result<jc::u32> host_run_gather(LatentScale latent, RopeFormat rope, const jc::GatherParams& p,
+                                float scale) {
+  JC_TRY(validate(p, rope));
+  return dispatch(latent, rope, p, scale,
+                  []<jc::LatentMode LM, jc::RopeMode RM>(const jc::GatherParams& q, float s) {
+                    return run_gather<LM, RM>(q, s);
+                  });
+}
+
+}  // namespace jitcache

@@ -1,0 +1,117 @@
+// Cache directory precedence: --cache-dir > JITCACHE_DIR > $XDG_CACHE_HOME/jitcache >
+// ~/.cache/jitcache, and never a shared temporary directory by default.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "runtime/compile/cache_dir.hpp"
+#include "test_support.hpp"
+
+namespace jitcache::runtime {
+namespace {
+
+// Sets or unsets the variables the resolver reads, restoring them afterwards.
+class CacheDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : k_names) {
+      const char* value = std::getenv(name);
+      m_saved.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
+      ::unsetenv(name);
+    }
+  }
+  void TearDown() override {
+    for (const auto& [name, value] : m_saved) {
+      if (value) ::setenv(name, value->c_str(), 1);
+      else ::unsetenv(name);
+    }
+  }
+  static void set(const char* name, const char* value) { ::setenv(name, value, 1); }
+
+  static constexpr const char* k_names[] = {"JITCACHE_DIR", "XDG_CACHE_HOME", "HOME"};
+  std::vector<std::pair<const char*, std::optional<std::string>>> m_saved;
+};
+
+TEST_F(CacheDirTest, ExplicitArgumentWins) {
+  set("JITCACHE_DIR", "/srv/env-cache");
+  set("XDG_CACHE_HOME", "/home/u/.xdg");
+  set("HOME", "/home/u");
+  auto dir = resolve_cache_dir(std::filesystem::path("/srv/explicit"));
+  ASSERT_OK(dir);
+  EXPECT_EQ(dir->path, "/srv/explicit");
+  EXPECT_EQ(dir->source, CacheDirSource::argument);
+}
+
+TEST_F(CacheDirTest, JitcacheDirBeatsXdgAndHome) {
+  set("JITCACHE_DIR", "/srv/env-cache");
+  set("XDG_CACHE_HOME", "/home/u/.xdg");
+  set("HOME", "/home/u");
+  auto dir = resolve_cache_dir();
+  ASSERT_OK(dir);
+  EXPECT_EQ(dir->path, "/srv/env-cache");
+  EXPECT_EQ(dir->source, CacheDirSource::jitcache_dir);
+  EXPECT_STREQ(to_string(dir->source), "JITCACHE_DIR");
+}
+
+TEST_F(CacheDirTest, XdgCacheHomeBeatsHome) {
+  set("XDG_CACHE_HOME", "/home/u/.xdg");
+  set("HOME", "/home/u");
+  auto dir = resolve_cache_dir();
+  ASSERT_OK(dir);
+  EXPECT_EQ(dir->path, "/home/u/.xdg/jitcache");
+  EXPECT_EQ(dir->source, CacheDirSource::xdg_cache_home);
+}
+
+TEST_F(CacheDirTest, HomeIsTheFallback) {
+  set("HOME", "/home/u");
+  auto dir = resolve_cache_dir();
+  ASSERT_OK(dir);
+  EXPECT_EQ(dir->path, "/home/u/.cache/jitcache");
+  EXPECT_EQ(dir->source, CacheDirSource::home);
+}
+
+TEST_F(CacheDirTest, EmptyOrBlankValuesCountAsUnset) {
+  set("JITCACHE_DIR", "   ");
+  set("XDG_CACHE_HOME", "");
+  set("HOME", "/home/u");
+  auto dir = resolve_cache_dir(std::filesystem::path());
+  ASSERT_OK(dir);
+  EXPECT_EQ(dir->path, "/home/u/.cache/jitcache");
+}
+
+TEST_F(CacheDirTest, RelativeXdgCacheHomeIsIgnored) {
+  set("XDG_CACHE_HOME", "relative/cache");
+  set("HOME", "/home/u");
+  auto dir = resolve_cache_dir();
+  ASSERT_OK(dir);
+  EXPECT_EQ(dir->path, "/home/u/.cache/jitcache");
+}
+
+TEST_F(CacheDirTest, RelativeExplicitPathsBecomeAbsolute) {
+  auto dir = resolve_cache_dir(std::filesystem::path("some/where"));
+  ASSERT_OK(dir);
+  EXPECT_TRUE(dir->path.is_absolute());
+  EXPECT_EQ(dir->path, (std::filesystem::current_path() / "some/where").lexically_normal());
+  set("JITCACHE_DIR", "rel/env");
+  auto env_dir = resolve_cache_dir();
+  ASSERT_OK(env_dir);
+  EXPECT_TRUE(env_dir->path.is_absolute());
+}
+
+TEST_F(CacheDirTest, WithoutHomeFallsBackToThePasswordDatabaseNeverTmp) {
+  // HOME unset: the user's home from getpwuid, as ssh and cron sessions need.
+  auto dir = resolve_cache_dir();
+  if (!dir) {
+    EXPECT_EQ(dir.error().code, ErrorCode::unavailable);
+    EXPECT_NE(dir.error().message.find("--cache-dir"), std::string::npos);
+    return;
+  }
+  EXPECT_EQ(dir->source, CacheDirSource::home);
+  EXPECT_EQ(dir->path.filename(), "jitcache");
+  EXPECT_FALSE(dir->path.string().starts_with("/tmp")) << dir->path;
+}
+
+}  // namespace
+}  // namespace jitcache::runtime

@@ -1,0 +1,182 @@
+// The NVRTC fingerprint memo (runtime/compile/compiler.hpp, NvrtcOptions::fingerprint_memo): a
+// fresh process takes the fingerprint of the loaded libnvrtc from the memo instead of
+// compiling; anything wrong with the memo is a miss that computes and repairs it.
+#include <nvrtc.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "jitcache/runtime.hpp"
+#include "runtime/compile/compiler.hpp"
+#include "test_support.hpp"
+
+namespace jitcache {
+namespace {
+
+const std::string& true_fingerprint() {
+  static const std::string value = make_nvrtc_compiler()->fingerprint().value();
+  return value;
+}
+
+std::string fingerprint_with_memo(const std::filesystem::path& memo) {
+  auto fingerprint = make_nvrtc_compiler(NvrtcOptions{memo})->fingerprint();
+  EXPECT_TRUE(fingerprint.has_value()) << fingerprint.error().to_string();
+  return fingerprint.value_or("");
+}
+
+nlohmann::json read_json(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+void write_text(const std::filesystem::path& file, const std::string& text) {
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
+}
+
+class FingerprintMemoTest : public jitcache::testing::TempDirTest {
+ protected:
+  std::filesystem::path memo() const { return dir() / k_fingerprint_memo_name; }
+
+  // The identity this process's libnvrtc is recorded under.
+  std::string identity() {
+    std::filesystem::remove(memo());
+    fingerprint_with_memo(memo());
+    const auto doc = read_json(memo());
+    EXPECT_EQ(doc["entries"].size(), 1u) << doc.dump();
+    return doc["entries"].begin().key();
+  }
+};
+
+TEST_F(FingerprintMemoTest, RecordsTheLoadedLibraryAndItsFingerprint) {
+  EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+  struct stat st {};
+  ASSERT_EQ(::lstat(memo().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const auto doc = read_json(memo());
+  ASSERT_TRUE(doc.is_object()) << "not JSON";
+  EXPECT_EQ(doc["format"], "jitcache_compiler_fingerprints_v1");
+  ASSERT_EQ(doc["entries"].size(), 1u);
+  const std::string key = doc["entries"].begin().key();
+  int major = 0, minor = 0;
+  ASSERT_EQ(nvrtcVersion(&major, &minor), NVRTC_SUCCESS);
+  EXPECT_TRUE(key.starts_with("nvrtc " + std::to_string(major) + "." + std::to_string(minor) + "; /")) << key;
+  EXPECT_NE(key.find("libnvrtc"), std::string::npos) << key;
+  EXPECT_NE(key.find(" inode "), std::string::npos) << key;
+  EXPECT_NE(key.find("; builtins "), std::string::npos) << key;
+  EXPECT_EQ(doc["entries"].begin().value(), true_fingerprint());
+  // No temporary file is left behind.
+  for (const auto& e : std::filesystem::directory_iterator(dir())) EXPECT_EQ(e.path(), memo());
+}
+
+TEST_F(FingerprintMemoTest, AFreshCompilerTakesTheMemoInsteadOfCompiling) {
+  const std::string key = identity();
+  // A value no compile produces: getting it back proves the compile was skipped.
+  const std::string planted = "0123456789abcdef0123456789abcdef";
+  ASSERT_NE(planted, true_fingerprint());
+  write_text(memo(), nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"},
+                                    {"entries", {{key, planted}}}}.dump());
+  EXPECT_EQ(fingerprint_with_memo(memo()), planted);
+}
+
+TEST_F(FingerprintMemoTest, AnotherLibrarysEntryIsAMiss) {
+  write_text(memo(), nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"},
+                                    {"entries", {{"nvrtc 12.8; /elsewhere/libnvrtc.so.12 size 1",
+                                                  "0123456789abcdef0123456789abcdef"}}}}.dump());
+  EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+  const auto doc = read_json(memo());
+  EXPECT_EQ(doc["entries"].size(), 2u) << doc.dump();  // the other entry is kept
+}
+
+TEST_F(FingerprintMemoTest, EveryMalformedMemoIsAMissAndIsRepaired) {
+  const std::string key = identity();
+  auto doc_with = [&](const nlohmann::json& value) {
+    return nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"}, {"entries", {{key, value}}}}.dump();
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"empty", ""},
+      {"not JSON", "not json at all {"},
+      {"truncated", doc_with("0123456789abcdef0123456789abcdef").substr(0, 40)},
+      {"array", "[1, 2]"},
+      {"no format", nlohmann::json{{"entries", {{key, "0123456789abcdef0123456789abcdef"}}}}.dump()},
+      {"other format",
+       nlohmann::json{{"format", "v0"}, {"entries", {{key, "0123456789abcdef0123456789abcdef"}}}}.dump()},
+      {"format not a string", nlohmann::json{{"format", 1}, {"entries", nlohmann::json::object()}}.dump()},
+      {"entries an array", nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"}, {"entries", {1}}}.dump()},
+      {"value a number", doc_with(12345)},
+      {"value too short", doc_with("0123456789abcdef")},
+      {"value upper case", doc_with("0123456789ABCDEF0123456789ABCDEF")},
+      {"value not hex", doc_with("0123456789abcdef0123456789abcdeg")},
+      {"oversized", doc_with("0123456789abcdef0123456789abcdef") + std::string(70 * 1024, ' ')},
+  };
+  for (const auto& [name, text] : cases) {
+    SCOPED_TRACE(name);
+    write_text(memo(), text);
+    EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+    const auto repaired = read_json(memo());
+    ASSERT_TRUE(repaired.is_object()) << "not repaired";
+    EXPECT_EQ(repaired["entries"][key], true_fingerprint());
+  }
+}
+
+TEST_F(FingerprintMemoTest, ASymlinkIsNeitherReadNorFollowed) {
+  const std::string key = identity();
+  const auto elsewhere = dir() / "elsewhere.json";
+  const std::string planted = nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"},
+                                             {"entries", {{key, "0123456789abcdef0123456789abcdef"}}}}.dump();
+  write_text(elsewhere, planted);
+  std::filesystem::remove(memo());
+  std::filesystem::create_symlink(elsewhere, memo());
+  EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+  EXPECT_FALSE(std::filesystem::is_symlink(memo()));  // replaced by a file of our own
+  std::ifstream in(elsewhere);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), planted);  // untouched
+}
+
+// Opening a FIFO for reading waits for a writer: the memo is opened without blocking, so
+// a FIFO planted in the cache root is a miss, and is replaced by the repaired memo.
+TEST_F(FingerprintMemoTest, AFifoIsAMissNotAHang) {
+  std::filesystem::remove(memo());
+  ASSERT_EQ(::mkfifo(memo().c_str(), 0600), 0);
+  const jitcache::testing::HangGuard guard(120);
+  EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+  struct stat st {};
+  ASSERT_EQ(::lstat(memo().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(read_json(memo())["entries"].size(), 1u);
+}
+
+TEST_F(FingerprintMemoTest, EntriesAreBounded) {
+  nlohmann::json entries = nlohmann::json::object();
+  for (int i = 0; i < 16; ++i) entries["other library " + std::to_string(i)] = "0123456789abcdef0123456789abcdef";
+  write_text(memo(), nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"}, {"entries", entries}}.dump());
+  EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+  const auto doc = read_json(memo());
+  EXPECT_LE(doc["entries"].size(), 16u);
+  bool ours = false;
+  for (const auto& [k, v] : doc["entries"].items()) ours |= !k.starts_with("other library") && v == true_fingerprint();
+  EXPECT_TRUE(ours) << doc.dump();
+}
+
+TEST_F(FingerprintMemoTest, AnUnwritableMemoStillGivesTheFingerprint) {
+  EXPECT_EQ(fingerprint_with_memo(dir() / "no" / "such" / "dir" / "memo.json"), true_fingerprint());
+  EXPECT_FALSE(std::filesystem::exists(dir() / "no"));
+}
+
+TEST_F(FingerprintMemoTest, TheRuntimeKeepsItsMemoInTheCacheRoot) {
+  RuntimeOptions options;
+  options.cache_dir = dir() / "cache";
+  options.device = DeviceUse::none;
+  auto rt = Runtime::open(options);
+  ASSERT_OK(rt);
+  ASSERT_OK((*rt)->prepare(ModelSpec{jitcache::testing::source_dir() / "examples" / "glm5-mini", RopeFormat::bf16, "sm_90",
+                                     std::nullopt, std::nullopt}));
+  const auto doc = read_json(dir() / "cache" / k_fingerprint_memo_name);
+  ASSERT_TRUE(doc.is_object());
+  ASSERT_EQ(doc["entries"].size(), 1u);
+  EXPECT_EQ(doc["entries"].begin().value(), true_fingerprint());
+}
+
+}  // namespace
+}  // namespace jitcache

@@ -3,17 +3,18 @@
 namespace jitcache::cache {
 
 Counters& Counters::operator+=(const Counters& other) {
-  memory_hits += other.memory_hits;
-  disk_hits += other.disk_hits;
-  coalesced += other.coalesced;
-  misses += other.misses;
-  produces += other.produces;
-  produce_failures += other.produce_failures;
-  quarantined += other.quarantined;
-  evicted += other.evicted;
-  compile_ms_spent += other.compile_ms_spent;
-  compile_ms_saved += other.compile_ms_saved;
+#define JC_COUNTER_ADD(member, type, json, text_row, text_part, description) member += other.member;
+  JC_CACHE_COUNTERS(JC_COUNTER_ADD)
+#undef JC_COUNTER_ADD
   return *this;
+}
+
+double counter_value(const CounterField& field, const Counters& counters) {
+  switch (field.kind) {
+    case CounterKind::count: return static_cast<double>(counters.*field.count);
+    case CounterKind::milliseconds: return counters.*field.milliseconds;
+  }
+  return 0;
 }
 
 }  // namespace jitcache::cache

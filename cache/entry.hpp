@@ -2,9 +2,11 @@
 // store's counters. Plain data, no behaviour beyond formatting helpers.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,22 +37,89 @@ struct EntryFilter {
   bool matches_all() const { return !key_prefix && facts.empty(); }
 };
 
-// What a store did. Persisted cumulatively in the index's `counters` table; a Store also
-// keeps the figures of its own session.
+// What a store did, one entry per counter; everything else is derived from this list: the
+// members of Counters, +=, ==, the rows of the index's `counters` table (created, read,
+// added to, checked), the JSON of `jitcache stats --json` and the text of `jitcache stats`.
+// A new counter is one entry here: an index written before it existed reads it as 0 and
+// gains its row when next opened for writing.
+//
+//   X(member, type, json, text_row, text_part, description)
+//     member     also the row's name in the index; never rename (it is on disk)
+//     type       std::uint64_t (a count) or double (milliseconds)
+//     json       path in the stats JSON, '/' between levels; a public contract
+//     text_row   label of the `jitcache stats` row; consecutive counters share a row
+//     text_part  this counter's part of that row, "{}" standing for the value (a count,
+//                or milliseconds shown as seconds with one decimal)
+// Entries are in the order the JSON and the text show them.
+#define JC_CACHE_COUNTERS(X)                                                         \
+  X(memory_hits, std::uint64_t, "hits/memory", "hits", "memory {}",                  \
+    "served from this process's memory tier")                                        \
+  X(disk_hits, std::uint64_t, "hits/disk", "hits", ", disk {}",                      \
+    "served from a verified blob file")                                              \
+  X(coalesced, std::uint64_t, "coalesced", "hits", ", waited for a thread {}",       \
+    "waited for another thread of this process to fetch or produce")                 \
+  X(misses, std::uint64_t, "misses", "misses", "{}",                                 \
+    "nothing usable stored: the producer ran")                                       \
+  X(produces, std::uint64_t, "compiles", "compiles", "{}",                           \
+    "producer calls that succeeded")                                                 \
+  X(produce_failures, std::uint64_t, "compile_failures", "compiles", " ({} failed)", \
+    "producer calls that failed")                                                    \
+  X(compile_ms_spent, double, "compile_ms/spent", "compile time", "spent {} s",      \
+    "sum of compile_ms of produced entries")                                         \
+  X(compile_ms_saved, double, "compile_ms/saved", "compile time", ", saved {} s",    \
+    "sum of compile_ms of entries served by a hit")                                  \
+  X(quarantined, std::uint64_t, "quarantined", "quarantined", "{}",                  \
+    "entries dropped because their blob was missing or altered")                     \
+  X(evicted, std::uint64_t, "evicted", "evicted", "{}",                              \
+    "entries dropped by the size cap or gc")
+
+// Persisted cumulatively in the index's `counters` table; a Store also keeps the figures
+// of its own session.
 struct Counters {
-  std::uint64_t memory_hits = 0;  // served from this process's memory tier
-  std::uint64_t disk_hits = 0;    // served from a verified blob file
-  std::uint64_t coalesced = 0;    // waited for another thread of this process to fetch or produce
-  std::uint64_t misses = 0;       // nothing usable stored: the producer ran
-  std::uint64_t produces = 0;     // producer calls that succeeded
-  std::uint64_t produce_failures = 0;
-  std::uint64_t quarantined = 0;  // entries dropped because their blob was missing or altered
-  std::uint64_t evicted = 0;      // entries dropped by the size cap or gc
-  double compile_ms_spent = 0;    // sum of compile_ms of produced entries
-  double compile_ms_saved = 0;    // sum of compile_ms of entries served by a hit
+#define JC_COUNTER_MEMBER(member, type, json, text_row, text_part, description) type member = 0;
+  JC_CACHE_COUNTERS(JC_COUNTER_MEMBER)
+#undef JC_COUNTER_MEMBER
 
   Counters& operator+=(const Counters& other);
   friend bool operator==(const Counters&, const Counters&) = default;
 };
+
+enum class CounterKind { count, milliseconds };
+
+// One line of JC_CACHE_COUNTERS as data. Exactly one of `count` and `milliseconds` is set,
+// as `kind` says.
+struct CounterField {
+  std::string_view name;
+  CounterKind kind;
+  std::uint64_t Counters::*count;
+  double Counters::*milliseconds;
+  std::string_view json;
+  std::string_view text_row;
+  std::string_view text_part;
+  std::string_view description;
+};
+
+namespace detail {
+constexpr CounterField counter_field(std::string_view name, std::uint64_t Counters::*member,
+                                     std::string_view json, std::string_view text_row,
+                                     std::string_view text_part, std::string_view description) {
+  return {name, CounterKind::count, member, nullptr, json, text_row, text_part, description};
+}
+constexpr CounterField counter_field(std::string_view name, double Counters::*member,
+                                     std::string_view json, std::string_view text_row,
+                                     std::string_view text_part, std::string_view description) {
+  return {name, CounterKind::milliseconds, nullptr, member, json, text_row, text_part, description};
+}
+}  // namespace detail
+
+inline constexpr std::array k_counter_fields = {
+#define JC_COUNTER_FIELD(member, type, json, text_row, text_part, description) \
+  detail::counter_field(#member, &Counters::member, json, text_row, text_part, description),
+    JC_CACHE_COUNTERS(JC_COUNTER_FIELD)
+#undef JC_COUNTER_FIELD
+};
+
+// A counter's value as a double, whatever its kind (for text and tests).
+double counter_value(const CounterField& field, const Counters& counters);
 
 }  // namespace jitcache::cache

@@ -19,33 +19,28 @@
 namespace jitcache::cache {
 namespace {
 
+using sql::Step;
+
 constexpr std::int32_t k_application_id = 0x4A43434B;  // "JCCK": identifies the file as ours
 
-struct IntCounter {
-  const char* name;
-  std::uint64_t Counters::*field;
-};
-struct RealCounter {
-  const char* name;
-  double Counters::*field;
-};
-constexpr std::array k_int_counters = {
-    IntCounter{"memory_hits", &Counters::memory_hits},
-    IntCounter{"disk_hits", &Counters::disk_hits},
-    IntCounter{"coalesced", &Counters::coalesced},
-    IntCounter{"misses", &Counters::misses},
-    IntCounter{"produces", &Counters::produces},
-    IntCounter{"produce_failures", &Counters::produce_failures},
-    IntCounter{"quarantined", &Counters::quarantined},
-    IntCounter{"evicted", &Counters::evicted},
-};
-constexpr std::array k_real_counters = {
-    RealCounter{"compile_ms_spent", &Counters::compile_ms_spent},
-    RealCounter{"compile_ms_saved", &Counters::compile_ms_saved},
-};
+// PRAGMA user_version holds a digest of the counter names (k_counter_fields). An index
+// written by a jitcache that knew other counters holds another digest; the rows it lacks
+// are added, as 0, when it is next opened for writing. So a new counter needs no migration,
+// while a row that goes missing later (an operator's DELETE) is not silently made again:
+// check_values reports it.
+constexpr std::int32_t counter_layout() {
+  std::uint32_t hash = 2166136261u;  // FNV-1a
+  for (const CounterField& field : k_counter_fields) {
+    for (const char c : field.name) hash = (hash ^ static_cast<unsigned char>(c)) * 16777619u;
+    hash *= 16777619u;  // a separator: {"ab", "c"} differs from {"a", "bc"}
+  }
+  return static_cast<std::int32_t>((hash & 0x7FFFFFFF) | 1);  // never 0, a fresh file's value
+}
+constexpr std::int32_t k_counter_layout = counter_layout();
 
 // k_migrations[v] turns a version-v database into version v + 1; version 0 is empty.
 // Each runs inside the same BEGIN IMMEDIATE transaction as the schema_version update.
+// The rows of the store's counters are not here: add_counter_rows() makes them.
 constexpr std::array<const char*, k_index_schema_version> k_migrations = {
     R"sql(
 CREATE TABLE schema_version (version INTEGER NOT NULL);
@@ -64,10 +59,7 @@ CREATE TABLE entries (
 CREATE INDEX entries_last_used ON entries (last_used);
 CREATE INDEX entries_digest ON entries (digest);
 CREATE TABLE counters (name TEXT NOT NULL PRIMARY KEY, value NOT NULL);
-INSERT INTO counters (name, value) VALUES
-  ('entries', 0), ('bytes', 0), ('memory_hits', 0), ('disk_hits', 0), ('coalesced', 0),
-  ('misses', 0), ('produces', 0), ('produce_failures', 0), ('quarantined', 0),
-  ('evicted', 0), ('compile_ms_spent', 0.0), ('compile_ms_saved', 0.0);
+INSERT INTO counters (name, value) VALUES ('entries', 0), ('bytes', 0);
 CREATE TRIGGER entries_after_insert AFTER INSERT ON entries BEGIN
   UPDATE counters SET value = value + 1 WHERE name = 'entries';
   UPDATE counters SET value = value + NEW.size WHERE name = 'bytes';
@@ -90,91 +82,75 @@ CREATE TABLE usage_log (key TEXT NOT NULL, hits INTEGER NOT NULL, last_used INTE
 )sql",
 };
 
-bool is_corruption(int rc) {
-  const int primary = rc & 0xFF;
-  return primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB;
-}
-
-class Statement {
- public:
-  Statement() = default;
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-  ~Statement() {
-    if (m_stmt != nullptr) sqlite3_finalize(m_stmt);
+// Within the schema transaction, after the schema checks: a row (0) for each counter the
+// index lacks, unless user_version says it has them all. A current index writes nothing.
+Status add_counter_rows(sql::Database& db) {
+  {
+    auto layout = JC_TRY(db.prepare("PRAGMA user_version", "reading user_version"));
+    JC_TRY(layout.step_row("reading user_version"));
+    if (layout.int64(0) == k_counter_layout) return {};
   }
-  int prepare(sqlite3* db, const std::string& sql) {
-    return sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &m_stmt, nullptr);
+  auto add =
+      JC_TRY(db.prepare("INSERT OR IGNORE INTO counters (name, value) VALUES (?1, ?2)", "adding counters"));
+  for (const CounterField& field : k_counter_fields) {
+    add.reset();
+    switch (field.kind) {
+      case CounterKind::count: JC_TRY(add.bind(field.name, std::int64_t{0})); break;
+      case CounterKind::milliseconds: JC_TRY(add.bind(field.name, 0.0)); break;
+    }
+    JC_TRY(add.run("adding counter " + std::string(field.name)));
   }
-  sqlite3_stmt* get() const { return m_stmt; }
-
- private:
-  sqlite3_stmt* m_stmt = nullptr;
-};
-
-void bind_text(sqlite3_stmt* stmt, int index, const std::string& text) {
-  sqlite3_bind_text(stmt, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
-}
-
-std::string column_text(sqlite3_stmt* stmt, int column) {
-  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt, column));
-  return text == nullptr ? std::string() : std::string(text, sqlite3_column_bytes(stmt, column));
+  return db.exec("PRAGMA user_version=" + std::to_string(k_counter_layout), "recording the counter layout");
 }
 
 // A stored count as read back: junk below zero reads as 0, beyond k_max_count as k_max_count
 // (a REAL too large for int64 is saturated by SQLite itself).
-std::uint64_t column_count(sqlite3_stmt* stmt, int column) {
-  return static_cast<std::uint64_t>(
-      std::clamp<sqlite3_int64>(sqlite3_column_int64(stmt, column), 0, k_max_count));
+std::uint64_t column_count(const sql::Statement& stmt, int column) {
+  return static_cast<std::uint64_t>(std::clamp<std::int64_t>(stmt.int64(column), 0, k_max_count));
 }
 
-double column_ms(sqlite3_stmt* stmt, int column) {
-  const double value = sqlite3_column_double(stmt, column);
+double column_ms(const sql::Statement& stmt, int column) {
+  const double value = stmt.real(column);
   return std::isfinite(value) && value > 0 ? std::min(value, static_cast<double>(k_max_count)) : 0.0;
 }
 
-sqlite3_int64 saturated(std::uint64_t value) {
-  return static_cast<sqlite3_int64>(std::min<std::uint64_t>(value, k_max_count));
+std::int64_t saturated(std::uint64_t value) {
+  return static_cast<std::int64_t>(std::min<std::uint64_t>(value, k_max_count));
 }
 
 constexpr const char* k_entry_columns =
     "key, key_schema, digest, size, facts, created, last_used, hits, compile_ms";
 
-std::optional<EntryInfo> read_entry(sqlite3_stmt* stmt, const std::filesystem::path& db_path) {
+std::optional<EntryInfo> read_entry(const sql::Statement& stmt, const std::filesystem::path& db_path) {
   EntryInfo info;
-  auto key = CacheKey::from_hex(column_text(stmt, 0));
-  auto digest = BlobDigest::from_hex(column_text(stmt, 2));
+  auto key = CacheKey::from_hex(stmt.text(0));
+  auto digest = BlobDigest::from_hex(stmt.text(2));
   if (!key || !digest) {
-    log_warning(db_path.string() + ": entries row with key '" + column_text(stmt, 0) +
+    log_warning(db_path.string() + ": entries row with key '" + stmt.text(0) +
                 "' has a malformed key or digest; ignored");
     return std::nullopt;
   }
   info.key = *key;
-  info.key_schema = static_cast<std::uint32_t>(sqlite3_column_int64(stmt, 1));
+  info.key_schema = static_cast<std::uint32_t>(stmt.int64(1));
   info.digest = *digest;
   info.size = column_count(stmt, 3);
-  info.facts_json = column_text(stmt, 4);
+  info.facts_json = stmt.text(4);
   if (auto facts = Facts::from_json(info.facts_json)) info.facts = std::move(*facts);
-  info.created_ms = sqlite3_column_int64(stmt, 5);
-  info.last_used_ms = sqlite3_column_int64(stmt, 6);
+  info.created_ms = stmt.int64(5);
+  info.last_used_ms = stmt.int64(6);
   info.hits = column_count(stmt, 7);
-  info.compile_ms = sqlite3_column_double(stmt, 8);
+  info.compile_ms = stmt.real(8);
   return info;
 }
 
-}  // namespace
-
-Error Index::db_error(const std::string& what, int rc) {
-  if (is_corruption(rc)) m_corrupt = true;
-  const char* message = m_db != nullptr ? sqlite3_errmsg(m_db) : sqlite3_errstr(rc);
-  return Error{ErrorCode::database, m_path.string() + ": " + what + ": " + message, {}};
-}
-
-namespace {
-
-bool is_busy(int rc) {
-  const int primary = rc & 0xFF;
-  return primary == SQLITE_BUSY || primary == SQLITE_LOCKED;
+// The `entries` and `bytes` rows the triggers keep.
+Result<IndexTotals> read_totals(sql::Database& db) {
+  auto stmt = JC_TRY(
+      db.prepare("SELECT name, value FROM counters WHERE name IN ('entries', 'bytes')", "reading totals"));
+  IndexTotals totals;
+  while (JC_TRY(stmt.step()) == Step::row)
+    (stmt.text(0) == "entries" ? totals.entries : totals.bytes) = column_count(stmt, 1);
+  return totals;
 }
 
 // A read-only `file:` URI for `path`; '%', '?' and '#' are escaped, as URIs require.
@@ -255,8 +231,8 @@ std::expected<std::unique_ptr<Index>, Index::OpenFailure> Index::open(const std:
     // SQLite answers BUSY without waiting where waiting could deadlock; start again from
     // nothing (a fresh connection holds no lock) after a pause that grows, with jitter so
     // that openers who collided do not collide again.
-    if (!is_busy(connected.error().rc) || now >= deadline) {
-      if (is_busy(connected.error().rc))
+    if (!sql::is_busy(connected.error().rc) || now >= deadline) {
+      if (sql::is_busy(connected.error().rc))
         failure.error.message +=
             " (tried " + std::to_string(attempt) + " times for " +
             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - started).count()) +
@@ -271,75 +247,73 @@ std::expected<std::unique_ptr<Index>, Index::OpenFailure> Index::open(const std:
   }
 }
 
+Index::ConnectFailure Index::sqlite_failure(Error error) const {
+  const int code = m_db.last_error_code();
+  return ConnectFailure{OpenFailure{std::move(error), sql::is_corruption(code)}, code};
+}
+
 std::expected<void, Index::ConnectFailure> Index::connect(const IndexOptions& options) {
   if (m_access == IndexAccess::read_only) return connect_read_only(options);
-  auto fail = [&](const std::string& what, int rc) {
-    return std::unexpected(ConnectFailure{OpenFailure{db_error(what, rc), is_corruption(rc)}, rc});
-  };
+  auto fail = [&](Error error) { return std::unexpected(sqlite_failure(std::move(error))); };
   // NOMUTEX: the connection is only used under m_mutex. NOFOLLOW: the index is never a link.
-  int rc = sqlite3_open_v2(
-      m_path.c_str(), &m_db,
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, nullptr);
-  if (rc != SQLITE_OK) return fail("cannot open", rc);
+  if (auto opened = m_db.open(
+          m_path.string(),
+          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, m_path);
+      !opened)
+    return fail(std::move(opened.error()));
   m_file_id = file_id_of(m_path);
-  sqlite3_extended_result_codes(m_db, 1);
-  sqlite3_busy_timeout(m_db, static_cast<int>(options.busy_timeout.count()));
+  m_db.set_busy_timeout(static_cast<int>(options.busy_timeout.count()));
 
-  auto exec = [&](const std::string& sql) {
-    return sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr);
-  };
   // The first statement that reads the file is where garbage is noticed.
-  if ((rc = exec("PRAGMA journal_mode=WAL")) != SQLITE_OK) return fail("enabling WAL", rc);
-  exec(options.durability == Durability::full ? "PRAGMA synchronous=NORMAL" : "PRAGMA synchronous=OFF");
+  if (auto wal = m_db.exec("PRAGMA journal_mode=WAL", "enabling WAL"); !wal)
+    return fail(std::move(wal.error()));
+  m_db.exec_best_effort(options.durability == Durability::full ? "PRAGMA synchronous=NORMAL"
+                                                               : "PRAGMA synchronous=OFF");
   // A larger page cache and memory-mapped reads keep lookups flat as the index grows.
-  exec("PRAGMA cache_size=-16384");
-  exec("PRAGMA mmap_size=268435456");
+  m_db.exec_best_effort("PRAGMA cache_size=-16384");
+  m_db.exec_best_effort("PRAGMA mmap_size=268435456");
 
-  if ((rc = exec("BEGIN IMMEDIATE")) != SQLITE_OK) return fail("starting the schema transaction", rc);
-  auto rollback_and_fail = [&](const std::string& what, int code) {
-    auto failure = fail(what, code);  // before ROLLBACK replaces SQLite's message
-    exec("ROLLBACK");
-    return failure;
-  };
-  auto rollback = [&](std::expected<void, ConnectFailure> failed) {
-    exec("ROLLBACK");
-    return failed;
-  };
-  int version = 0;
-  if (auto read = read_schema(version); !read) return rollback(std::move(read));
-  if (version > k_index_schema_version)
-    return rollback(std::unexpected(ConnectFailure{OpenFailure{
-        Error{ErrorCode::database,
-              m_path.string() + ": schema_version " + std::to_string(version) +
-                  " is newer than this jitcache understands (" + std::to_string(k_index_schema_version) +
-                  "); use a newer jitcache or another cache directory",
-              {}}}}));
-  for (; version < k_index_schema_version; ++version) {
-    if ((rc = exec(k_migrations[static_cast<std::size_t>(version)])) != SQLITE_OK)
-      return rollback_and_fail(
-          "migrating schema " + std::to_string(version) + " to " + std::to_string(version + 1), rc);
-    if ((rc = exec("UPDATE schema_version SET version = " + std::to_string(version + 1))) != SQLITE_OK)
-      return rollback_and_fail("updating schema_version", rc);
-  }
-  if (auto checked = check_schema(); !checked) return rollback(std::move(checked));
-  // Written only when it differs: a transaction that changes nothing writes nothing, so a
-  // current index still opens on a full disk.
-  bool id_set = false;
   {
-    Statement id;
-    if (id.prepare(m_db, "PRAGMA application_id") == SQLITE_OK && sqlite3_step(id.get()) == SQLITE_ROW)
-      id_set = sqlite3_column_int(id.get(), 0) == k_application_id;
+    // Rolled back on every early return, after the error has taken SQLite's message.
+    auto txn =
+        sql::Transaction::begin(m_db, sql::TransactionKind::immediate, "starting the schema transaction");
+    if (!txn) return fail(std::move(txn.error()));
+    int version = 0;
+    JC_TRY(read_schema(version));
+    if (version > k_index_schema_version)
+      return std::unexpected(ConnectFailure{OpenFailure{
+          Error{ErrorCode::database,
+                m_path.string() + ": schema_version " + std::to_string(version) +
+                    " is newer than this jitcache understands (" + std::to_string(k_index_schema_version) +
+                    "); use a newer jitcache or another cache directory",
+                {}}}});
+    for (; version < k_index_schema_version; ++version) {
+      auto migrated =
+          m_db.exec(k_migrations[static_cast<std::size_t>(version)],
+                    "migrating schema " + std::to_string(version) + " to " + std::to_string(version + 1));
+      if (migrated)
+        migrated = m_db.exec("UPDATE schema_version SET version = " + std::to_string(version + 1),
+                             "updating schema_version");
+      if (!migrated) return fail(std::move(migrated.error()));
+    }
+    JC_TRY(check_schema());
+    if (auto added = add_counter_rows(m_db); !added) return fail(std::move(added.error()));
+    // Written only when it differs: a transaction that changes nothing writes nothing, so a
+    // current index still opens on a full disk.
+    bool id_set = false;
+    if (auto id = m_db.prepare("PRAGMA application_id", "reading application_id");
+        id && id->step() == Step::row)
+      id_set = id->int64(0) == k_application_id;
+    if (!id_set) m_db.exec_best_effort("PRAGMA application_id=" + std::to_string(k_application_id));
+    if (auto committed = txn->commit("committing the schema"); !committed)
+      return fail(std::move(committed.error()));
   }
-  if (!id_set) exec("PRAGMA application_id=" + std::to_string(k_application_id));
-  if ((rc = exec("COMMIT")) != SQLITE_OK) return rollback_and_fail("committing the schema", rc);
-  if ((rc = prepare_lookup()) != SQLITE_OK) return fail("preparing the lookup", rc);
+  if (auto prepared = prepare_lookup(); !prepared) return fail(std::move(prepared.error()));
   return {};
 }
 
 std::expected<void, Index::ConnectFailure> Index::connect_read_only(const IndexOptions& options) {
-  auto fail = [&](const std::string& what, int rc) {
-    return std::unexpected(ConnectFailure{OpenFailure{db_error(what, rc), is_corruption(rc)}, rc});
-  };
+  auto fail = [&](Error error) { return std::unexpected(sqlite_failure(std::move(error))); };
   auto refuse = [&](const std::string& why) {
     return std::unexpected(
         ConnectFailure{OpenFailure{Error{ErrorCode::database, m_path.string() + ": " + why, {}}}});
@@ -350,25 +324,21 @@ std::expected<void, Index::ConnectFailure> Index::connect_read_only(const IndexO
         OpenFailure{Error{ErrorCode::not_found,
                           m_path.string() + ": no such file; an index opened read-only is never created",
                           {}}}});
-  auto exec = [&](const std::string& sql) {
-    return sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr);
-  };
   auto try_open = [&](bool immutable) {
-    if (m_db != nullptr) sqlite3_close_v2(m_db);
-    m_db = nullptr;
-    const std::string uri = read_only_uri(m_path, immutable);
-    int rc = sqlite3_open_v2(
-        uri.c_str(), &m_db,
-        SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, nullptr);
-    if (rc != SQLITE_OK) return rc;
-    sqlite3_extended_result_codes(m_db, 1);
-    sqlite3_busy_timeout(m_db, static_cast<int>(options.busy_timeout.count()));
+    auto opened = m_db.open(
+        read_only_uri(m_path, immutable),
+        SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, m_path);
+    if (!opened) return m_db.last_error_code();
+    m_db.set_busy_timeout(static_cast<int>(options.busy_timeout.count()));
     // The first read is where a WAL file that cannot be read shows.
-    return exec("SELECT count(*) FROM sqlite_master");
+    if (!m_db.exec("SELECT count(*) FROM sqlite_master", "cannot open read-only"))
+      return m_db.last_error_code();
+    return SQLITE_OK;
   };
   int rc = try_open(false);
   const int primary = rc & 0xFF;
-  if (primary == SQLITE_READONLY || primary == SQLITE_CANTOPEN || primary == SQLITE_IOERR || primary == SQLITE_FULL) {
+  if (primary == SQLITE_READONLY || primary == SQLITE_CANTOPEN || primary == SQLITE_IOERR ||
+      primary == SQLITE_FULL) {
     // A WAL database whose -shm neither exists nor can be created (or, on a full disk,
     // cannot be sized). Without WAL content
     // there is nothing a -shm would coordinate: no writer runs (a writer keeps -wal and
@@ -383,50 +353,51 @@ std::expected<void, Index::ConnectFailure> Index::connect_read_only(const IndexO
           "`sqlite3 index.db 'PRAGMA wal_checkpoint(TRUNCATE)'`)");
     rc = try_open(true);
   }
-  if (rc != SQLITE_OK) return fail("cannot open read-only", rc);
+  if (rc != SQLITE_OK) return fail(m_db.error("cannot open read-only", rc));
   m_file_id = file_id_of(m_path);
-  exec("PRAGMA query_only=1");
-  exec("PRAGMA cache_size=-16384");
-  exec("PRAGMA mmap_size=268435456");
+  m_db.exec_best_effort("PRAGMA query_only=1");
+  m_db.exec_best_effort("PRAGMA cache_size=-16384");
+  m_db.exec_best_effort("PRAGMA mmap_size=268435456");
 
-  // One read transaction: the schema checks see one consistent snapshot.
-  if ((rc = exec("BEGIN")) != SQLITE_OK) return fail("starting a read transaction", rc);
-  int version = 0;
-  auto read = read_schema(version);
-  if (read && version == 0)
-    read = refuse("holds no jitcache index yet; an index opened read-only is never initialised");
-  else if (read && version < k_index_schema_version)
-    read = refuse(
-        "schema_version " + std::to_string(version) + " is older than this jitcache's (" +
-        std::to_string(k_index_schema_version) +
-        ") and an index opened read-only cannot be migrated; run any jitcache command once where the cache "
-        "is writable to migrate it");
-  else if (read && version > k_index_schema_version)
-    read =
-        refuse("schema_version " + std::to_string(version) + " is newer than this jitcache understands (" +
-               std::to_string(k_index_schema_version) + "); use a newer jitcache or another cache directory");
-  if (read) read = check_schema();
-  exec("COMMIT");
-  if (!read) return read;
-  if ((rc = prepare_lookup()) != SQLITE_OK) return fail("preparing the lookup", rc);
+  {
+    // One read transaction: the schema checks see one consistent snapshot.
+    auto txn = sql::Transaction::begin(m_db, sql::TransactionKind::read, "starting a read transaction");
+    if (!txn) return fail(std::move(txn.error()));
+    int version = 0;
+    JC_TRY(read_schema(version));
+    if (version == 0)
+      return refuse("holds no jitcache index yet; an index opened read-only is never initialised");
+    if (version < k_index_schema_version)
+      return refuse("schema_version " + std::to_string(version) + " is older than this jitcache's (" +
+                    std::to_string(k_index_schema_version) +
+                    ") and an index opened read-only cannot be migrated; run any jitcache command once where "
+                    "the cache is writable to migrate it");
+    if (version > k_index_schema_version)
+      return refuse("schema_version " + std::to_string(version) +
+                    " is newer than this jitcache understands (" + std::to_string(k_index_schema_version) +
+                    "); use a newer jitcache or another cache directory");
+    JC_TRY(check_schema());
+  }  // a read transaction ends the same by ROLLBACK as by COMMIT
+  if (auto prepared = prepare_lookup(); !prepared) return fail(std::move(prepared.error()));
   return {};
 }
 
 // Within an open transaction: the schema version (0 for an empty database).
 std::expected<void, Index::ConnectFailure> Index::read_schema(int& version) {
-  auto fail = [&](const std::string& what, int rc) {
-    return std::unexpected(ConnectFailure{OpenFailure{db_error(what, rc), is_corruption(rc)}, rc});
-  };
+  auto fail = [&](Error error) { return std::unexpected(sqlite_failure(std::move(error))); };
   version = 0;
-  Statement tables;
-  int rc = tables.prepare(m_db, "SELECT name FROM sqlite_master WHERE type = 'table'");
-  if (rc != SQLITE_OK) return fail("reading the schema", rc);
   bool any_table = false, has_version = false;
-  while ((rc = sqlite3_step(tables.get())) == SQLITE_ROW) {
-    any_table = true;
-    if (column_text(tables.get(), 0) == "schema_version") has_version = true;
+  {
+    auto tables = m_db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'", "reading the schema");
+    if (!tables) return fail(std::move(tables.error()));
+    for (;;) {
+      auto step = tables->step();
+      if (!step) return fail(std::move(step.error()));
+      if (*step == Step::done) break;
+      any_table = true;
+      if (tables->text(0) == "schema_version") has_version = true;
+    }
   }
-  if (rc != SQLITE_DONE) return fail("reading the schema", rc);
   if (any_table && !has_version)
     return std::unexpected(ConnectFailure{
         OpenFailure{Error{ErrorCode::database,
@@ -434,15 +405,16 @@ std::expected<void, Index::ConnectFailure> Index::read_schema(int& version) {
                                             "jitcache index; move it away or choose another cache directory",
                           {}}}});
   if (!has_version) return {};
-  Statement read;
-  if ((rc = read.prepare(m_db, "SELECT version FROM schema_version")) != SQLITE_OK)
-    return fail("reading schema_version", rc);
+  auto read = m_db.prepare("SELECT version FROM schema_version", "reading schema_version");
+  if (!read) return fail(std::move(read.error()));
   int rows = 0;
-  while ((rc = sqlite3_step(read.get())) == SQLITE_ROW) {
-    version = sqlite3_column_int(read.get(), 0);
+  for (;;) {
+    auto step = read->step();
+    if (!step) return fail(std::move(step.error()));
+    if (*step == Step::done) break;
+    version = static_cast<int>(read->int64(0));
     ++rows;
   }
-  if (rc != SQLITE_DONE) return fail("reading schema_version", rc);
   if (rows != 1 || version < 0)
     // Only a damaged file has anything but one row: our writes are transactional.
     return std::unexpected(ConnectFailure{OpenFailure{
@@ -459,28 +431,25 @@ std::expected<void, Index::ConnectFailure> Index::check_schema() {
                           "SELECT key, key_schema, digest, size, facts, created, last_used, hits, compile_ms "
                           "FROM entries",
                           "SELECT name, value FROM counters", "SELECT key, hits, last_used FROM usage_log"}) {
-    Statement probe;
-    const int rc = probe.prepare(m_db, sql);
-    if (rc == SQLITE_OK) continue;
-    if (is_corruption(rc))
-      return std::unexpected(ConnectFailure{OpenFailure{db_error("reading the schema", rc), true}, rc});
+    auto probe = m_db.prepare(sql, "reading the schema");
+    if (probe) continue;
+    if (sql::is_corruption(m_db.last_error_code()))
+      return std::unexpected(sqlite_failure(std::move(probe.error())));
     return std::unexpected(ConnectFailure{
         OpenFailure{
-            Error{ErrorCode::database, m_path.string() + ": " + sqlite3_errmsg(m_db) + k_recovery_hint, {}},
+            Error{ErrorCode::database, m_path.string() + ": " + m_db.last_message() + k_recovery_hint, {}},
             false, true},
-        rc});
+        m_db.last_error_code()});
   }
   for (const char* trigger : {"entries_after_insert", "entries_after_delete", "entries_after_update_size"}) {
-    Statement probe;
-    int rc = probe.prepare(m_db, "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?1");
-    if (rc == SQLITE_OK) {
-      sqlite3_bind_text(probe.get(), 1, trigger, -1, SQLITE_STATIC);
-      rc = sqlite3_step(probe.get());
-    }
-    if (rc == SQLITE_ROW) continue;
-    if (rc != SQLITE_DONE)
-      return std::unexpected(
-          ConnectFailure{OpenFailure{db_error("reading the schema", rc), is_corruption(rc)}, rc});
+    auto found = [&]() -> Result<Step> {
+      auto probe = JC_TRY(m_db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?1",
+                                       "reading the schema"));
+      JC_TRY(probe.bind(trigger));
+      return probe.step();
+    }();
+    if (!found) return std::unexpected(sqlite_failure(std::move(found.error())));
+    if (*found == Step::row) continue;
     return std::unexpected(
         ConnectFailure{OpenFailure{Error{ErrorCode::database,
                                          m_path.string() + ": trigger " + trigger +
@@ -492,32 +461,28 @@ std::expected<void, Index::ConnectFailure> Index::check_schema() {
   return {};
 }
 
-int Index::prepare_lookup() {
+Status Index::prepare_lookup() {
   // Without statistics SQLite would pick the primary key index and then read the wide row.
-  int rc = sqlite3_prepare_v3(
-      m_db, "SELECT digest, size, compile_ms FROM entries INDEXED BY entries_lookup WHERE key = ?1", -1,
-      SQLITE_PREPARE_PERSISTENT, &m_lookup, nullptr);
-  if (rc != SQLITE_OK)  // an operator dropped the index: slower, still correct
-    rc = sqlite3_prepare_v3(m_db, "SELECT digest, size, compile_ms FROM entries WHERE key = ?1", -1,
-                            SQLITE_PREPARE_PERSISTENT, &m_lookup, nullptr);
-  return rc;
+  auto lookup =
+      m_db.prepare("SELECT digest, size, compile_ms FROM entries INDEXED BY entries_lookup WHERE key = ?1",
+                   "preparing the lookup", sql::Persistence::persistent);
+  if (!lookup)  // an operator dropped the index: slower, still correct
+    lookup = m_db.prepare("SELECT digest, size, compile_ms FROM entries WHERE key = ?1",
+                          "preparing the lookup", sql::Persistence::persistent);
+  if (!lookup) return std::unexpected(std::move(lookup.error()));
+  m_lookup = std::move(*lookup);
+  return {};
 }
 
 std::optional<std::uint64_t> Index::count_entries(const std::filesystem::path& db_path) {
-  sqlite3* db = nullptr;
-  const std::string uri = read_only_uri(db_path, false);
-  std::optional<std::uint64_t> count;
-  if (sqlite3_open_v2(uri.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOFOLLOW,
-                      nullptr) == SQLITE_OK) {
-    sqlite3_busy_timeout(db, 1000);
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM entries", -1, &stmt, nullptr) == SQLITE_OK &&
-        sqlite3_step(stmt) == SQLITE_ROW)
-      count = static_cast<std::uint64_t>(std::max<sqlite3_int64>(0, sqlite3_column_int64(stmt, 0)));
-    sqlite3_finalize(stmt);
-  }
-  sqlite3_close_v2(db);
-  return count;
+  sql::Database db;
+  if (!db.open(read_only_uri(db_path, false), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOFOLLOW,
+               db_path))
+    return std::nullopt;
+  db.set_busy_timeout(1000);
+  auto stmt = db.prepare("SELECT count(*) FROM entries", "counting entries");
+  if (!stmt || !stmt->step_row("counting entries")) return std::nullopt;
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, stmt->int64(0)));
 }
 
 Status Index::writable(const std::string& what) const {
@@ -525,63 +490,31 @@ Status Index::writable(const std::string& what) const {
   return make_error(ErrorCode::database, m_path.string() + ": opened read-only; cannot " + what);
 }
 
-Index::~Index() {
-  if (m_lookup != nullptr) sqlite3_finalize(m_lookup);
-  if (m_db != nullptr) sqlite3_close_v2(m_db);
-}
+Index::~Index() = default;
 
 bool Index::corrupt() const {
   std::lock_guard lock(m_mutex);
-  return m_corrupt;
+  return m_db.corrupt();
 }
-
-namespace {
-
-// One BEGIN IMMEDIATE ... COMMIT; rolls back unless committed.
-class Transaction {
- public:
-  explicit Transaction(sqlite3* db) : m_db(db) {}
-  ~Transaction() {
-    if (m_open) sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  int begin() {
-    const int rc = sqlite3_exec(m_db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
-    m_open = rc == SQLITE_OK;
-    return rc;
-  }
-  int commit() {
-    const int rc = sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr);
-    if (rc == SQLITE_OK) m_open = false;
-    return rc;
-  }
-
- private:
-  sqlite3* m_db;
-  bool m_open = false;
-};
-
-}  // namespace
 
 Result<std::optional<IndexRow>> Index::lookup(const CacheKey& key) {
   std::lock_guard lock(m_mutex);
   const std::string hex = key.to_hex();
-  sqlite3_reset(m_lookup);
-  sqlite3_bind_text(m_lookup, 1, hex.data(), static_cast<int>(hex.size()), SQLITE_STATIC);
-  const int rc = sqlite3_step(m_lookup);
-  if (rc == SQLITE_DONE) {
-    sqlite3_reset(m_lookup);
+  m_lookup.reset();
+  auto step = [&]() -> Result<Step> {
+    JC_TRY(m_lookup.bind(hex));
+    return m_lookup.step("looking up " + hex);
+  }();
+  if (!step || *step == Step::done) {
+    m_lookup.reset();  // a statement left mid-way would keep its read snapshot
+    if (!step) return std::unexpected(std::move(step.error()));
     return std::optional<IndexRow>();
   }
-  if (rc != SQLITE_ROW) {
-    auto error = db_error("looking up " + hex, rc);
-    sqlite3_reset(m_lookup);
-    return std::unexpected(std::move(error));
-  }
   IndexRow row;
-  auto digest = BlobDigest::from_hex(column_text(m_lookup, 0));
+  auto digest = BlobDigest::from_hex(m_lookup.text(0));
   row.size = column_count(m_lookup, 1);
-  row.compile_ms = sqlite3_column_double(m_lookup, 2);
-  sqlite3_reset(m_lookup);
+  row.compile_ms = m_lookup.real(2);
+  m_lookup.reset();
   if (!digest)
     return make_error(ErrorCode::database,
                       m_path.string() + ": entry " + hex + ", field digest: " + digest.error().message);
@@ -592,38 +525,21 @@ Result<std::optional<IndexRow>> Index::lookup(const CacheKey& key) {
 Result<IndexTotals> Index::insert(const NewEntry& entry, const std::function<void()>& before_commit) {
   JC_TRY(writable("insert entry " + entry.key.to_hex()));
   std::lock_guard lock(m_mutex);
-  Transaction txn(m_db);
-  int rc = txn.begin();
-  if (rc != SQLITE_OK) return std::unexpected(db_error("BEGIN IMMEDIATE", rc));
-  Statement stmt;
-  rc = stmt.prepare(m_db,
-                    "INSERT INTO entries (key, key_schema, digest, size, facts, created, last_used, "
-                    "hits, compile_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 0, ?7) "
-                    "ON CONFLICT (key) DO UPDATE SET key_schema = excluded.key_schema, "
-                    "digest = excluded.digest, size = excluded.size, facts = excluded.facts, "
-                    "last_used = excluded.last_used, compile_ms = excluded.compile_ms");
-  if (rc != SQLITE_OK) return std::unexpected(db_error("preparing insert", rc));
-  bind_text(stmt.get(), 1, entry.key.to_hex());
-  sqlite3_bind_int64(stmt.get(), 2, k_key_schema_version);
-  bind_text(stmt.get(), 3, entry.digest.to_hex());
-  sqlite3_bind_int64(stmt.get(), 4, static_cast<sqlite3_int64>(entry.size));
-  bind_text(stmt.get(), 5, entry.facts_json);
-  sqlite3_bind_int64(stmt.get(), 6, entry.now_ms);
-  sqlite3_bind_double(stmt.get(), 7, entry.compile_ms);
-  if ((rc = sqlite3_step(stmt.get())) != SQLITE_DONE)
-    return std::unexpected(db_error("inserting entry " + entry.key.to_hex(), rc));
-  Statement totals;
-  if ((rc = totals.prepare(m_db, "SELECT name, value FROM counters WHERE name IN ('entries', 'bytes')")) != SQLITE_OK)
-    return std::unexpected(db_error("reading totals", rc));
-  IndexTotals result;
-  while ((rc = sqlite3_step(totals.get())) == SQLITE_ROW) {
-    const std::string name = column_text(totals.get(), 0);
-    (name == "entries" ? result.entries : result.bytes) = column_count(totals.get(), 1);
-  }
-  if (rc != SQLITE_DONE) return std::unexpected(db_error("reading totals", rc));
+  auto txn = JC_TRY(sql::Transaction::begin(m_db));
+  auto stmt =
+      JC_TRY(m_db.prepare("INSERT INTO entries (key, key_schema, digest, size, facts, created, last_used, "
+                          "hits, compile_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 0, ?7) "
+                          "ON CONFLICT (key) DO UPDATE SET key_schema = excluded.key_schema, "
+                          "digest = excluded.digest, size = excluded.size, facts = excluded.facts, "
+                          "last_used = excluded.last_used, compile_ms = excluded.compile_ms",
+                          "preparing insert"));
+  JC_TRY(stmt.bind(entry.key.to_hex(), static_cast<std::int64_t>(k_key_schema_version), entry.digest.to_hex(),
+                   static_cast<std::int64_t>(entry.size), entry.facts_json, entry.now_ms, entry.compile_ms));
+  JC_TRY(stmt.run("inserting entry " + entry.key.to_hex()));
+  const IndexTotals totals = JC_TRY(read_totals(m_db));
   if (before_commit) before_commit();
-  if ((rc = txn.commit()) != SQLITE_OK) return std::unexpected(db_error("COMMIT", rc));
-  return result;
+  JC_TRY(txn.commit());
+  return totals;
 }
 
 namespace {
@@ -655,6 +571,18 @@ Status check_filter(const EntryFilter& filter) {
   return {};
 }
 
+// The entries a statement selects (its ?N bound to `binds`); malformed rows are skipped.
+Result<std::vector<EntryInfo>> select_entries(sql::Database& db, const std::string& sql,
+                                              const std::vector<std::string>& binds,
+                                              std::string_view preparing, std::string_view selecting) {
+  auto stmt = JC_TRY(db.prepare(sql, preparing));
+  for (std::size_t i = 0; i < binds.size(); ++i) JC_TRY(stmt.bind_at(static_cast<int>(i + 1), binds[i]));
+  std::vector<EntryInfo> entries;
+  while (JC_TRY(stmt.step(selecting)) == Step::row)
+    if (auto info = read_entry(stmt, db.path())) entries.push_back(std::move(*info));
+  return entries;
+}
+
 }  // namespace
 
 Result<std::vector<EntryInfo>> Index::list(const EntryFilter& filter) {
@@ -664,45 +592,30 @@ Result<std::vector<EntryInfo>> Index::list(const EntryFilter& filter) {
   std::vector<std::string> binds;
   filter_sql(filter, sql, binds);
   sql += " ORDER BY last_used DESC, key";
-  Statement stmt;
-  int rc = stmt.prepare(m_db, sql);
-  if (rc != SQLITE_OK) return std::unexpected(db_error("preparing list", rc));
-  for (std::size_t i = 0; i < binds.size(); ++i) bind_text(stmt.get(), static_cast<int>(i + 1), binds[i]);
-  std::vector<EntryInfo> entries;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW)
-    if (auto info = read_entry(stmt.get(), m_path)) entries.push_back(std::move(*info));
-  if (rc != SQLITE_DONE) return std::unexpected(db_error("listing entries", rc));
-  return entries;
+  return select_entries(m_db, sql, binds, "preparing list", "listing entries");
 }
 
 namespace {
 
 // Deletes the selected rows inside an open transaction and finds the digests left
 // without any entry.
-Result<Removed> delete_selected(sqlite3* db, std::vector<EntryInfo> selected,
-                                const std::function<Error(const std::string&, int)>& error) {
+Result<Removed> delete_selected(sql::Database& db, std::vector<EntryInfo> selected) {
   Removed removed;
-  Statement del;
-  int rc = del.prepare(db, "DELETE FROM entries WHERE key = ?1");
-  if (rc != SQLITE_OK) return std::unexpected(error("preparing delete", rc));
+  auto del = JC_TRY(db.prepare("DELETE FROM entries WHERE key = ?1", "preparing delete"));
   std::unordered_set<BlobDigest> digests;
   for (EntryInfo& info : selected) {
-    sqlite3_reset(del.get());
-    bind_text(del.get(), 1, info.key.to_hex());
-    if ((rc = sqlite3_step(del.get())) != SQLITE_DONE)
-      return std::unexpected(error("deleting entry " + info.key.to_hex(), rc));
+    del.reset();
+    JC_TRY(del.bind(info.key.to_hex()));
+    JC_TRY(del.run("deleting entry " + info.key.to_hex()));
     digests.insert(info.digest);
     removed.entries.push_back(std::move(info));
   }
-  Statement ref;
-  rc = ref.prepare(db, "SELECT 1 FROM entries WHERE digest = ?1 LIMIT 1");
-  if (rc != SQLITE_OK) return std::unexpected(error("preparing reference check", rc));
+  auto ref =
+      JC_TRY(db.prepare("SELECT 1 FROM entries WHERE digest = ?1 LIMIT 1", "preparing reference check"));
   for (const BlobDigest& digest : digests) {
-    sqlite3_reset(ref.get());
-    bind_text(ref.get(), 1, digest.to_hex());
-    rc = sqlite3_step(ref.get());
-    if (rc == SQLITE_DONE) removed.unreferenced.push_back(digest);
-    else if (rc != SQLITE_ROW) return std::unexpected(error("checking blob references", rc));
+    ref.reset();
+    JC_TRY(ref.bind(digest.to_hex()));
+    if (JC_TRY(ref.step("checking blob references")) == Step::done) removed.unreferenced.push_back(digest);
   }
   return removed;
 }
@@ -712,21 +625,12 @@ Result<Removed> delete_selected(sqlite3* db, std::vector<EntryInfo> selected,
 Result<Removed> Index::remove_where(const std::string& where_sql, const std::vector<std::string>& binds) {
   JC_TRY(writable("remove entries"));
   std::lock_guard lock(m_mutex);
-  Transaction txn(m_db);
-  int rc = txn.begin();
-  if (rc != SQLITE_OK) return std::unexpected(db_error("BEGIN IMMEDIATE", rc));
-  Statement stmt;
-  if ((rc = stmt.prepare(m_db, std::string("SELECT ") + k_entry_columns + " FROM entries WHERE " + where_sql)) !=
-      SQLITE_OK)
-    return std::unexpected(db_error("preparing remove", rc));
-  for (std::size_t i = 0; i < binds.size(); ++i) bind_text(stmt.get(), static_cast<int>(i + 1), binds[i]);
-  std::vector<EntryInfo> selected;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW)
-    if (auto info = read_entry(stmt.get(), m_path)) selected.push_back(std::move(*info));
-  if (rc != SQLITE_DONE) return std::unexpected(db_error("selecting entries", rc));
-  auto error = [this](const std::string& what, int code) { return db_error(what, code); };
-  Removed removed = JC_TRY(delete_selected(m_db, std::move(selected), error));
-  if ((rc = txn.commit()) != SQLITE_OK) return std::unexpected(db_error("COMMIT", rc));
+  auto txn = JC_TRY(sql::Transaction::begin(m_db));
+  std::vector<EntryInfo> selected = JC_TRY(
+      select_entries(m_db, std::string("SELECT ") + k_entry_columns + " FROM entries WHERE " + where_sql,
+                     binds, "preparing remove", "selecting entries"));
+  Removed removed = JC_TRY(delete_selected(m_db, std::move(selected)));
+  JC_TRY(txn.commit());
   return removed;
 }
 
@@ -763,179 +667,148 @@ constexpr const char* k_fold_sql =
     "folded "
     "WHERE entries.key = folded.key; "
     "DELETE FROM usage_log;";
+constexpr const char* k_folding = "folding usage_log into entries";
 
 // Beyond this many pending rows a flush folds the log itself, so it never grows unbounded
 // in a cache that no maintenance command ever touches.
-constexpr sqlite3_int64 k_fold_threshold_rows = 100'000;
+constexpr std::int64_t k_fold_threshold_rows = 100'000;
 
 }  // namespace
 
 Result<Removed> Index::evict(std::uint64_t target_bytes, const std::optional<CacheKey>& keep) {
   JC_TRY(writable("evict entries"));
   std::lock_guard lock(m_mutex);
-  Transaction txn(m_db);
-  int rc = txn.begin();
-  if (rc != SQLITE_OK) return std::unexpected(db_error("BEGIN IMMEDIATE", rc));
+  auto txn = JC_TRY(sql::Transaction::begin(m_db));
   // Every process's recorded uses count, not only what entries.last_used says so far.
-  if ((rc = sqlite3_exec(m_db, k_fold_sql, nullptr, nullptr, nullptr)) != SQLITE_OK)
-    return std::unexpected(db_error("folding usage_log into entries", rc));
-  Statement total;
-  if ((rc = total.prepare(m_db, "SELECT value FROM counters WHERE name = 'bytes'")) != SQLITE_OK ||
-      (rc = sqlite3_step(total.get())) != SQLITE_ROW)
-    return std::unexpected(db_error("reading the byte total", rc));
-  std::uint64_t bytes = column_count(total.get(), 0);
+  JC_TRY(m_db.exec(k_fold_sql, k_folding));
+  auto total =
+      JC_TRY(m_db.prepare("SELECT value FROM counters WHERE name = 'bytes'", "reading the byte total"));
+  JC_TRY(total.step_row("reading the byte total"));
+  std::uint64_t bytes = column_count(total, 0);
   std::vector<EntryInfo> selected;
   if (bytes > target_bytes) {
-    Statement stmt;
-    if ((rc = stmt.prepare(m_db, std::string("SELECT ") + k_entry_columns +
-                                     " FROM entries ORDER BY last_used ASC, created ASC")) != SQLITE_OK)
-      return std::unexpected(db_error("preparing eviction", rc));
+    auto stmt = JC_TRY(m_db.prepare(
+        std::string("SELECT ") + k_entry_columns + " FROM entries ORDER BY last_used ASC, created ASC",
+        "preparing eviction"));
     const std::string spared = keep ? keep->to_hex() : std::string();
-    while (bytes > target_bytes && (rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-      if (column_text(stmt.get(), 0) == spared) continue;
-      auto info = read_entry(stmt.get(), m_path);
+    while (bytes > target_bytes && JC_TRY(stmt.step("selecting LRU entries")) == Step::row) {
+      if (stmt.text(0) == spared) continue;
+      auto info = read_entry(stmt, m_path);
       if (!info) continue;
       bytes -= std::min(bytes, info->size);
       selected.push_back(std::move(*info));
     }
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return std::unexpected(db_error("selecting LRU entries", rc));
   }
-  auto error = [this](const std::string& what, int code) { return db_error(what, code); };
-  Removed removed = JC_TRY(delete_selected(m_db, std::move(selected), error));
-  if ((rc = txn.commit()) != SQLITE_OK) return std::unexpected(db_error("COMMIT", rc));
+  Removed removed = JC_TRY(delete_selected(m_db, std::move(selected)));
+  JC_TRY(txn.commit());
   return removed;
 }
-
 
 Status Index::record_usage(std::span<const Usage> usage, const Counters& delta) {
   JC_TRY(writable("record usage"));
   std::lock_guard lock(m_mutex);
-  Transaction txn(m_db);
-  int rc = txn.begin();
-  if (rc != SQLITE_OK) return std::unexpected(db_error("BEGIN IMMEDIATE", rc));
-  Statement append;
-  if ((rc = append.prepare(m_db, "INSERT INTO usage_log (key, hits, last_used) VALUES (?1, ?2, ?3)")) != SQLITE_OK)
-    return std::unexpected(db_error("preparing usage update", rc));
+  auto txn = JC_TRY(sql::Transaction::begin(m_db));
+  auto append = JC_TRY(m_db.prepare("INSERT INTO usage_log (key, hits, last_used) VALUES (?1, ?2, ?3)",
+                                    "preparing usage update"));
   for (const Usage& u : usage) {
-    sqlite3_reset(append.get());
-    bind_text(append.get(), 1, u.key.to_hex());
-    sqlite3_bind_int64(append.get(), 2, saturated(u.hits));
-    sqlite3_bind_int64(append.get(), 3, u.last_used_ms);
-    if ((rc = sqlite3_step(append.get())) != SQLITE_DONE)
-      return std::unexpected(db_error("recording usage of " + u.key.to_hex(), rc));
+    append.reset();
+    JC_TRY(append.bind(u.key.to_hex(), saturated(u.hits), u.last_used_ms));
+    JC_TRY(append.run("recording usage of " + u.key.to_hex()));
   }
   // Counters saturate: an addition beyond int64 would turn the value into a REAL, and a
   // junk value must not make every later update fail.
-  Statement add_int, add_real;
-  if ((rc = add_int.prepare(m_db, "UPDATE counters SET value = CAST(max(0, min(value + ?2, " JC_MAX_COUNT_SQL
-                                  ")) AS INTEGER) WHERE name = ?1")) != SQLITE_OK ||
-      (rc = add_real.prepare(m_db, "UPDATE counters SET value = max(0.0, min(value + ?2, " JC_MAX_COUNT_SQL
-                                   ".0)) WHERE name = ?1")) != SQLITE_OK)
-    return std::unexpected(db_error("preparing counter update", rc));
-  auto bump = [&](sqlite3_stmt* add, const char* name, auto value, auto bind) -> int {
-    if (value == 0) return SQLITE_DONE;
-    sqlite3_reset(add);
-    sqlite3_bind_text(add, 1, name, -1, SQLITE_STATIC);
-    bind(add, value);
-    return sqlite3_step(add);
-  };
-  for (const IntCounter& c : k_int_counters)
-    if ((rc = bump(add_int.get(), c.name, delta.*c.field, [](sqlite3_stmt* s, std::uint64_t v) {
-           sqlite3_bind_int64(s, 2, saturated(v));
-         })) != SQLITE_DONE)
-      return std::unexpected(db_error(std::string("updating counter ") + c.name, rc));
-  for (const RealCounter& c : k_real_counters)
-    if ((rc = bump(add_real.get(), c.name, delta.*c.field, [](sqlite3_stmt* s, double v) {
-           sqlite3_bind_double(s, 2, std::isfinite(v) ? v : 0.0);
-         })) != SQLITE_DONE)
-      return std::unexpected(db_error(std::string("updating counter ") + c.name, rc));
-  Statement pending;
-  if ((rc = pending.prepare(m_db, "SELECT max(rowid) FROM usage_log")) != SQLITE_OK ||
-      (rc = sqlite3_step(pending.get())) != SQLITE_ROW)
-    return std::unexpected(db_error("sizing usage_log", rc));
-  if (sqlite3_column_int64(pending.get(), 0) > k_fold_threshold_rows &&
-      (rc = sqlite3_exec(m_db, k_fold_sql, nullptr, nullptr, nullptr)) != SQLITE_OK)
-    return std::unexpected(db_error("folding usage_log into entries", rc));
-  if ((rc = txn.commit()) != SQLITE_OK) return std::unexpected(db_error("COMMIT", rc));
+  auto add_count =
+      JC_TRY(m_db.prepare("UPDATE counters SET value = CAST(max(0, min(value + ?2, " JC_MAX_COUNT_SQL
+                          ")) AS INTEGER) WHERE name = ?1",
+                          "preparing counter update"));
+  auto add_ms = JC_TRY(m_db.prepare("UPDATE counters SET value = max(0.0, min(value + ?2, " JC_MAX_COUNT_SQL
+                                    ".0)) WHERE name = ?1",
+                                    "preparing counter update"));
+  for (const CounterField& field : k_counter_fields) {
+    if (counter_value(field, delta) == 0) continue;
+    sql::Statement* add = nullptr;
+    switch (field.kind) {
+      case CounterKind::count:
+        add = &add_count;
+        add->reset();
+        JC_TRY(add->bind(field.name, saturated(delta.*field.count)));
+        break;
+      case CounterKind::milliseconds: {
+        add = &add_ms;
+        add->reset();
+        const double value = delta.*field.milliseconds;
+        JC_TRY(add->bind(field.name, std::isfinite(value) ? value : 0.0));
+        break;
+      }
+    }
+    JC_TRY(add->run("updating counter " + std::string(field.name)));
+  }
+  auto pending = JC_TRY(m_db.prepare("SELECT max(rowid) FROM usage_log", "sizing usage_log"));
+  JC_TRY(pending.step_row("sizing usage_log"));
+  if (pending.int64(0) > k_fold_threshold_rows) JC_TRY(m_db.exec(k_fold_sql, k_folding));
+  JC_TRY(txn.commit());
   return {};
 }
 
 Status Index::fold_usage() {
   JC_TRY(writable("fold usage_log into entries"));
   std::lock_guard lock(m_mutex);
-  Transaction txn(m_db);
-  int rc = txn.begin();
-  if (rc != SQLITE_OK) return std::unexpected(db_error("BEGIN IMMEDIATE", rc));
-  if ((rc = sqlite3_exec(m_db, k_fold_sql, nullptr, nullptr, nullptr)) != SQLITE_OK)
-    return std::unexpected(db_error("folding usage_log into entries", rc));
-  if ((rc = txn.commit()) != SQLITE_OK) return std::unexpected(db_error("COMMIT", rc));
-  return {};
+  auto txn = JC_TRY(sql::Transaction::begin(m_db));
+  JC_TRY(m_db.exec(k_fold_sql, k_folding));
+  return txn.commit();
 }
 
 Result<IndexTotals> Index::totals() {
   std::lock_guard lock(m_mutex);
-  Statement stmt;
-  int rc = stmt.prepare(m_db, "SELECT name, value FROM counters WHERE name IN ('entries', 'bytes')");
-  if (rc != SQLITE_OK) return std::unexpected(db_error("reading totals", rc));
-  IndexTotals totals;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    (column_text(stmt.get(), 0) == "entries" ? totals.entries : totals.bytes) = column_count(stmt.get(), 1);
-  }
-  if (rc != SQLITE_DONE) return std::unexpected(db_error("reading totals", rc));
-  return totals;
+  return read_totals(m_db);
 }
 
 Result<Counters> Index::counters() {
   std::lock_guard lock(m_mutex);
-  Statement stmt;
-  int rc = stmt.prepare(m_db, "SELECT name, value FROM counters");
-  if (rc != SQLITE_OK) return std::unexpected(db_error("reading counters", rc));
+  auto stmt = JC_TRY(m_db.prepare("SELECT name, value FROM counters", "reading counters"));
+  // A counter without a row (an index older than the counter, read-only) stays 0.
   Counters counters;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    const std::string name = column_text(stmt.get(), 0);
-    for (const IntCounter& c : k_int_counters)
-      if (name == c.name) counters.*c.field = column_count(stmt.get(), 1);
-    for (const RealCounter& c : k_real_counters)
-      if (name == c.name) counters.*c.field = column_ms(stmt.get(), 1);
+  while (JC_TRY(stmt.step()) == Step::row) {
+    const std::string name = stmt.text(0);
+    for (const CounterField& field : k_counter_fields) {
+      if (name != field.name) continue;
+      switch (field.kind) {
+        case CounterKind::count: counters.*field.count = column_count(stmt, 1); break;
+        case CounterKind::milliseconds: counters.*field.milliseconds = column_ms(stmt, 1); break;
+      }
+    }
   }
-  if (rc != SQLITE_DONE) return std::unexpected(db_error("reading counters", rc));
   return counters;
 }
 
 Result<std::vector<BlobDigest>> Index::referenced_digests() {
   std::lock_guard lock(m_mutex);
-  Statement stmt;
-  int rc = stmt.prepare(m_db, "SELECT DISTINCT digest FROM entries");
-  if (rc != SQLITE_OK) return std::unexpected(db_error("reading digests", rc));
+  auto stmt = JC_TRY(m_db.prepare("SELECT DISTINCT digest FROM entries", "reading digests"));
   std::vector<BlobDigest> digests;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW)
-    if (auto digest = BlobDigest::from_hex(column_text(stmt.get(), 0))) digests.push_back(*digest);
-  if (rc != SQLITE_DONE) return std::unexpected(db_error("reading digests", rc));
+  while (JC_TRY(stmt.step()) == Step::row)
+    if (auto digest = BlobDigest::from_hex(stmt.text(0))) digests.push_back(*digest);
   return digests;
 }
 
 Result<std::vector<std::string>> Index::integrity_check() {
   std::lock_guard lock(m_mutex);
-  Statement stmt;
-  int rc = stmt.prepare(m_db, "PRAGMA integrity_check");
-  if (rc != SQLITE_OK) return std::unexpected(db_error("PRAGMA integrity_check", rc));
+  auto stmt = JC_TRY(m_db.prepare("PRAGMA integrity_check", "PRAGMA integrity_check"));
   std::vector<std::string> problems;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    std::string line = column_text(stmt.get(), 0);
+  while (JC_TRY(stmt.step()) == Step::row) {
+    std::string line = stmt.text(0);
     if (line != "ok") problems.push_back(m_path.string() + ": " + line);
   }
-  if (rc != SQLITE_DONE) return std::unexpected(db_error("PRAGMA integrity_check", rc));
   return problems;
 }
 
 namespace {
 
 struct ValueRule {
-  const char* table;
-  const char* field;
-  const char* row_name;  // the column that names an offending row
-  const char* broken;    // SQL condition a row breaking the rule meets (?1: the latest sane time)
-  const char* rule;
+  std::string table;
+  std::string field;
+  std::string row_name;  // the column that names an offending row
+  std::string broken;    // SQL condition a row breaking the rule meets (?1: the latest sane time)
+  std::string rule;
 };
 
 #define JC_HEX_BROKEN(f) "typeof(" f ") != 'text' OR length(" f ") != 32 OR " f " GLOB '*[^0-9a-f]*'"
@@ -946,33 +819,43 @@ constexpr const char* k_hex_rule = "32 lowercase hex digits";
 constexpr const char* k_count_rule = "an integer from 0 to 10^15";
 constexpr const char* k_time_rule = "Unix milliseconds, not negative and not in the future";
 
-const ValueRule k_value_rules[] = {
-    {"entries", "key", "key", JC_HEX_BROKEN("key"), k_hex_rule},
-    {"entries", "digest", "key", JC_HEX_BROKEN("digest"), k_hex_rule},
-    {"entries", "key_schema", "key", "typeof(key_schema) != 'integer' OR key_schema < 0",
-     "a non-negative integer"},
-    {"entries", "size", "key", "typeof(size) != 'integer' OR size < 0 OR size > 1099511627776",
-     "a byte count from 0 to 1 TiB"},
-    {"entries", "facts", "key",
-     "CASE WHEN typeof(facts) = 'text' AND json_valid(facts) THEN json_type(facts) != 'object' ELSE 1 END",
-     "a JSON object"},
-    {"entries", "created", "key", JC_TIME_BROKEN("created"), k_time_rule},
-    {"entries", "last_used", "key", JC_TIME_BROKEN("last_used"), k_time_rule},
-    {"entries", "hits", "key", JC_COUNT_BROKEN("hits"), k_count_rule},
-    {"entries", "compile_ms", "key",
-     "typeof(compile_ms) NOT IN ('integer', 'real') OR compile_ms < 0 OR compile_ms > 1e9",
-     "milliseconds from 0 to 10^9"},
-    {"usage_log", "key", "key", JC_HEX_BROKEN("key"), k_hex_rule},
-    {"usage_log", "hits", "key", JC_COUNT_BROKEN("hits"), k_count_rule},
-    {"usage_log", "last_used", "key", JC_TIME_BROKEN("last_used"), k_time_rule},
-    {"counters", "value", "name",
-     "name NOT IN ('compile_ms_spent', 'compile_ms_saved') AND (" JC_COUNT_BROKEN("value") ")", k_count_rule},
-    {"counters", "value", "name",
-     "name IN ('compile_ms_spent', 'compile_ms_saved') AND (typeof(value) NOT IN ('integer', 'real') OR "
-     "value < 0 "
-     "OR value > " JC_MAX_COUNT_SQL ")",
-     "milliseconds from 0 to 10^15"},
-};
+const std::vector<ValueRule>& value_rules() {
+  static const std::vector<ValueRule> rules = [] {
+    // The counters in milliseconds, as an SQL list: 'compile_ms_spent', ...
+    std::string ms_names;
+    for (const CounterField& field : k_counter_fields)
+      if (field.kind == CounterKind::milliseconds)
+        ms_names += (ms_names.empty() ? "'" : ", '") + std::string(field.name) + "'";
+    return std::vector<ValueRule>{
+        {"entries", "key", "key", JC_HEX_BROKEN("key"), k_hex_rule},
+        {"entries", "digest", "key", JC_HEX_BROKEN("digest"), k_hex_rule},
+        {"entries", "key_schema", "key", "typeof(key_schema) != 'integer' OR key_schema < 0",
+         "a non-negative integer"},
+        {"entries", "size", "key", "typeof(size) != 'integer' OR size < 0 OR size > 1099511627776",
+         "a byte count from 0 to 1 TiB"},
+        {"entries", "facts", "key",
+         "CASE WHEN typeof(facts) = 'text' AND json_valid(facts) THEN json_type(facts) != 'object' ELSE 1 "
+         "END",
+         "a JSON object"},
+        {"entries", "created", "key", JC_TIME_BROKEN("created"), k_time_rule},
+        {"entries", "last_used", "key", JC_TIME_BROKEN("last_used"), k_time_rule},
+        {"entries", "hits", "key", JC_COUNT_BROKEN("hits"), k_count_rule},
+        {"entries", "compile_ms", "key",
+         "typeof(compile_ms) NOT IN ('integer', 'real') OR compile_ms < 0 OR compile_ms > 1e9",
+         "milliseconds from 0 to 10^9"},
+        {"usage_log", "key", "key", JC_HEX_BROKEN("key"), k_hex_rule},
+        {"usage_log", "hits", "key", JC_COUNT_BROKEN("hits"), k_count_rule},
+        {"usage_log", "last_used", "key", JC_TIME_BROKEN("last_used"), k_time_rule},
+        {"counters", "value", "name", "name NOT IN (" + ms_names + ") AND (" JC_COUNT_BROKEN("value") ")",
+         k_count_rule},
+        {"counters", "value", "name",
+         "name IN (" + ms_names +
+             ") AND (typeof(value) NOT IN ('integer', 'real') OR value < 0 OR value > " JC_MAX_COUNT_SQL ")",
+         "milliseconds from 0 to 10^15"},
+    };
+  }();
+  return rules;
+}
 
 #undef JC_HEX_BROKEN
 #undef JC_COUNT_BROKEN
@@ -987,56 +870,51 @@ Result<std::vector<std::string>> Index::check_values() {
   std::lock_guard lock(m_mutex);
   std::vector<std::string> problems;
   const std::string file = m_path.string() + ": ";
-  const sqlite3_int64 latest = unix_now_ms() + k_future_slack_ms;
-  for (const ValueRule& r : k_value_rules) {
-    const std::string where = std::string(" FROM ") + r.table + " WHERE " + r.broken;
-    Statement stmt;
-    int rc = stmt.prepare(m_db, std::string("SELECT count(*), (SELECT quote(") + r.row_name +
-                                    ") || ' = ' || quote(" + r.field + ")" + where + " LIMIT 1)" + where);
-    if (rc == SQLITE_OK) {
-      sqlite3_bind_int64(stmt.get(), 1, latest);
-      rc = sqlite3_step(stmt.get());
-    }
-    if (rc != SQLITE_ROW)
-      return std::unexpected(db_error(std::string("checking ") + r.table + "." + r.field, rc));
-    const sqlite3_int64 count = sqlite3_column_int64(stmt.get(), 0);
+  const std::int64_t latest = unix_now_ms() + k_future_slack_ms;
+  for (const ValueRule& r : value_rules()) {
+    const std::string where = " FROM " + r.table + " WHERE " + r.broken;
+    const std::string checking = "checking " + r.table + "." + r.field;
+    auto stmt = JC_TRY(m_db.prepare("SELECT count(*), (SELECT quote(" + r.row_name + ") || ' = ' || quote(" +
+                                        r.field + ")" + where + " LIMIT 1)" + where,
+                                    checking));
+    if (stmt.parameter_count() > 0) JC_TRY(stmt.bind(latest));
+    JC_TRY(stmt.step_row(checking));
+    const std::int64_t count = stmt.int64(0);
     if (count == 0) continue;
     problems.push_back(file + r.table + "." + r.field + ": " + std::to_string(count) +
                        (count == 1 ? " row breaks" : " rows break") + " the rule (" + r.rule +
-                       "); first: " + r.row_name + " " + column_text(stmt.get(), 1));
+                       "); first: " + r.row_name + " " + stmt.text(1));
   }
-  // Every counter present, and the totals the triggers keep equal to the table.
-  std::vector<const char*> names = {"entries", "bytes"};
-  for (const IntCounter& c : k_int_counters) names.push_back(c.name);
-  for (const RealCounter& c : k_real_counters) names.push_back(c.name);
-  Statement present;
-  int rc = present.prepare(m_db, "SELECT 1 FROM counters WHERE name = ?1");
-  if (rc != SQLITE_OK) return std::unexpected(db_error("checking counters", rc));
-  for (const char* name : names) {
-    sqlite3_reset(present.get());
-    sqlite3_bind_text(present.get(), 1, name, -1, SQLITE_STATIC);
-    rc = sqlite3_step(present.get());
-    if (rc == SQLITE_DONE)
-      problems.push_back(file + "counters: row '" + name + "' is missing");
-    else if (rc != SQLITE_ROW)
-      return std::unexpected(db_error("checking counters", rc));
+  // Every counter present, and the totals the triggers keep equal to the table. An index
+  // older than some counter (read-only, so never given its row) reads it as 0.
+  std::vector<std::string_view> names = {"entries", "bytes"};
+  {
+    auto layout = JC_TRY(m_db.prepare("PRAGMA user_version", "checking counters"));
+    JC_TRY(layout.step_row("checking counters"));
+    if (layout.int64(0) == k_counter_layout)
+      for (const CounterField& field : k_counter_fields) names.push_back(field.name);
   }
-  Statement totals;
-  rc = totals.prepare(
-      m_db,
+  auto present = JC_TRY(m_db.prepare("SELECT 1 FROM counters WHERE name = ?1", "checking counters"));
+  for (const std::string_view name : names) {
+    present.reset();
+    JC_TRY(present.bind(name));
+    if (JC_TRY(present.step()) == Step::done)
+      problems.push_back(file + "counters: row '" + std::string(name) + "' is missing");
+  }
+  auto totals = JC_TRY(m_db.prepare(
       "SELECT (SELECT quote(value) FROM counters WHERE name = 'entries'), (SELECT count(*) FROM entries), "
       "(SELECT quote(value) FROM counters WHERE name = 'bytes'), "
-      "(SELECT CAST(total(size) AS INTEGER) FROM entries)");
-  if (rc == SQLITE_OK) rc = sqlite3_step(totals.get());
-  if (rc != SQLITE_ROW) return std::unexpected(db_error("checking the totals", rc));
-  const std::string rows = std::to_string(sqlite3_column_int64(totals.get(), 1));
-  const std::string bytes = std::to_string(sqlite3_column_int64(totals.get(), 3));
-  if (sqlite3_column_type(totals.get(), 0) != SQLITE_NULL && column_text(totals.get(), 0) != rows)
-    problems.push_back(file + "counters.entries: " + column_text(totals.get(), 0) +
-                       ", but table entries holds " + rows + " rows");
-  if (sqlite3_column_type(totals.get(), 2) != SQLITE_NULL && column_text(totals.get(), 2) != bytes)
-    problems.push_back(file + "counters.bytes: " + column_text(totals.get(), 2) +
-                       ", but the entries' sizes add up to " + bytes);
+      "(SELECT CAST(total(size) AS INTEGER) FROM entries)",
+      "checking the totals"));
+  JC_TRY(totals.step_row("checking the totals"));
+  const std::string rows = std::to_string(totals.int64(1));
+  const std::string bytes = std::to_string(totals.int64(3));
+  if (!totals.is_null(0) && totals.text(0) != rows)
+    problems.push_back(file + "counters.entries: " + totals.text(0) + ", but table entries holds " + rows +
+                       " rows");
+  if (!totals.is_null(2) && totals.text(2) != bytes)
+    problems.push_back(file + "counters.bytes: " + totals.text(2) + ", but the entries' sizes add up to " +
+                       bytes);
   return problems;
 }
 

@@ -13,8 +13,11 @@
 //           compile_ms REAL)                  what producing it cost
 //     indexes: entries_lookup (key, digest, size, compile_ms) covers lookups;
 //              entries_last_used (LRU eviction); entries_digest (blob references)
-//   counters(name TEXT PRIMARY KEY, value)    cumulative figures; `entries` and `bytes`
-//                                             are kept exact by triggers on entries
+//   counters(name TEXT PRIMARY KEY, value)    cumulative figures, one row per counter of
+//                                             k_counter_fields (cache/entry.hpp); `entries`
+//                                             and `bytes` are kept exact by triggers on entries
+//   PRAGMA user_version                       digest of the counter names whose rows exist:
+//                                             another digest makes the open add missing rows
 //   usage_log(key, hits, last_used)           uses recorded by processes, not yet added to
 //                                             entries (eviction, inspect and gc fold it)
 //
@@ -42,8 +45,6 @@
 // returns an ErrorCode::database error saying it was opened read-only; reads work as usual.
 #pragma once
 
-#include <sqlite3.h>
-
 #include <chrono>
 #include <cstdint>
 #include <expected>
@@ -60,6 +61,7 @@
 #include "cache/entry.hpp"
 #include "cache/files.hpp"
 #include "cache/hash.hpp"
+#include "cache/sqlite.hpp"
 #include "jitcache/error.hpp"
 
 namespace jitcache::cache {
@@ -184,8 +186,9 @@ class Index {
   std::expected<void, ConnectFailure> read_schema(int& version);
   std::expected<void, ConnectFailure> check_schema();
   Status writable(const std::string& what) const;
-  int prepare_lookup();
-  Error db_error(const std::string& what, int rc);
+  Status prepare_lookup();
+  // The failure of the SQLite call that produced `error`, classified by its code.
+  ConnectFailure sqlite_failure(Error error) const;
   // In one transaction: selects the entries `where_sql` matches (its ?N bound to `binds`),
   // deletes them and reports the blobs left without an entry.
   Result<Removed> remove_where(const std::string& where_sql, const std::vector<std::string>& binds);
@@ -193,10 +196,9 @@ class Index {
   std::filesystem::path m_path;
   IndexAccess m_access = IndexAccess::read_write;
   std::optional<FileId> m_file_id;
-  sqlite3* m_db = nullptr;
-  sqlite3_stmt* m_lookup = nullptr;
+  sql::Database m_db;
+  sql::Statement m_lookup;  // after m_db: finalized before the connection closes
   mutable std::mutex m_mutex;
-  bool m_corrupt = false;
 };
 
 }  // namespace jitcache::cache

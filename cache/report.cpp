@@ -1,6 +1,8 @@
 #include "cache/report.hpp"
 
+#include <cstdio>
 #include <ctime>
+#include <string_view>
 
 namespace jitcache::cache {
 
@@ -34,18 +36,44 @@ nlohmann::ordered_json to_json(const EntryInfo& entry) {
 }
 
 nlohmann::ordered_json to_json(const Stats& stats) {
-  const Counters& t = stats.totals;
-  return {{"entries", stats.entries},
-          {"bytes", stats.bytes},
-          {"max_bytes", stats.max_bytes},
-          {"hits", {{"memory", t.memory_hits}, {"disk", t.disk_hits}}},
-          {"coalesced", t.coalesced},
-          {"misses", t.misses},
-          {"compiles", t.produces},
-          {"compile_failures", t.produce_failures},
-          {"compile_ms", {{"spent", t.compile_ms_spent}, {"saved", t.compile_ms_saved}}},
-          {"quarantined", t.quarantined},
-          {"evicted", t.evicted}};
+  nlohmann::ordered_json doc{
+      {"entries", stats.entries}, {"bytes", stats.bytes}, {"max_bytes", stats.max_bytes}};
+  for (const CounterField& field : k_counter_fields) {
+    // "hits/memory": the object "hits", made where the first of its counters comes.
+    nlohmann::ordered_json* parent = &doc;
+    std::string_view path = field.json;
+    for (std::size_t slash; (slash = path.find('/')) != std::string_view::npos; path.remove_prefix(slash + 1))
+      parent = &(*parent)[std::string(path.substr(0, slash))];
+    nlohmann::ordered_json& value = (*parent)[std::string(path)];
+    switch (field.kind) {
+      case CounterKind::count: value = stats.totals.*field.count; break;
+      case CounterKind::milliseconds: value = stats.totals.*field.milliseconds; break;
+    }
+  }
+  return doc;
+}
+
+std::vector<std::pair<std::string, std::string>> counter_text_rows(const Counters& counters) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const CounterField& field : k_counter_fields) {
+    std::string value;
+    switch (field.kind) {
+      case CounterKind::count: value = std::to_string(counters.*field.count); break;
+      case CounterKind::milliseconds: {
+        char seconds[64];
+        std::snprintf(seconds, sizeof seconds, "%.1f", counters.*field.milliseconds / 1000);
+        value = seconds;
+        break;
+      }
+    }
+    if (rows.empty() || rows.back().first != field.text_row) rows.emplace_back(field.text_row, "");
+    const std::size_t slot = field.text_part.find("{}");
+    rows.back()
+        .second.append(field.text_part.substr(0, slot))
+        .append(value)
+        .append(field.text_part.substr(slot + 2));
+  }
+  return rows;
 }
 
 nlohmann::ordered_json to_json(const VerifyReport& report) {
@@ -68,14 +96,10 @@ nlohmann::ordered_json to_json(const VerifyReport& report) {
 }
 
 nlohmann::ordered_json to_json(const GcReport& report) {
-  return {{"evicted_entries", report.evicted_entries},
-          {"evicted_bytes", report.evicted_bytes},
-          {"orphan_blobs", report.orphan_blobs},
-          {"temp_files", report.temp_files},
-          {"lock_files", report.lock_files},
-          {"quarantine_files", report.quarantine_files},
-          {"bytes_after", report.bytes_after},
-          {"max_bytes", report.max_bytes}};
+  return {{"evicted_entries", report.evicted_entries}, {"evicted_bytes", report.evicted_bytes},
+          {"orphan_blobs", report.orphan_blobs},       {"temp_files", report.temp_files},
+          {"lock_files", report.lock_files},           {"quarantine_files", report.quarantine_files},
+          {"bytes_after", report.bytes_after},         {"max_bytes", report.max_bytes}};
 }
 
 }  // namespace jitcache::cache

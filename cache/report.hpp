@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,7 +23,11 @@ std::string format_time(std::int64_t unix_ms, TimeFormat format);
 nlohmann::ordered_json to_json(const EntryInfo& entry);
 // {"entries", "bytes", "max_bytes", "hits": {"memory", "disk"}, "coalesced", "misses",
 //  "compiles", "compile_failures", "compile_ms": {"spent", "saved"}, "quarantined", "evicted"}
+// The counters' part comes from k_counter_fields (cache/entry.hpp).
 nlohmann::ordered_json to_json(const Stats& stats);
+// The counters' rows of `jitcache stats`, label and text, in k_counter_fields' order:
+// {"hits", "memory 3, disk 1, waited for a thread 0"}, {"misses", "2"}, ...
+std::vector<std::pair<std::string, std::string>> counter_text_rows(const Counters& counters);
 // What follows when an index was moved to quarantine (verify's JSON "next" and its text).
 inline constexpr const char* k_after_index_quarantine =
     "a fresh index was started: its entries are compiled again on use, and `jitcache gc` removes the blobs "

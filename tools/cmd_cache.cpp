@@ -202,14 +202,7 @@ int run_stats(const Context& context, const StatsArgs& args) {
   row("cache directory", store->root().string());
   row("entries", std::to_string(stats->entries));
   row("size", cache::format_size(stats->bytes) + " of " + cache::format_size(stats->max_bytes));
-  row("hits", "memory " + std::to_string(t.memory_hits) + ", disk " + std::to_string(t.disk_hits) +
-                  ", waited for a thread " + std::to_string(t.coalesced));
-  row("misses", std::to_string(t.misses));
-  row("compiles", std::to_string(t.produces) + " (" + std::to_string(t.produce_failures) + " failed)");
-  std::snprintf(buffer, sizeof buffer, "spent %.1f s, saved %.1f s", t.compile_ms_spent / 1000, t.compile_ms_saved / 1000);
-  row("compile time", buffer);
-  row("quarantined", std::to_string(t.quarantined));
-  row("evicted", std::to_string(t.evicted));
+  for (const auto& [name, value] : cache::counter_text_rows(stats->totals)) row(name.c_str(), value);
   return k_exit_ok;
 }
 

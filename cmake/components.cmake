@@ -31,7 +31,7 @@ function(jitcache_component)
     list(APPEND dirs ${dep_dirs})
   endforeach()
   list(REMOVE_DUPLICATES dirs)
-  set_target_properties(${C_NAME} PROPERTIES JITCACHE_DIRS "${dirs}")
+  set_target_properties(${C_NAME} PROPERTIES JITCACHE_DIRS "${dirs}" SOURCE_DIR_OF_COMPONENT ${C_DIR})
 
   # The include view: one link per header, so that a folder's sub-folders (other
   # components) are not reachable through it.
@@ -52,4 +52,39 @@ function(jitcache_component)
   set(libs ${JITCACHE_COMPONENT_LIBS} ${C_LIBS})
   list(REMOVE_DUPLICATES libs)
   set(JITCACHE_COMPONENT_LIBS "${libs}" CACHE INTERNAL "")
+endfunction()
+
+# One test per component: a header from a folder it may not use does not compile
+# (cmake/check_forbidden_include.cmake). The header is the first one found in the first
+# component folder outside its rule; a component that may use every folder has no test.
+function(jitcache_layering_tests)
+  set(all_dirs "")
+  foreach(component IN LISTS JITCACHE_COMPONENTS)
+    get_target_property(own ${component} SOURCE_DIR_OF_COMPONENT)
+    list(APPEND all_dirs ${own})
+  endforeach()
+  foreach(component IN LISTS JITCACHE_COMPONENTS)
+    get_target_property(allowed ${component} JITCACHE_DIRS)
+    set(forbidden_header "")
+    foreach(dir IN LISTS all_dirs)
+      if(dir IN_LIST allowed)
+        continue()
+      endif()
+      file(GLOB headers LIST_DIRECTORIES false ${PROJECT_SOURCE_DIR}/${dir}/*.hpp)
+      if(headers)
+        list(GET headers 0 header)
+        get_filename_component(name ${header} NAME)
+        set(forbidden_header ${dir}/${name})
+        break()
+      endif()
+    endforeach()
+    if(forbidden_header)
+      add_test(NAME layering_${component}
+               COMMAND ${CMAKE_COMMAND} -DCOMPILER=${CMAKE_CXX_COMPILER}
+                       -DVIEW=${PROJECT_BINARY_DIR}/include-view/${component}
+                       -DHEADER=${forbidden_header}
+                       -DWORK=${PROJECT_BINARY_DIR}/layering/${component}
+                       -P ${PROJECT_SOURCE_DIR}/cmake/check_forbidden_include.cmake)
+    endif()
+  endforeach()
 endfunction()

@@ -15,9 +15,55 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
+#include <string_view>
+
+extern char** environ;
 
 namespace jitcache::testing {
+
+namespace {
+
+// The only setenv/unsetenv of the tests: every change goes through ScopedEnv, and the
+// leak check uses it to put a leaked value back.
+void put_environment(const std::string& name, const std::optional<std::string>& value) {
+  if (value)
+    ::setenv(name.c_str(), value->c_str(), 1);
+  else
+    ::unsetenv(name.c_str());
+}
+
+std::optional<std::string> environment_value(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+}
+
+bool watched(std::string_view name) {
+  for (std::string_view prefix : {"JITCACHE_", "VLLM_", "XDG_", "JCTEST_"})
+    if (name.starts_with(prefix)) return true;
+  return name == "HOME" || name == "TMPDIR";
+}
+
+std::string describe(const std::optional<std::string>& value) {
+  return value ? "\"" + *value + "\"" : std::string("unset");
+}
+
+std::optional<std::string> lookup(const EnvSnapshot& snapshot, const std::string& name) {
+  const auto it = snapshot.find(name);
+  return it != snapshot.end() ? std::optional<std::string>(it->second) : std::nullopt;
+}
+
+// Registered before main() runs, so every test of every program is checked. gtest owns
+// the listener once appended.
+[[maybe_unused]] const bool k_leak_check_registered = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new EnvironmentLeakCheck);
+  return true;
+}();
+
+}  // namespace
 
 void TempDirTest::SetUp() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -141,6 +187,119 @@ std::string run_read_only(const std::filesystem::path& dir, ReadOnlyMeans means,
 std::string read_only_verdict(const std::string& text) {
   const auto newline = text.find('\n');
   return newline == std::string::npos ? text : text.substr(newline + 1);
+}
+
+LogCapture::LogCapture() : m_old_level(log_level()) {
+  set_log_level(LogLevel::debug);
+  set_log_sink([this](LogLevel level, std::string_view message) {
+    std::lock_guard lock(m_mutex);
+    m_lines.emplace_back(level, std::string(message));
+  });
+}
+
+LogCapture::~LogCapture() {
+  set_log_sink(nullptr);
+  set_log_level(m_old_level);
+}
+
+std::vector<std::string> LogCapture::at(LogLevel level) const {
+  std::lock_guard lock(m_mutex);
+  std::vector<std::string> lines;
+  for (const auto& [line_level, line] : m_lines)
+    if (line_level == level) lines.push_back(line);
+  return lines;
+}
+
+std::size_t LogCapture::count_containing(const std::string& needle) const {
+  std::lock_guard lock(m_mutex);
+  std::size_t n = 0;
+  for (const auto& [level, line] : m_lines)
+    if (line.find(needle) != std::string::npos) ++n;
+  return n;
+}
+
+std::size_t LogCapture::warnings() const {
+  std::lock_guard lock(m_mutex);
+  std::size_t n = 0;
+  for (const auto& [level, line] : m_lines)
+    if (level >= LogLevel::warning) ++n;
+  return n;
+}
+
+std::string LogCapture::all() const {
+  std::lock_guard lock(m_mutex);
+  std::string text;
+  for (const auto& [level, line] : m_lines) text += line + "\n";
+  return text;
+}
+
+ScopedEnv::ScopedEnv(std::string name, const char* value) {
+  if (value != nullptr)
+    set(name, value);
+  else
+    unset(name);
+}
+
+ScopedEnv::ScopedEnv(std::string name, std::optional<std::string> value) {
+  if (value)
+    set(name, *value);
+  else
+    unset(name);
+}
+
+ScopedEnv::~ScopedEnv() {
+  for (auto it = m_saved.rbegin(); it != m_saved.rend(); ++it) put_environment(it->first, it->second);
+}
+
+void ScopedEnv::set(const std::string& name, const std::string& value) {
+  remember(name);
+  put_environment(name, value);
+}
+
+void ScopedEnv::unset(const std::string& name) {
+  remember(name);
+  put_environment(name, std::nullopt);
+}
+
+void ScopedEnv::remember(const std::string& name) {
+  for (const auto& [saved, value] : m_saved)
+    if (saved == name) return;
+  m_saved.emplace_back(name, environment_value(name));
+}
+
+EnvSnapshot watched_environment() {
+  EnvSnapshot snapshot;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text = *entry;
+    const auto equals = text.find('=');
+    if (equals == std::string_view::npos || !watched(text.substr(0, equals))) continue;
+    snapshot.emplace(text.substr(0, equals), text.substr(equals + 1));
+  }
+  return snapshot;
+}
+
+std::vector<std::string> environment_changes(const EnvSnapshot& before, const EnvSnapshot& after) {
+  std::set<std::string> names;
+  for (const auto& [name, value] : before) names.insert(name);
+  for (const auto& [name, value] : after) names.insert(name);
+  std::vector<std::string> changes;
+  for (const std::string& name : names) {
+    const auto old_value = lookup(before, name), new_value = lookup(after, name);
+    if (old_value != new_value)
+      changes.push_back(name + ": was " + describe(old_value) + ", now " + describe(new_value));
+  }
+  return changes;
+}
+
+void EnvironmentLeakCheck::OnTestStart(const ::testing::TestInfo&) { m_before = watched_environment(); }
+
+void EnvironmentLeakCheck::OnTestEnd(const ::testing::TestInfo&) {
+  const EnvSnapshot after = watched_environment();
+  for (const std::string& change : environment_changes(m_before, after))
+    ADD_FAILURE() << "the test left the environment changed (use testing::ScopedEnv): " << change;
+  for (const auto& [name, value] : after)
+    if (!m_before.contains(name)) put_environment(name, std::nullopt);
+  for (const auto& [name, value] : m_before) put_environment(name, value);
 }
 
 }  // namespace jitcache::testing

@@ -1,17 +1,25 @@
 // Shared helpers for jitcache's tests: fresh temporary directories, printable errors,
-// seeded random numbers whose seed is printed so a failure can be replayed.
+// seeded random numbers whose seed is printed so a failure can be replayed, a log capture
+// and the one way a test changes the process environment.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "jitcache/error.hpp"
+#include "jitcache/log.hpp"
 
 namespace jitcache::testing {
 
@@ -61,6 +69,70 @@ std::string run_read_only(const std::filesystem::path& dir, ReadOnlyMeans means,
                           const std::function<std::string()>& checks);
 // What `checks` returned in a run_read_only report.
 std::string read_only_verdict(const std::string& text);
+
+// Captures every log line, at every level, for its lifetime: the sink and the level in
+// force before are put back by the destructor.
+class LogCapture {
+ public:
+  LogCapture();
+  ~LogCapture();
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+
+  // The lines logged at exactly `level`.
+  std::vector<std::string> at(LogLevel level) const;
+  std::size_t count_containing(const std::string& needle) const;
+  std::size_t warnings() const;  // lines at warning or above
+  std::string all() const;       // every line, one per line, for failure messages
+
+ private:
+  LogLevel m_old_level;
+  mutable std::mutex m_mutex;
+  std::vector<std::pair<LogLevel, std::string>> m_lines;
+};
+
+// The one way a test changes the process environment: sets or unsets variables for its
+// scope, and its destructor gives each the value it had before its first change here
+// ("unset" included). A listener registered by this file fails any test that leaves a
+// watched variable (watched_environment) changed.
+class ScopedEnv {
+ public:
+  ScopedEnv() = default;
+  // A null `value` unsets the variable for the scope.
+  ScopedEnv(std::string name, const char* value);
+  // std::nullopt unsets the variable for the scope.
+  ScopedEnv(std::string name, std::optional<std::string> value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+  void set(const std::string& name, const std::string& value);
+  void unset(const std::string& name);
+
+ private:
+  void remember(const std::string& name);
+  // Each name once, with the value it had before this guard first changed it.
+  std::vector<std::pair<std::string, std::optional<std::string>>> m_saved;
+};
+
+// The variables a test could leave behind to change what later tests see: JITCACHE_*,
+// VLLM_*, XDG_*, JCTEST_*, HOME and TMPDIR, by name.
+using EnvSnapshot = std::map<std::string, std::string>;
+EnvSnapshot watched_environment();
+// One line per variable whose value differs, e.g. `JITCACHE_DIR: was unset, now "/x"`.
+std::vector<std::string> environment_changes(const EnvSnapshot& before, const EnvSnapshot& after);
+
+// Snapshots the watched variables when a test starts; when it ends, fails it for every
+// variable it left changed, naming each, and puts the old values back so that the next
+// test starts from the same environment. Registered for every test program.
+class EnvironmentLeakCheck : public ::testing::EmptyTestEventListener {
+ public:
+  void OnTestStart(const ::testing::TestInfo& test) override;
+  void OnTestEnd(const ::testing::TestInfo& test) override;
+
+ private:
+  EnvSnapshot m_before;
+};
 
 }  // namespace jitcache::testing
 

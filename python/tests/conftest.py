@@ -12,6 +12,7 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,8 +34,44 @@ def _find_cli() -> Path | None:
     return built if built.is_file() else None
 
 
+_WATCHED_PREFIXES = ("JITCACHE_", "VLLM_", "XDG_", "JCTEST_")
+
+
+def _watched_environment() -> dict[str, str]:
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith(_WATCHED_PREFIXES) or name in ("HOME", "TMPDIR")
+    }
+
+
 @pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def _environment_left_as_found() -> Iterator[None]:
+    """Fails a test that leaves a watched variable changed (change them with monkeypatch).
+
+    Set up before monkeypatch (``_clean_environment`` asks for it first), so it checks
+    after monkeypatch has undone its changes; puts the old values back either way.
+    """
+    before = _watched_environment()
+    yield
+    after = _watched_environment()
+    def shown(value: str | None) -> str:
+        return "unset" if value is None else repr(value)
+
+    changes = [
+        f"{name}: was {shown(before.get(name))}, now {shown(after.get(name))}"
+        for name in sorted(before.keys() | after.keys())
+        if before.get(name) != after.get(name)
+    ]
+    for name in after.keys() - before.keys():
+        del os.environ[name]
+    os.environ.update(before)
+    if changes:
+        pytest.fail("the test left the environment changed (use monkeypatch): " + "; ".join(changes))
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(_environment_left_as_found: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Variables that would change what the tests expect (each test that wants one sets it)."""
     for name in ("VLLM_NVFP4_MLA_SCALES_FILE", "JITCACHE_REQUIRE_CACHE", "JITCACHE_LOG_LEVEL"):
         monkeypatch.delenv(name, raising=False)

@@ -1,5 +1,5 @@
-// Helpers shared by the cache tests: sample facts and blobs, a counting producer, a log
-// capture, and direct reads of the index with sqlite3 (what an operator would see).
+// Helpers shared by the cache tests: sample facts and blobs, a counting producer, and
+// direct reads of the index with sqlite3 (what an operator would see).
 #pragma once
 
 #include <sqlite3.h>
@@ -9,14 +9,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cache/store.hpp"
-#include "jitcache/log.hpp"
 
 namespace jitcache::cache::testing {
 
@@ -51,42 +49,6 @@ struct CountingProducer {
       return Produced{bytes, compile_ms};
     };
   }
-};
-
-// Captures log lines for the lifetime of the object.
-class LogCapture {
- public:
-  LogCapture() {
-    set_log_sink([this](LogLevel level, std::string_view message) {
-      std::lock_guard lock(m_mutex);
-      m_lines.emplace_back(level, std::string(message));
-    });
-  }
-  ~LogCapture() { set_log_sink(nullptr); }
-  std::size_t count_containing(const std::string& needle) const {
-    std::lock_guard lock(m_mutex);
-    std::size_t n = 0;
-    for (const auto& [level, line] : m_lines)
-      if (line.find(needle) != std::string::npos) ++n;
-    return n;
-  }
-  std::size_t warnings() const {
-    std::lock_guard lock(m_mutex);
-    std::size_t n = 0;
-    for (const auto& [level, line] : m_lines)
-      if (level >= LogLevel::warning) ++n;
-    return n;
-  }
-  std::string all() const {
-    std::lock_guard lock(m_mutex);
-    std::string text;
-    for (const auto& [level, line] : m_lines) text += line + "\n";
-    return text;
-  }
-
- private:
-  mutable std::mutex m_mutex;
-  std::vector<std::pair<LogLevel, std::string>> m_lines;
 };
 
 // Runs one query with the sqlite3 C API, as an operator's sqlite3 shell would; returns

@@ -27,6 +27,7 @@ namespace jitcache::cache {
 namespace {
 
 using namespace jitcache::cache::testing;
+using jitcache::testing::LogCapture;
 using namespace std::chrono_literals;
 
 constexpr const char* k_max_int64 = "9223372036854775807";

@@ -22,6 +22,7 @@ namespace jitcache::cache {
 namespace {
 
 using namespace jitcache::cache::testing;
+using jitcache::testing::LogCapture;
 
 constexpr int k_workers = 8;
 

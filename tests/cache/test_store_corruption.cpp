@@ -18,6 +18,7 @@ namespace jitcache::cache {
 namespace {
 
 using namespace jitcache::cache::testing;
+using jitcache::testing::LogCapture;
 
 class CorruptionTest : public StoreFixture {
  protected:

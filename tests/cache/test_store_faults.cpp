@@ -19,6 +19,7 @@ namespace jitcache::cache {
 namespace {
 
 using namespace jitcache::cache::testing;
+using jitcache::testing::LogCapture;
 
 constexpr int k_errnos[] = {ENOSPC, EIO, EROFS};
 constexpr WriteStep k_blob_steps[] = {WriteStep::temp_create, WriteStep::temp_write, WriteStep::temp_fsync,

@@ -36,23 +36,7 @@ void capture(void*, jitcache_log_level level, const char* message, size_t length
   g_log.push_back({level, std::string(message, length)});
 }
 
-// Sets an environment variable for one test and restores it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : m_name(name) {
-    if (const char* old = std::getenv(name)) m_old = old;
-    if (value != nullptr) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (m_old) ::setenv(m_name, m_old->c_str(), 1);
-    else ::unsetenv(m_name);
-  }
-
- private:
-  const char* m_name;
-  std::optional<std::string> m_old;
-};
+using testing::ScopedEnv;
 
 class CacheFallbackTest : public testing::TempDirTest {
  protected:

@@ -92,7 +92,7 @@ TEST_F(RuntimeTest, IdentityCheckpointNeedsOnlyIdentityVariants) {
     out << R"({"num_hidden_layers": 61, "num_nextn_predict_layers": 1, "kv_lora_rank": 512,
                "qk_rope_head_dim": 64})";
   }
-  ::unsetenv("VLLM_NVFP4_MLA_SCALES_FILE");
+  jitcache::testing::ScopedEnv no_override("VLLM_NVFP4_MLA_SCALES_FILE", nullptr);
   auto rt = open_runtime();
   auto prepared = rt->prepare(ModelSpec{ckpt, RopeFormat::bf16, "sm_120a", std::nullopt, std::nullopt});
   ASSERT_OK(prepared);

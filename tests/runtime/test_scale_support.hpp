@@ -1,5 +1,5 @@
 // Helpers shared by the scale tests: a valid GLM-5.x-shaped config and v1 scales object
-// to mutate, file writing, a scoped environment variable and a log capture.
+// to mutate and file writing (the environment guard and log capture are test_support's).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,21 +7,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <mutex>
-#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "jitcache/log.hpp"
+#include "test_support.hpp"
 
 namespace jitcache::testing {
 
@@ -76,58 +72,6 @@ inline std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
-
-// Sets (or unsets, with nullopt) a variable for one scope and restores the old value.
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, std::optional<std::string> value) : m_name(std::move(name)) {
-    if (const char* old = std::getenv(m_name.c_str())) m_old = old;
-    if (value)
-      ::setenv(m_name.c_str(), value->c_str(), 1);
-    else
-      ::unsetenv(m_name.c_str());
-  }
-  ~ScopedEnv() {
-    if (m_old)
-      ::setenv(m_name.c_str(), m_old->c_str(), 1);
-    else
-      ::unsetenv(m_name.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string m_name;
-  std::optional<std::string> m_old;
-};
-
-// Captures every log line (at every level) for one scope.
-class LogCapture {
- public:
-  LogCapture() : m_old_level(log_level()) {
-    set_log_level(LogLevel::debug);
-    set_log_sink([this](LogLevel level, std::string_view message) {
-      std::lock_guard lock(m_mutex);
-      m_lines.emplace_back(level, std::string(message));
-    });
-  }
-  ~LogCapture() {
-    set_log_sink(nullptr);
-    set_log_level(m_old_level);
-  }
-  std::vector<std::string> at(LogLevel level) const {
-    std::lock_guard lock(m_mutex);
-    std::vector<std::string> out;
-    for (const auto& [l, text] : m_lines)
-      if (l == level) out.push_back(text);
-    return out;
-  }
-
- private:
-  LogLevel m_old_level;
-  mutable std::mutex m_mutex;
-  std::vector<std::pair<LogLevel, std::string>> m_lines;
-};
 
 }  // namespace jitcache::testing
 

@@ -8,30 +8,12 @@
 
 #include "jitcache/log.hpp"
 #include "support/env.hpp"
+#include "test_support.hpp"
 
 namespace jitcache::env {
 namespace {
 
-class ScopedVar {
- public:
-  ScopedVar(const char* name, const char* value) : m_name(name) {
-    if (const char* old = std::getenv(name)) m_old = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedVar() {
-    if (m_old)
-      ::setenv(m_name.c_str(), m_old->c_str(), 1);
-    else
-      ::unsetenv(m_name.c_str());
-  }
-
- private:
-  std::string m_name;
-  std::optional<std::string> m_old;
-};
+using jitcache::testing::ScopedEnv;
 
 TEST(EnvRegistry, DeclaresTheIssueVariablesOnceEach) {
   std::vector<std::string> names;
@@ -45,23 +27,23 @@ TEST(EnvRegistry, DeclaresTheIssueVariablesOnceEach) {
 }
 
 TEST(EnvRegistry, BlankValuesReadAsAbsentAndValuesAreTrimmed) {
-  ScopedVar blank("VLLM_NVFP4_MLA_SCALES_FILE", " \t ");
+  ScopedEnv blank("VLLM_NVFP4_MLA_SCALES_FILE", " \t ");
   EXPECT_EQ(get(vllm_nvfp4_mla_scales_file), std::nullopt);
-  ScopedVar padded("JITCACHE_DIR", "  /tmp/x  ");
+  ScopedEnv padded("JITCACHE_DIR", "  /tmp/x  ");
   EXPECT_EQ(get(jitcache_dir), "/tmp/x");
 }
 
 TEST(EnvRegistry, BooleansParseAndBadOnesAreErrors) {
   for (const char* yes : {"1", "true", "YES", "On"}) {
-    ScopedVar v("JITCACHE_STRICT", yes);
+    ScopedEnv v("JITCACHE_STRICT", yes);
     EXPECT_EQ(get_bool(jitcache_strict), true) << yes;
     EXPECT_TRUE(strict_mode());
   }
   for (const char* no : {"0", "false", "No", "off"}) {
-    ScopedVar v("JITCACHE_STRICT", no);
+    ScopedEnv v("JITCACHE_STRICT", no);
     EXPECT_EQ(get_bool(jitcache_strict), false) << no;
   }
-  ScopedVar bad("JITCACHE_STRICT", "maybe");
+  ScopedEnv bad("JITCACHE_STRICT", "maybe");
   const auto parsed = get_bool(jitcache_strict);
   ASSERT_FALSE(parsed);
   EXPECT_EQ(parsed.error().message,
@@ -72,7 +54,7 @@ TEST(EnvRegistry, BooleansParseAndBadOnesAreErrors) {
 // Issue 10 item 7: an unparsable JITCACHE_STRICT read as "off" with a warning, so a
 // deployment that asked for strictness ran without it.
 TEST(EnvRegistry, UnparsableStrictModeIsAnErrorAtStartup) {
-  ScopedVar bad("JITCACHE_STRICT", "maybe");
+  ScopedEnv bad("JITCACHE_STRICT", "maybe");
   const auto strict = strict_mode();
   ASSERT_FALSE(strict);
   EXPECT_EQ(strict.error().code, ErrorCode::invalid_input);
@@ -81,14 +63,14 @@ TEST(EnvRegistry, UnparsableStrictModeIsAnErrorAtStartup) {
   EXPECT_EQ(started.error().code, ErrorCode::invalid_input);
   EXPECT_NE(started.error().message.find("1, true, yes, on or 0, false, no, off"), std::string::npos)
       << started.error().message;
-  ScopedVar unset("JITCACHE_STRICT", nullptr);
+  ScopedEnv unset("JITCACHE_STRICT", nullptr);
   EXPECT_EQ(strict_mode(), false);
   EXPECT_TRUE(check_startup());
 }
 
 TEST(EnvRegistry, BadLogLevelWarnsOnceOrFailsInStrictMode) {
-  ScopedVar strict_off("JITCACHE_STRICT", nullptr);
-  ScopedVar bad("JITCACHE_LOG_LEVEL", "bogus");
+  ScopedEnv strict_off("JITCACHE_STRICT", nullptr);
+  ScopedEnv bad("JITCACHE_LOG_LEVEL", "bogus");
   std::vector<std::string> warnings;
   set_log_sink([&](LogLevel level, std::string_view m) {
     if (level == LogLevel::warning) warnings.emplace_back(m);
@@ -100,7 +82,7 @@ TEST(EnvRegistry, BadLogLevelWarnsOnceOrFailsInStrictMode) {
   EXPECT_NE(warnings[0].find("JITCACHE_LOG_LEVEL=bogus: expected a log level"), std::string::npos)
       << warnings[0];
 
-  ScopedVar strict("JITCACHE_STRICT", "1");
+  ScopedEnv strict("JITCACHE_STRICT", "1");
   const auto started = check_startup();
   ASSERT_FALSE(started);
   EXPECT_EQ(started.error().code, ErrorCode::invalid_input);
@@ -108,9 +90,9 @@ TEST(EnvRegistry, BadLogLevelWarnsOnceOrFailsInStrictMode) {
 }
 
 TEST(EnvRegistry, LogLevelValuesAreChecked) {
-  ScopedVar good("JITCACHE_LOG_LEVEL", "warning");
+  ScopedEnv good("JITCACHE_LOG_LEVEL", "warning");
   EXPECT_TRUE(check_value(jitcache_log_level));
-  ScopedVar bad("JITCACHE_LOG_LEVEL", "loud");
+  ScopedEnv bad("JITCACHE_LOG_LEVEL", "loud");
   const auto checked = check_value(jitcache_log_level);
   ASSERT_FALSE(checked);
   EXPECT_NE(checked.error().message.find("JITCACHE_LOG_LEVEL=loud"), std::string::npos);
@@ -133,8 +115,8 @@ TEST(EnvRegistry, UnknownPrefixedVariablesGetSuggestions) {
 }
 
 TEST(EnvRegistry, UnknownVariableWarnsOnceOrFailsInStrictMode) {
-  ScopedVar typo("JITCACHE_DIRECTORY_X", "1");
-  ScopedVar strict_off("JITCACHE_STRICT", nullptr);
+  ScopedEnv typo("JITCACHE_DIRECTORY_X", "1");
+  ScopedEnv strict_off("JITCACHE_STRICT", nullptr);
   std::vector<std::string> warnings;
   set_log_sink([&](LogLevel level, std::string_view m) {
     if (level == LogLevel::warning) warnings.emplace_back(m);
@@ -145,7 +127,7 @@ TEST(EnvRegistry, UnknownVariableWarnsOnceOrFailsInStrictMode) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("JITCACHE_DIRECTORY_X is not a declared jitcache variable"), std::string::npos);
 
-  ScopedVar strict("JITCACHE_STRICT", "1");
+  ScopedEnv strict("JITCACHE_STRICT", "1");
   const auto checked = check_unknown_vars();
   ASSERT_FALSE(checked);
   // A value problem, not a bad handle: the C ABI reserves INVALID_ARGUMENT for those.

@@ -12,26 +12,16 @@
 namespace jitcache::runtime {
 namespace {
 
-// Sets or unsets the variables the resolver reads, restoring them afterwards.
+// Unsets the variables the resolver reads; the guard restores them afterwards.
 class CacheDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* name : k_names) {
-      const char* value = std::getenv(name);
-      m_saved.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
-      ::unsetenv(name);
-    }
+    for (const char* name : k_names) m_env.unset(name);
   }
-  void TearDown() override {
-    for (const auto& [name, value] : m_saved) {
-      if (value) ::setenv(name, value->c_str(), 1);
-      else ::unsetenv(name);
-    }
-  }
-  static void set(const char* name, const char* value) { ::setenv(name, value, 1); }
+  void set(const char* name, const char* value) { m_env.set(name, value); }
 
   static constexpr const char* k_names[] = {"JITCACHE_DIR", "XDG_CACHE_HOME", "HOME"};
-  std::vector<std::pair<const char*, std::optional<std::string>>> m_saved;
+  jitcache::testing::ScopedEnv m_env;
 };
 
 TEST_F(CacheDirTest, ExplicitArgumentWins) {

@@ -113,15 +113,14 @@ TEST(KernelFacts, AreReadableAndComplete) {
 
 TEST(KernelFacts, CompileAffectingEnvironmentIsRecorded) {
   FakeCompiler compiler;
-  ::unsetenv("JITCACHE_LINEINFO");
+  jitcache::testing::ScopedEnv env("JITCACHE_LINEINFO", nullptr);
   const cache::CacheKey unset = key_of(k_base, compiler);
-  ::setenv("JITCACHE_LINEINFO", "0", 1);
+  env.set("JITCACHE_LINEINFO", "0");
   EXPECT_EQ(key_of(k_base, compiler), unset) << "unset and the default value must hash the same";
-  ::setenv("JITCACHE_LINEINFO", "  ", 1);
+  env.set("JITCACHE_LINEINFO", "  ");
   EXPECT_EQ(key_of(k_base, compiler), unset) << "whitespace reads as unset";
-  ::setenv("JITCACHE_LINEINFO", "1", 1);
+  env.set("JITCACHE_LINEINFO", "1");
   EXPECT_NE(key_of(k_base, compiler), unset);
-  ::unsetenv("JITCACHE_LINEINFO");
 }
 
 TEST(KernelFacts, RealCompilerFingerprintIsStable) {

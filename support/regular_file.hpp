@@ -65,7 +65,7 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, std::si
                                       std::string_view display_name = {},
                                       FollowSymlinks follow = FollowSymlinks::yes);
 
-// The same as bytes, for binary files (npy-adjacent record files).
+// The same as bytes, for binary files (the kv tools' record files).
 Result<std::vector<std::uint8_t>> read_regular_file_bytes(const std::filesystem::path& path,
                                                           std::size_t max_bytes);
 

@@ -8,8 +8,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "jitcache/log.hpp"
@@ -22,17 +20,6 @@ const char* to_string(PublishStep step) {
     case PublishStep::temp_written: return "temp_written";
     case PublishStep::renamed: return "renamed";
     case PublishStep::row_written: return "row_written";
-  }
-  return "?";
-}
-
-const char* to_string(WriteStep step) {
-  switch (step) {
-    case WriteStep::temp_create: return "temp_create";
-    case WriteStep::temp_write: return "temp_write";
-    case WriteStep::temp_fsync: return "temp_fsync";
-    case WriteStep::rename: return "rename";
-    case WriteStep::dir_fsync: return "dir_fsync";
   }
   return "?";
 }
@@ -51,19 +38,6 @@ const char* to_string(BlobProblem problem) {
 namespace {
 
 std::string shard_of(const std::string& hex) { return hex.substr(0, 2); }
-
-// Removes the temporary file unless it was renamed into place.
-class TempFileGuard {
- public:
-  explicit TempFileGuard(std::string path) : m_path(std::move(path)) {}
-  ~TempFileGuard() {
-    if (!m_path.empty()) ::unlink(m_path.c_str());
-  }
-  void release() { m_path.clear(); }
-
- private:
-  std::string m_path;
-};
 
 }  // namespace
 
@@ -97,49 +71,33 @@ Result<BlobDigest> BlobFiles::publish(std::span<const std::byte> data, Durabilit
   const BlobDigest digest = BlobDigest::of(data);
   const std::string hex = digest.to_hex();
 
-  const auto injected = [&](WriteStep at) { return m_fault ? m_fault(at) : 0; };
-
-  std::string temp = (m_root / "tmp" / "blob.XXXXXX").string();
-  const int create_fault = injected(WriteStep::temp_create);
-  const int raw_fd = create_fault != 0 ? (errno = create_fault, -1) : ::mkostemp(temp.data(), O_CLOEXEC);
-  if (raw_fd < 0) return std::unexpected(errno_error("creating a temporary file in " +
-                                                      (m_root / "tmp").string(), errno));
-  UniqueFd fd(raw_fd);
-  TempFileGuard guard(temp);
-  // mkstemp's 0600 is still filtered by the umask; make it exact.
-  if (::fchmod(fd.get(), 0600) != 0) return std::unexpected(errno_error("chmod 600 " + temp, errno));
-  if (const int e = injected(WriteStep::temp_write)) {
-    // As a full disk does: part of the data is written, then the write fails.
-    (void)write_all(fd.get(), data.first(data.size() / 2), temp);
-    return std::unexpected(errno_error("writing " + temp, e));
-  }
-  JC_TRY(write_all(fd.get(), data, temp));
-  if (durability == Durability::full) {
-    if (const int e = injected(WriteStep::temp_fsync))
-      return std::unexpected(errno_error("fsync " + temp, e));
-    JC_TRY(fsync_fd(fd.get(), temp));
-  }
-  fd.reset();
+  // A read-only store whose tmp/ is missing: what creating a file in it would say.
+  if (!m_tmp)
+    return std::unexpected(errno_error("creating a temporary file in " + (m_root / "tmp").string(), ENOENT));
+  AtomicFileOptions options;
+  // Exactly 0600 whatever the umask: a blob is nobody else's business.
+  options.mode = 0600;
+  options.mode_rule = ModeRule::exact;
+  options.sync = durability == Durability::full ? SyncRule::file_and_directory : SyncRule::none;
+  // Renaming over an existing blob of the same digest is harmless (same bytes) and heals
+  // a damaged copy, whatever was put there.
+  options.replace = ReplaceRule::anything;
+  options.wording = ErrorWording::operation_first;
+  options.temp_stem = "blob";
+  options.fault = m_fault;
+  AtomicFileWriter writer = JC_TRY(AtomicFileWriter::create_in(DirRef{m_tmp.get(), m_root / "tmp"}, options));
+  JC_TRY(writer.write(data));
+  JC_TRY(writer.finish());
   if (step) step(PublishStep::temp_written);
 
   const std::string shard = shard_of(hex);
+  const std::filesystem::path shard_path = m_root / "blobs" / shard;
   struct stat st;
   const bool shard_existed = ::fstatat(m_blobs.get(), shard.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-  UniqueFd shard_fd = JC_TRY(open_private_subdir(m_blobs.get(), shard, m_root / "blobs" / shard));
-  // Renaming over an existing blob of the same digest is harmless (same bytes) and heals
-  // a damaged copy.
-  const int rename_fault = injected(WriteStep::rename);
-  const int renamed = rename_fault != 0 ? (errno = rename_fault, -1)
-                                        : ::renameat(AT_FDCWD, temp.c_str(), shard_fd.get(), hex.c_str());
-  if (renamed != 0)
-    return std::unexpected(errno_error("renaming " + temp + " to " + path_of(digest).string(), errno));
-  guard.release();
-  if (durability == Durability::full) {
-    if (const int e = injected(WriteStep::dir_fsync))
-      return std::unexpected(errno_error("fsync " + (m_root / "blobs" / shard).string(), e));
-    JC_TRY(fsync_fd(shard_fd.get(), m_root / "blobs" / shard));
-    if (!shard_existed) JC_TRY(fsync_fd(m_blobs.get(), m_root / "blobs"));
-  }
+  const UniqueFd shard_fd = JC_TRY(open_private_subdir(m_blobs.get(), shard, shard_path));
+  JC_TRY(writer.commit_into(DirRef{shard_fd.get(), shard_path}, hex));
+  // A new shard is itself a new entry in blobs/.
+  if (durability == Durability::full && !shard_existed) JC_TRY(fsync_fd(m_blobs.get(), m_root / "blobs"));
   if (step) step(PublishStep::renamed);
   return digest;
 }
@@ -204,17 +162,12 @@ std::expected<Bytes, BlobFailure> BlobFiles::read_verified(const BlobDigest& dig
   if (static_cast<std::uint64_t>(st.st_size) != expected_size)
     return fail(BlobProblem::wrong_size, std::to_string(st.st_size) + " bytes, the index says " +
                                              std::to_string(expected_size));
+  // Not RegularFile: each way a blob can be bad is a BlobProblem of its own, which the
+  // store acts on (quarantine, heal), so the checks above stay here; the read is shared.
   Bytes bytes(expected_size);
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail(BlobProblem::unreadable, std::strerror(errno));
-    }
-    if (n == 0) return fail(BlobProblem::wrong_size, "shorter than its size while reading");
-    done += static_cast<std::size_t>(n);
-  }
+  const auto read = read_fully_at(fd.get(), 0, bytes);
+  if (!read) return fail(BlobProblem::unreadable, std::strerror(read.error()));
+  if (*read < bytes.size()) return fail(BlobProblem::wrong_size, "shorter than its size while reading");
   const BlobDigest actual = BlobDigest::of(bytes);
   if (actual != digest)
     return fail(BlobProblem::altered, "content hashes to " + actual.to_hex());

@@ -2,11 +2,11 @@
 //
 //   <root>/blobs/<d0d1>/<digest>   a published blob; <digest> is the 32-hex XXH3-128 of
 //                                  its content and <d0d1> its first two hex digits
-//   <root>/tmp/blob.XXXXXX         a blob being written (mkstemp); never read
+//   <root>/tmp/blob.tmp-*          a blob being written (support/atomic_file.hpp); never read
 //   <root>/quarantine/...          blobs that failed verification, kept for inspection
 //
 // Only names derived from a digest are ever opened, always with O_NOFOLLOW. A blob is
-// written to a temporary file, synced and renamed into place, so a reader sees either
+// written to a temporary file, synced and renamed into place (AtomicFileWriter), so a reader sees either
 // no file or the whole file; and every read re-hashes the content before returning it.
 #pragma once
 
@@ -21,6 +21,7 @@
 #include "cache/files.hpp"
 #include "cache/hash.hpp"
 #include "jitcache/error.hpp"
+#include "support/atomic_file.hpp"
 
 namespace jitcache::cache {
 
@@ -35,11 +36,10 @@ enum class Durability { full, relaxed };
 enum class PublishStep { temp_written, renamed, row_written };
 const char* to_string(PublishStep step);
 
-// The write steps of publishing a blob, in order; a test seam (StoreOptions::blob_fault_hook).
-enum class WriteStep { temp_create, temp_write, temp_fsync, rename, dir_fsync };
-const char* to_string(WriteStep step);
-// Called before each step: 0 to go on, or an errno value the step then fails with.
-using BlobFaultHook = std::function<int(WriteStep)>;
+// The write steps of publishing a blob, in order; a test seam (StoreOptions::blob_fault_hook):
+// the atomic writer's own steps and hook.
+using WriteStep = AtomicWriteStep;
+using BlobFaultHook = AtomicWriteFault;
 
 enum class BlobProblem { missing, not_regular, wrong_size, altered, unreadable };
 const char* to_string(BlobProblem problem);

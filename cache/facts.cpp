@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/text.hpp"
+
 namespace jitcache::cache {
 namespace {
 
@@ -13,42 +15,6 @@ void append_u32(std::string& out, std::uint32_t v) {
 
 void append_u64(std::string& out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-
-bool is_valid_utf8(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    std::size_t extra;
-    std::uint32_t code;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      extra = 1;
-      code = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2;
-      code = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      extra = 3;
-      code = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + extra >= text.size()) return false;
-    for (std::size_t k = 1; k <= extra; ++k) {
-      const auto cc = static_cast<unsigned char>(text[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      code = (code << 6) | (cc & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    static constexpr std::uint32_t k_min[] = {0, 0x80, 0x800, 0x10000};
-    if (code < k_min[extra] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF))
-      return false;
-    i += extra + 1;
-  }
-  return true;
 }
 
 }  // namespace
@@ -89,7 +55,7 @@ Status Facts::validate() const {
       return make_error(ErrorCode::invalid_argument,
                         "fact '" + name + "': value of " + std::to_string(value.size()) +
                             " bytes exceeds " + std::to_string(k_max_fact_value_bytes));
-    if (!is_valid_utf8(value))
+    if (text::find_invalid_utf8(value))
       return make_error(ErrorCode::invalid_argument, "fact '" + name + "': value is not valid UTF-8");
   }
   return {};

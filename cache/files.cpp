@@ -13,21 +13,6 @@
 
 namespace jitcache::cache {
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
-  if (this != &other) {
-    reset();
-    m_fd = std::exchange(other.m_fd, -1);
-  }
-  return *this;
-}
-
-UniqueFd::~UniqueFd() { reset(); }
-
-void UniqueFd::reset() {
-  if (m_fd >= 0) ::close(m_fd);
-  m_fd = -1;
-}
-
 Error errno_error(const std::string& what, int error_number) {
   return Error{ErrorCode::io, what + ": " + std::strerror(error_number), {}};
 }
@@ -213,23 +198,14 @@ Result<std::optional<std::string>> remove_unless_regular(int dir_fd, const std::
 }
 
 Status write_all(int fd, std::span<const std::byte> data, const std::filesystem::path& shown_path) {
-  std::size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return std::unexpected(errno_error("writing " + shown_path.string(), errno));
-    }
-    done += static_cast<std::size_t>(n);
-  }
+  if (const int e = write_fully(fd, data))
+    return std::unexpected(errno_error("writing " + shown_path.string(), e));
   return {};
 }
 
 Status fsync_fd(int fd, const std::filesystem::path& shown_path) {
-  while (::fsync(fd) != 0) {
-    if (errno == EINTR) continue;
-    return std::unexpected(errno_error("fsync " + shown_path.string(), errno));
-  }
+  if (const int e = fsync_retrying(fd))
+    return std::unexpected(errno_error("fsync " + shown_path.string(), e));
   return {};
 }
 

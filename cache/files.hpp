@@ -1,7 +1,7 @@
-// POSIX file helpers of the cache: an owning descriptor, private directories, whole-file
-// writes and reads. Everything below a verified root is reached through directory
-// descriptors and *at() calls, so a path component swapped for a symlink after the check
-// is never followed.
+// POSIX file helpers of the cache: private directories, whole-file writes, directory
+// listings (the owning descriptor and the atomic writer are in support/). Everything below
+// a verified root is reached through directory descriptors and *at() calls, so a path
+// component swapped for a symlink after the check is never followed.
 #pragma once
 
 #include <chrono>
@@ -16,26 +16,9 @@
 #include <vector>
 
 #include "jitcache/error.hpp"
+#include "support/unique_fd.hpp"
 
 namespace jitcache::cache {
-
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : m_fd(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd();
-
-  int get() const { return m_fd; }
-  explicit operator bool() const { return m_fd >= 0; }
-  void reset();
-
- private:
-  int m_fd = -1;
-};
 
 // "<what>: <strerror(errno)>" as an io error.
 Error errno_error(const std::string& what, int error_number);
@@ -70,7 +53,7 @@ bool is_network_filesystem(std::int64_t statfs_type);
 Result<std::optional<std::string>> remove_unless_regular(int dir_fd, const std::string& name,
                                                          const std::filesystem::path& shown, std::string_view role);
 
-// Writes all bytes, retrying short writes and EINTR.
+// Writes all bytes (support/unique_fd.hpp's loops), with errors worded as errno_error's.
 Status write_all(int fd, std::span<const std::byte> data, const std::filesystem::path& shown_path);
 Status fsync_fd(int fd, const std::filesystem::path& shown_path);
 

@@ -12,9 +12,6 @@
 namespace jitcache {
 namespace {
 
-// Reads are issued in pieces no larger than this: Linux transfers at most ~2 GiB per call.
-constexpr std::size_t k_max_read_chunk = std::size_t{1} << 30;
-
 std::string errno_text(int err) { return std::strerror(err); }
 
 std::unexpected<Error> not_regular(const std::string& name, mode_t mode) {
@@ -43,18 +40,26 @@ Result<Container> read_to_end(int fd, const std::string& name, std::uint64_t siz
       if (data.size() > max_bytes) return too_big(name, data.size(), max_bytes);
       data.resize(std::min(cap, std::max<std::size_t>(data.size() * 2, 1 << 16)));
     }
-    const std::size_t want = std::min(data.size() - have, k_max_read_chunk);
-    const ssize_t n = ::read(fd, data.data() + have, want);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(ErrorCode::io, name + ": read failed: " + errno_text(errno));
-    }
-    if (n == 0) break;
-    have += static_cast<std::size_t>(n);
+    const auto free = std::as_writable_bytes(std::span(data)).subspan(have);
+    const auto n = read_fully_at(fd, have, free);
+    if (!n) return make_error(ErrorCode::io, name + ": read failed: " + errno_text(n.error()));
+    have += *n;
+    if (*n < free.size()) break;  // the end of the file
   }
   if (have > max_bytes) return too_big(name, have, max_bytes);
   data.resize(have);
   return data;
+}
+
+std::unexpected<Error> refuse_to_replace(const std::filesystem::path& output, mode_t mode) {
+  return make_error(ErrorCode::invalid_input,
+                    output.string() + ": the output exists and is " + std::string(file_type_name(mode)) +
+                        ", not a regular file; refusing to replace it (name a new file or a "
+                        "regular one)");
+}
+
+std::unexpected<Error> cannot_stat_output(const std::filesystem::path& output, int err) {
+  return make_error(ErrorCode::io, output.string() + ": cannot stat the output: " + errno_text(err));
 }
 
 }  // namespace
@@ -72,22 +77,8 @@ std::string_view file_type_name(mode_t mode) {
   }
 }
 
-RegularFile::RegularFile(int fd, std::string name, const struct stat& st)
-    : m_fd(fd), m_name(std::move(name)), m_stat(st) {}
-
-RegularFile::RegularFile(RegularFile&& other) noexcept
-    : m_fd(std::exchange(other.m_fd, -1)), m_name(std::move(other.m_name)), m_stat(other.m_stat) {}
-
-RegularFile& RegularFile::operator=(RegularFile&& other) noexcept {
-  std::swap(m_fd, other.m_fd);
-  std::swap(m_name, other.m_name);
-  std::swap(m_stat, other.m_stat);
-  return *this;
-}
-
-RegularFile::~RegularFile() {
-  if (m_fd >= 0) ::close(m_fd);
-}
+RegularFile::RegularFile(UniqueFd fd, std::string name, const struct stat& st)
+    : m_fd(std::move(fd)), m_name(std::move(name)), m_stat(st) {}
 
 Result<RegularFile> RegularFile::open(const std::filesystem::path& path, FollowSymlinks follow,
                                       std::string_view display_name) {
@@ -111,46 +102,32 @@ Result<RegularFile> RegularFile::open(const std::filesystem::path& path, FollowS
   return adopt(fd, std::move(name));
 }
 
-Result<RegularFile> RegularFile::adopt(int fd, std::string name) {
+Result<RegularFile> RegularFile::adopt(int raw_fd, std::string name) {
+  UniqueFd fd(raw_fd);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return make_error(ErrorCode::io, name + ": cannot stat: " + errno_text(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return not_regular(name, st.st_mode);
-  }
+  if (::fstat(fd.get(), &st) != 0)
+    return make_error(ErrorCode::io, name + ": cannot stat: " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) return not_regular(name, st.st_mode);
   // Only needed to open; reads of a regular file never block on it, but clearing it keeps
   // the descriptor ordinary for whoever uses it next.
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-  return RegularFile(fd, std::move(name), st);
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+  return RegularFile(std::move(fd), std::move(name), st);
 }
 
 Status RegularFile::read_at(std::uint64_t offset, void* dst, std::size_t size) const {
-  auto* out = static_cast<std::uint8_t*>(dst);
-  while (size > 0) {
-    const ssize_t n = ::pread(m_fd, out, std::min(size, k_max_read_chunk), static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(ErrorCode::io, m_name + ": read failed: " + errno_text(errno));
-    }
-    if (n == 0) return make_error(ErrorCode::io, m_name + ": unexpected end of file while reading");
-    out += n;
-    offset += static_cast<std::uint64_t>(n);
-    size -= static_cast<std::size_t>(n);
-  }
+  const auto n = read_fully_at(m_fd.get(), offset, {static_cast<std::byte*>(dst), size});
+  if (!n) return make_error(ErrorCode::io, m_name + ": read failed: " + errno_text(n.error()));
+  if (*n < size) return make_error(ErrorCode::io, m_name + ": unexpected end of file while reading");
   return {};
 }
 
 Result<std::string> RegularFile::read_all(std::size_t max_bytes) const {
-  return read_to_end<std::string>(m_fd, m_name, size(), max_bytes);
+  return read_to_end<std::string>(m_fd.get(), m_name, size(), max_bytes);
 }
 
 Result<std::vector<std::uint8_t>> RegularFile::read_all_bytes(std::size_t max_bytes) const {
-  return read_to_end<std::vector<std::uint8_t>>(m_fd, m_name, size(), max_bytes);
+  return read_to_end<std::vector<std::uint8_t>>(m_fd.get(), m_name, size(), max_bytes);
 }
 
 Result<std::string> read_regular_file(const std::filesystem::path& path, std::size_t max_bytes,
@@ -159,19 +136,30 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, std::si
   return file.read_all(max_bytes);
 }
 
+Result<std::vector<std::uint8_t>> read_regular_file_bytes(const std::filesystem::path& path,
+                                                          std::size_t max_bytes) {
+  const RegularFile file = JC_TRY(RegularFile::open(path));
+  return file.read_all_bytes(max_bytes);
+}
+
+Status check_replaceable_at(int dir_fd, const std::string& name, const std::filesystem::path& shown) {
+  struct stat st {};
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return {};
+    return cannot_stat_output(shown, errno);
+  }
+  if (!S_ISREG(st.st_mode)) return refuse_to_replace(shown, st.st_mode);
+  return {};
+}
+
 Status check_output_target(const std::filesystem::path& output,
                            std::span<const std::filesystem::path> inputs) {
   struct stat out {};
   if (::lstat(output.c_str(), &out) != 0) {
     if (errno == ENOENT) return {};  // a new name: nothing to replace
-    return make_error(ErrorCode::io, output.string() + ": cannot stat the output: " + errno_text(errno));
+    return cannot_stat_output(output, errno);
   }
-  if (!S_ISREG(out.st_mode))
-    return make_error(ErrorCode::invalid_input,
-                      output.string() + ": the output exists and is " +
-                          std::string(file_type_name(out.st_mode)) +
-                          ", not a regular file; refusing to replace it (name a new file or a "
-                          "regular one)");
+  if (!S_ISREG(out.st_mode)) return refuse_to_replace(output, out.st_mode);
   for (const std::filesystem::path& input : inputs) {
     struct stat in {};
     if (::stat(input.c_str(), &in) != 0) continue;  // the reader reports a missing input

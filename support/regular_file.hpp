@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "jitcache/error.hpp"
+#include "support/unique_fd.hpp"
 
 namespace jitcache {
 
@@ -39,13 +40,7 @@ class RegularFile {
   // The descriptor is closed on failure.
   static Result<RegularFile> adopt(int fd, std::string name);
 
-  RegularFile(RegularFile&& other) noexcept;
-  RegularFile& operator=(RegularFile&& other) noexcept;
-  RegularFile(const RegularFile&) = delete;
-  RegularFile& operator=(const RegularFile&) = delete;
-  ~RegularFile();
-
-  int fd() const { return m_fd; }
+  int fd() const { return m_fd.get(); }
   const std::string& name() const { return m_name; }
   // The size and identity when the file was opened.
   std::uint64_t size() const { return static_cast<std::uint64_t>(m_stat.st_size); }
@@ -59,8 +54,8 @@ class RegularFile {
   Result<std::vector<std::uint8_t>> read_all_bytes(std::size_t max_bytes) const;
 
  private:
-  RegularFile(int fd, std::string name, const struct stat& st);
-  int m_fd = -1;
+  RegularFile(UniqueFd fd, std::string name, const struct stat& st);
+  UniqueFd m_fd;
   std::string m_name;
   struct stat m_stat {};
 };
@@ -70,6 +65,10 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, std::si
                                       std::string_view display_name = {},
                                       FollowSymlinks follow = FollowSymlinks::yes);
 
+// The same as bytes, for binary files (the kv tools' record files).
+Result<std::vector<std::uint8_t>> read_regular_file_bytes(const std::filesystem::path& path,
+                                                          std::size_t max_bytes);
+
 // May `output` be written (replaced) by a command that reads `inputs`? Refused, as
 // invalid_input naming the rule: an existing `output` that is not a regular file (a
 // device, a FIFO, a socket, a directory; a symbolic link too, since replacing it would
@@ -77,5 +76,8 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, std::si
 // and inode) as any input, whatever path spells it. A missing output is fine.
 Status check_output_target(const std::filesystem::path& output,
                            std::span<const std::filesystem::path> inputs = {});
+// Its first rule for the entry `name` below `dir_fd`, named `shown` in messages: nothing
+// there, or a regular file (the atomic writer checks this right before its rename).
+Status check_replaceable_at(int dir_fd, const std::string& name, const std::filesystem::path& shown);
 
 }  // namespace jitcache

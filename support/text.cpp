@@ -69,4 +69,40 @@ std::string shown(const std::filesystem::path& path) {
   return escape_control(path.native());
 }
 
+std::optional<std::size_t> find_invalid_utf8(std::string_view s) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(s.data());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char lead = bytes[i];
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    // The length from the lead byte, and the range its second byte must fall in: the
+    // narrowed ranges after E0, ED, F0 and F4 are what exclude overlong forms, surrogates
+    // and code points above U+10FFFF (RFC 3629, section 4).
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;
+      if (lead == 0xED) high = 0x9F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;
+      if (lead == 0xF4) high = 0x8F;
+    } else {
+      return i;  // a continuation byte, C0/C1 (always overlong) or F5..FF
+    }
+    if (s.size() - i < length) return i;
+    if (bytes[i + 1] < low || bytes[i + 1] > high) return i;
+    for (std::size_t k = 2; k < length; ++k)
+      if ((bytes[i + k] & 0xC0) != 0x80) return i;
+    i += length;
+  }
+  return std::nullopt;
+}
+
 }  // namespace jitcache::text

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -27,5 +28,10 @@ std::string escape_control(std::string_view s);
 // A path as quoted in messages: its text with control characters escaped; "" is shown as
 // "(empty path)".
 std::string shown(const std::filesystem::path& path);
+
+// The offset of the first byte that does not begin a well-formed UTF-8 sequence (RFC 3629:
+// overlong forms, UTF-16 surrogates, code points above U+10FFFF and sequences cut short
+// are ill-formed), or nullopt when all of `s` is UTF-8.
+std::optional<std::size_t> find_invalid_utf8(std::string_view s);
 
 }  // namespace jitcache::text

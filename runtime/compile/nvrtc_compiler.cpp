@@ -1,5 +1,4 @@
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <nvrtc.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,14 +10,13 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <regex>
 #include <string>
 #include <vector>
 
-#include "cache/files.hpp"
 #include "jitcache/log.hpp"
 #include "runtime/compile/compiler.hpp"
+#include "support/atomic_file.hpp"
 #include "support/env.hpp"
 #include "support/regular_file.hpp"
 
@@ -116,18 +114,17 @@ Status write_memo(const std::filesystem::path& file, const std::string& identity
                                2, ' ', false, nlohmann::json::error_handler_t::replace) +
                            "\n";
 
-  std::random_device random;
-  const std::filesystem::path temp =
-      file.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(random());
-  cache::UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!fd) return std::unexpected(cache::errno_error("create " + temp.string(), errno));
-  auto written = cache::write_all(fd.get(), std::as_bytes(std::span(text)), temp);
-  if (written) written = cache::fsync_fd(fd.get(), temp);
-  fd.reset();
-  if (written && ::rename(temp.c_str(), file.c_str()) != 0)
-    written = std::unexpected(cache::errno_error("rename " + temp.string() + " to " + file.string(), errno));
-  if (!written) ::unlink(temp.c_str());
-  return written;
+  AtomicFileOptions options;
+  options.mode = 0600;
+  // Synced before the rename so a crash leaves the old memo or the new one; the directory
+  // is not: a memo lost to a crash is only a later miss.
+  options.sync = SyncRule::file;
+  // The cache root is private: a FIFO or a link planted at the memo's name is replaced.
+  options.replace = ReplaceRule::anything;
+  options.wording = ErrorWording::operation_first;
+  AtomicFileWriter writer = JC_TRY(AtomicFileWriter::create(file, std::move(options)));
+  JC_TRY(writer.write(text));
+  return writer.commit();
 }
 
 class NvrtcCompiler final : public Compiler {

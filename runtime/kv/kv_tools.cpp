@@ -13,6 +13,7 @@
 #include "runtime/kv/host_executor.hpp"
 #include "runtime/kv/npy.hpp"
 #include "runtime/scales/scale_file.hpp"
+#include "support/atomic_file.hpp"
 #include "support/regular_file.hpp"
 
 namespace jitcache::kv {
@@ -295,7 +296,9 @@ Result<FileSummary> dequantize_file(const std::filesystem::path& input,
                                     const std::filesystem::path& output,
                                     const RecordOptions& options) {
   JC_TRY(check_output_target(output, std::span(&input, 1)));
-  const std::vector<std::uint8_t> records = JC_TRY(read_file(input));
+  // No cap of its own: a records file is as large as the dump it was made from.
+  const std::vector<std::uint8_t> records =
+      JC_TRY(read_regular_file_bytes(input, std::numeric_limits<std::size_t>::max()));
   const std::vector<std::uint16_t> rows = JC_TRY(gather_records(records, options, input.string()));
   std::vector<float> values(rows.size());
   std::transform(rows.begin(), rows.end(), values.begin(), jc::bf16_to_float);

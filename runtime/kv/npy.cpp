@@ -1,181 +1,22 @@
 #include "runtime/kv/npy.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cctype>
-#include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <random>
 #include <utility>
 
+#include "support/atomic_file.hpp"
 #include "support/regular_file.hpp"
 
-namespace jitcache {
+namespace jitcache::npy {
 namespace {
 
 // .npy data is little-endian and read by memcpy into host floats.
 static_assert(std::endian::native == std::endian::little, "jitcache assumes a little-endian host");
-
-std::string errno_text(int err) { return std::strerror(err); }
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : m_fd(fd) {}
-  Fd(Fd&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    std::swap(m_fd, other.m_fd);
-    return *this;
-  }
-  ~Fd() {
-    if (m_fd >= 0) ::close(m_fd);
-  }
-  int get() const { return m_fd; }
-  // Closes now so that a failing close (a late write error on some filesystems) is seen.
-  int close() { return ::close(std::exchange(m_fd, -1)); }
-
- private:
-  int m_fd;
-};
-
-std::string unique_suffix() {
-  static std::atomic<std::uint64_t> counter{0};
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + "-" +
-         std::to_string(rng() & 0xffffffffu);
-}
-
-// A temporary file that disappears unless committed: a failure at any step leaves no
-// partial output, and forgetting to commit is never silent success.
-class AtomicFile {
- public:
-  explicit AtomicFile(std::filesystem::path target) : m_target(std::move(target)) {}
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-  ~AtomicFile() {
-    if (!m_tmp.empty() && !m_committed) ::unlink(m_tmp.c_str());
-  }
-
-  Status open() {
-    const std::filesystem::path dir = directory();
-    for (int attempt = 0; attempt < 16; ++attempt) {
-      std::filesystem::path tmp =
-          dir / ("." + m_target.filename().string() + ".tmp-" + unique_suffix());
-      const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd >= 0) {
-        m_fd = Fd(fd);
-        m_tmp = std::move(tmp);
-        return {};
-      }
-      if (errno != EEXIST)
-        return make_error(ErrorCode::io, m_target.string() +
-                                             ": cannot create a temporary file in '" +
-                                             dir.string() + "': " + errno_text(errno));
-    }
-    return make_error(ErrorCode::io, m_target.string() + ": cannot create a unique temporary file");
-  }
-
-  std::filesystem::path directory() const {
-    return m_target.has_parent_path() ? m_target.parent_path() : std::filesystem::path(".");
-  }
-
-  Status write(std::span<const std::uint8_t> bytes) {
-    const std::uint8_t* p = bytes.data();
-    std::size_t left = bytes.size();
-    while (left > 0) {
-      const ssize_t n = ::write(m_fd.get(), p, std::min<std::size_t>(left, std::size_t{1} << 30));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return make_error(ErrorCode::io,
-                          m_target.string() + ": write failed: " + errno_text(errno));
-      }
-      p += n;
-      left -= static_cast<std::size_t>(n);
-    }
-    return {};
-  }
-
-  Status commit() {
-    if (::fsync(m_fd.get()) != 0)
-      return make_error(ErrorCode::io, m_target.string() + ": fsync failed: " + errno_text(errno));
-    if (m_fd.close() != 0)
-      return make_error(ErrorCode::io, m_target.string() + ": close failed: " + errno_text(errno));
-    JC_TRY(rename_into_place());
-    m_committed = true;
-    // The rename is only durable once the directory entry is: without this a crash
-    // could leave the old file (or none) behind although the write reported success.
-    const Fd dir(::open(directory().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (dir.get() < 0 || ::fsync(dir.get()) != 0)
-      return make_error(ErrorCode::io, m_target.string() + ": written, but cannot fsync its directory '" +
-                                           directory().string() + "': " + errno_text(errno));
-    return {};
-  }
-
- private:
-  // The rename lands only on a new name or on a regular file: a device, FIFO or socket
-  // found there is refused, never replaced. A new name is taken with RENAME_NOREPLACE, so
-  // nothing that appears there meanwhile is replaced either; what remains is the window
-  // between the check of an existing regular file and the rename, which only someone who
-  // can already write the directory can use.
-  Status rename_into_place() {
-    for (int attempt = 0; attempt < 8; ++attempt) {
-      JC_TRY(check_output_target(m_target));
-      struct stat st {};
-      if (::lstat(m_target.c_str(), &st) == 0) {
-        if (::rename(m_tmp.c_str(), m_target.c_str()) == 0) return {};
-        return rename_error(errno);
-      }
-      if (::renameat2(AT_FDCWD, m_tmp.c_str(), AT_FDCWD, m_target.c_str(), RENAME_NOREPLACE) == 0)
-        return {};
-      if (errno == EEXIST) continue;  // created meanwhile: check what it is
-      // A filesystem without RENAME_NOREPLACE: the check above is the guard.
-      if (errno == EINVAL || errno == ENOSYS) {
-        if (::rename(m_tmp.c_str(), m_target.c_str()) == 0) return {};
-      }
-      return rename_error(errno);
-    }
-    return make_error(ErrorCode::io, m_target.string() + ": the output keeps changing; not written");
-  }
-
-  std::unexpected<Error> rename_error(int err) const {
-    return make_error(ErrorCode::io, m_target.string() +
-                                         ": cannot rename the temporary file into place: " +
-                                         errno_text(err));
-  }
-
-  std::filesystem::path m_target;
-  std::filesystem::path m_tmp;
-  Fd m_fd;
-  bool m_committed = false;
-};
-
-}  // namespace
-
-Status write_file_atomic(const std::filesystem::path& path,
-                         std::span<const std::span<const std::uint8_t>> parts) {
-  AtomicFile file(path);
-  JC_TRY(file.open());
-  for (const auto& part : parts) JC_TRY(file.write(part));
-  return file.commit();
-}
-
-Result<std::vector<std::uint8_t>> read_file(const std::filesystem::path& path) {
-  const RegularFile file = JC_TRY(RegularFile::open(path));
-  return file.read_all_bytes(std::numeric_limits<std::size_t>::max());
-}
-
-}  // namespace jitcache
-
-namespace jitcache::npy {
-namespace {
 
 constexpr std::uint8_t k_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 constexpr std::size_t k_header_alignment = 64;

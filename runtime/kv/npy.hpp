@@ -84,7 +84,8 @@ Result<Array<std::uint8_t>> parse_uint8(std::span<const std::uint8_t> bytes, std
 // Fails only if the shape's element count overflows.
 Result<std::vector<std::uint8_t>> encode_header(DType dtype, std::span<const std::uint64_t> shape);
 
-// Writes a version 1.0 file atomically. `values` must hold exactly product(shape) elements.
+// Writes a version 1.0 file atomically (write_file_atomic, support/atomic_file.hpp): a
+// non-regular file at `path` is refused. `values` must hold exactly product(shape) elements.
 Status write_float32(const std::filesystem::path& path, std::span<const std::uint64_t> shape,
                      std::span<const float> values);
 Status write_uint8(const std::filesystem::path& path, std::span<const std::uint64_t> shape,
@@ -94,20 +95,3 @@ Status write_uint8(const std::filesystem::path& path, std::span<const std::uint6
 std::string format_shape(std::span<const std::uint64_t> shape);
 
 }  // namespace jitcache::npy
-
-namespace jitcache {
-
-// Raw file helpers the npy writer and the `kv` record files share.
-//
-// write_file_atomic writes the concatenated parts to a unique temporary file in the
-// destination's directory, fsyncs it, renames it into place and fsyncs the directory:
-// readers see the old file or the whole new one, the result survives a crash once the
-// call returns, and a failure before the rename leaves nothing behind. The rename lands
-// only on a new name or a regular file (check_output_target, support/regular_file.hpp):
-// a device, FIFO, socket, directory or symlink at `path` is refused, never replaced.
-// read_file reads a whole regular file without blocking on a FIFO or a device.
-Status write_file_atomic(const std::filesystem::path& path,
-                         std::span<const std::span<const std::uint8_t>> parts);
-Result<std::vector<std::uint8_t>> read_file(const std::filesystem::path& path);
-
-}  // namespace jitcache

@@ -5,6 +5,7 @@
 
 #include "jitcache/scales.hpp"
 #include "runtime/scales/scale_json.hpp"
+#include "support/regular_file.hpp"
 #include "support/sha256.hpp"
 #include "support/text.hpp"
 
@@ -108,7 +109,7 @@ Result<CheckpointConfig> read_checkpoint_config(const std::filesystem::path& che
   checkpoint.path = checkpoint_dir / "config.json";
   const std::string name = checkpoint.path.string();
   const std::string bytes =
-      JC_TRY(scales::read_file_bounded(checkpoint.path, scales::k_max_config_file_bytes));
+      JC_TRY(read_regular_file(checkpoint.path, scales::k_max_config_file_bytes));
   checkpoint.sha256 = sha256_hex(bytes);
   json config = JC_TRY(scales::parse_json_strict(bytes, name));
   checkpoint.model = JC_TRY(parse_model_config(config, name));

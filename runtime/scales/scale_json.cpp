@@ -7,14 +7,12 @@
 #include <utility>
 #include <vector>
 
-#include "support/regular_file.hpp"
+#include "support/text.hpp"
 
 namespace jitcache::scales {
 namespace {
 
 using nlohmann::json;
-
-bool is_continuation(unsigned char byte) { return (byte & 0xC0) == 0x80; }
 
 // Builds the document through nlohmann's SAX interface so that duplicate keys and depth
 // can be refused at the point they appear; returning false stops the parser at once.
@@ -138,43 +136,9 @@ class StrictDomBuilder final : public nlohmann::json_sax<json> {
 
 }  // namespace
 
-std::optional<std::size_t> find_invalid_utf8(std::string_view text) {
-  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
-  const std::size_t size = text.size();
-  std::size_t i = 0;
-  while (i < size) {
-    const unsigned char lead = bytes[i];
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t length = 0;
-    unsigned char low = 0x80, high = 0xBF;  // allowed range of the second byte
-    if (lead >= 0xC2 && lead <= 0xDF) {
-      length = 2;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      length = 3;
-      if (lead == 0xE0) low = 0xA0;   // overlong
-      if (lead == 0xED) high = 0x9F;  // UTF-16 surrogates
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      length = 4;
-      if (lead == 0xF0) low = 0x90;   // overlong
-      if (lead == 0xF4) high = 0x8F;  // above U+10FFFF
-    } else {
-      return i;
-    }
-    if (i + length > size) return i;
-    if (bytes[i + 1] < low || bytes[i + 1] > high) return i;
-    for (std::size_t k = 2; k < length; ++k)
-      if (!is_continuation(bytes[i + k])) return i;
-    i += length;
-  }
-  return std::nullopt;
-}
-
 Result<json> parse_json_strict(std::string_view text, const std::string& file,
                                std::size_t max_depth) {
-  if (const auto bad = find_invalid_utf8(text)) {
+  if (const auto bad = text::find_invalid_utf8(text)) {
     return make_error(ErrorCode::invalid_input,
                       file + ": not valid UTF-8 (first bad byte at offset " +
                           std::to_string(*bad) + ")");
@@ -194,11 +158,6 @@ Result<json> parse_json_strict(std::string_view text, const std::string& file,
     return make_error(ErrorCode::invalid_input, file + ": " + why);
   }
   return builder.take_root();
-}
-
-Result<std::string> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes,
-                                      std::string_view display_name) {
-  return read_regular_file(path, max_bytes, display_name);
 }
 
 std::string format_number(double value) {

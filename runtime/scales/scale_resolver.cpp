@@ -11,6 +11,7 @@
 #include "runtime/scales/scale_file.hpp"
 #include "runtime/scales/scale_json.hpp"
 #include "support/env.hpp"
+#include "support/regular_file.hpp"
 #include "support/sha256.hpp"
 #include "support/text.hpp"
 
@@ -184,7 +185,7 @@ Result<ResolvedScales> resolve_override(const ResolveOptions& options, const Che
                                         const fs::path& path, OverrideOrigin origin,
                                         const std::optional<KnownRevision>& revision) {
   const std::string name = path.string();
-  auto bytes = read_file_bounded(path, k_max_scales_file_bytes);
+  auto bytes = read_regular_file(path, k_max_scales_file_bytes);
   if (!bytes) {
     Error error = std::move(bytes.error());
     if (origin == OverrideOrigin::environment)
@@ -260,7 +261,7 @@ Result<ResolvedScales> resolve_checkpoint(const ResolveOptions& options,
     const fs::path path =
         JC_TRY(resolve_sidecar_path(options.checkpoint_dir, reference.file, config_name));
     const std::string name = (options.checkpoint_dir / reference.file).string();
-    std::string bytes = JC_TRY(read_file_bounded(path, k_max_scales_file_bytes, name));
+    std::string bytes = JC_TRY(read_regular_file(path, k_max_scales_file_bytes, name));
     const std::string digest = sha256_hex(bytes);
     if (digest != reference.sha256) {
       return make_error(ErrorCode::invalid_input,
@@ -469,7 +470,7 @@ Result<ValidatedScaleFile> validate_scales_file(const ValidateOptions& options) 
   }
   const std::string name = options.file.string();
   const std::string bytes =
-      JC_TRY(scales::read_file_bounded(options.file, scales::k_max_scales_file_bytes));
+      JC_TRY(read_regular_file(options.file, scales::k_max_scales_file_bytes));
   ValidatedScaleFile validated;
   validated.file = options.file;
   validated.sha256 = sha256_hex(bytes);

@@ -106,6 +106,37 @@ TEST_F(RegularFileTest, AdoptRefusesADescriptorOfAFifo) {
   EXPECT_EQ(::fcntl(fd, F_GETFD), -1) << "the descriptor is closed on failure";
 }
 
+TEST_F(RegularFileTest, ReadsBytesUpToTheCapAndRefusesWhatIsNotAFile) {
+  const fs::path file = write("bin", std::string("\x00\xff\x01", 3));
+  const auto read = read_regular_file_bytes(file, 3);
+  ASSERT_OK(read);
+  EXPECT_EQ(*read, (std::vector<std::uint8_t>{0x00, 0xff, 0x01}));
+  const auto over = read_regular_file_bytes(file, 2);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().message,
+            file.string() + ": file is 3 bytes, over the limit of 2 bytes for this kind of file");
+  ASSERT_EQ(::mkfifo((dir() / "pipe").c_str(), 0600), 0);
+  const testing::HangGuard guard(10);
+  const auto fifo = read_regular_file_bytes(dir() / "pipe", 100);
+  ASSERT_FALSE(fifo);
+  EXPECT_EQ(fifo.error().message, (dir() / "pipe").string() + ": not a regular file (a FIFO)");
+  EXPECT_EQ(read_regular_file_bytes(dir() / "absent", 100).error().code, ErrorCode::not_found);
+}
+
+// A file larger than the first guess of the buffer (its size at open) is read to its end.
+TEST_F(RegularFileTest, ReadsAFileThatGrewSinceItWasOpened) {
+  const fs::path file = write("grows", "start");
+  const auto opened = RegularFile::open(file);
+  ASSERT_OK(opened);
+  std::ofstream(file, std::ios::binary | std::ios::app) << std::string(200'000, 'y');
+  const auto all = opened->read_all(1 << 20);
+  ASSERT_OK(all);
+  EXPECT_EQ(all->size(), 200'005u);
+  const auto capped = opened->read_all(100'000);
+  ASSERT_FALSE(capped);
+  EXPECT_EQ(capped.error().code, ErrorCode::invalid_input);
+}
+
 // ---------------------------------------------------------------------------------------
 // check_output_target: a pure check, so /dev/null can be named without any risk to it.
 
@@ -136,6 +167,28 @@ TEST_F(RegularFileTest, OutputThatIsNotARegularFileIsRefused) {
                                            ", not a regular file; refusing to replace it (name a "
                                            "new file or a regular one)");
   }
+}
+
+// The same rule below a directory descriptor, as the atomic writer checks it.
+TEST_F(RegularFileTest, ReplaceableAtIsNothingOrARegularFile) {
+  const UniqueFd root(::open(dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(root);
+  write("old", "x");
+  ASSERT_EQ(::mkfifo((dir() / "pipe").c_str(), 0600), 0);
+  fs::create_symlink(dir() / "old", dir() / "link");
+  EXPECT_OK(check_replaceable_at(root.get(), "new", "shown/new"));
+  EXPECT_OK(check_replaceable_at(root.get(), "old", "shown/old"));
+  const Status fifo = check_replaceable_at(root.get(), "pipe", "shown/pipe");
+  ASSERT_FALSE(fifo);
+  EXPECT_EQ(fifo.error().message, "shown/pipe: the output exists and is a FIFO, not a regular file; refusing "
+                                  "to replace it (name a new file or a regular one)");
+  const Status link = check_replaceable_at(root.get(), "link", "shown/link");
+  ASSERT_FALSE(link);
+  EXPECT_NE(link.error().message.find("is a symbolic link"), std::string::npos);
+  const Status bad = check_replaceable_at(-1, "x", "shown/x");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::io);
+  EXPECT_NE(bad.error().message.find("shown/x: cannot stat the output"), std::string::npos);
 }
 
 TEST_F(RegularFileTest, OutputThatIsAnInputIsRefusedHoweverSpelt) {

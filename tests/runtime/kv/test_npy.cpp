@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "support/atomic_file.hpp"
+#include "support/regular_file.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
@@ -474,7 +476,7 @@ TEST_F(NpyFileTest, AFifoAsInputIsRefusedWithoutBlocking) {
   ASSERT_FALSE(npy_read);
   EXPECT_EQ(npy_read.error().code, ErrorCode::invalid_input);
   EXPECT_EQ(npy_read.error().message, (dir() / "x.npy").string() + ": not a regular file (a FIFO)");
-  const auto raw_read = read_file(dir() / "x.npy");
+  const auto raw_read = read_regular_file_bytes(dir() / "x.npy", std::numeric_limits<std::size_t>::max());
   ASSERT_FALSE(raw_read);
   EXPECT_EQ(raw_read.error().message, (dir() / "x.npy").string() + ": not a regular file (a FIFO)");
 }

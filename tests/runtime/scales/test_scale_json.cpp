@@ -5,6 +5,7 @@
 
 #include "runtime/scales/scale_file.hpp"
 #include "runtime/scales/scale_json.hpp"
+#include "support/regular_file.hpp"
 #include "test_scale_support.hpp"
 #include "test_support.hpp"
 
@@ -12,24 +13,6 @@ namespace jitcache::scales {
 namespace {
 
 using namespace jitcache::testing;
-
-TEST(Utf8, AcceptsWellFormedText) {
-  EXPECT_EQ(find_invalid_utf8(""), std::nullopt);
-  EXPECT_EQ(find_invalid_utf8("plain ascii"), std::nullopt);
-  EXPECT_EQ(find_invalid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), std::nullopt);  // é € 😀
-  EXPECT_EQ(find_invalid_utf8("\xf4\x8f\xbf\xbf"), std::nullopt);                           // U+10FFFF
-}
-
-TEST(Utf8, RejectsIllFormedSequencesAtTheirOffset) {
-  EXPECT_EQ(find_invalid_utf8("ab\xff"), 2u);                 // never valid
-  EXPECT_EQ(find_invalid_utf8("a\xc0\xaf"), 1u);              // overlong '/'
-  EXPECT_EQ(find_invalid_utf8("\xe0\x80\xaf"), 0u);           // overlong 3-byte
-  EXPECT_EQ(find_invalid_utf8("x\xed\xa0\x80"), 1u);          // surrogate D800
-  EXPECT_EQ(find_invalid_utf8("\xf4\x90\x80\x80"), 0u);       // above U+10FFFF
-  EXPECT_EQ(find_invalid_utf8("ok\xe2\x82"), 2u);             // truncated at the end
-  EXPECT_EQ(find_invalid_utf8("\x80"), 0u);                   // lone continuation
-  EXPECT_EQ(find_invalid_utf8("\xc3\x28"), 0u);               // bad continuation
-}
 
 TEST(StrictJson, ParsesOrdinaryDocuments) {
   const auto parsed = parse_json_strict(R"({"a": [1, 2.5, "x", null, true], "b": {"c": {}}})", "f");
@@ -79,21 +62,21 @@ class ReadBounded : public TempDirTest {};
 
 TEST_F(ReadBounded, ReadsUpToTheCapAndRefusesOneByteMore) {
   write_text(dir() / "f", std::string(100, 'x'));
-  ASSERT_OK(read_file_bounded(dir() / "f", 100));
-  const auto refused = read_file_bounded(dir() / "f", 99);
+  ASSERT_OK(read_regular_file(dir() / "f", 100));
+  const auto refused = read_regular_file(dir() / "f", 99);
   ASSERT_FALSE(refused);
   EXPECT_CONTAINS(refused.error().message, "file is 100 bytes, over the limit of 99 bytes");
 }
 
 TEST_F(ReadBounded, FifoIsRefusedWithoutBlocking) {
   ASSERT_EQ(::mkfifo((dir() / "pipe").c_str(), 0600), 0);
-  const auto refused = read_file_bounded(dir() / "pipe", 100, "display-name");
+  const auto refused = read_regular_file(dir() / "pipe", 100, "display-name");
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().message, "display-name: not a regular file (a FIFO)");
 }
 
 TEST_F(ReadBounded, MissingFileIsNotFound) {
-  const auto missing = read_file_bounded(dir() / "absent", 100);
+  const auto missing = read_regular_file(dir() / "absent", 100);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, ErrorCode::not_found);
 }

@@ -63,7 +63,8 @@ Result<VerifyReport> DiskTier::verify() {
   for (const EntryInfo& info : entries) {
     ++report.checked;
     if (quarantined.contains(info.digest)) {
-      report.bad.push_back({info.key, info.digest, m_blobs.path_of(info.digest).string() + ": quarantined with another entry"});
+      report.bad.push_back({info.key, info.digest,
+                            m_blobs.path_of(info.digest).string() + ": quarantined with another entry"});
       continue;
     }
     auto bytes = m_blobs.read_verified(info.digest, info.size);
@@ -78,9 +79,11 @@ Result<VerifyReport> DiskTier::verify() {
       auto facts = Facts::from_json(info.facts_json);
       std::string problem;
       if (!facts) problem = "field facts: " + facts.error().message;
-      else if (facts->key() != info.key) problem = "field facts: hash to " + facts->key().to_hex() + ", not to the key";
+      else if (facts->key() != info.key)
+        problem = "field facts: hash to " + facts->key().to_hex() + ", not to the key";
       if (!problem.empty()) {
-        report.bad.push_back({info.key, info.digest, index_path().string() + ": entry " + info.key.to_hex() + ", " + problem});
+        report.bad.push_back(
+            {info.key, info.digest, index_path().string() + ": entry " + info.key.to_hex() + ", " + problem});
         auto removed = with_index([&](Index& index) { return index.remove_key(info.key); });
         if (removed) remove_blobs(removed->unreferenced);
         Counters delta;
@@ -132,7 +135,8 @@ Result<Stats> DiskTier::stats() {
   return stats;
 }
 
-Result<std::expected<SharedBytes, BlobFailure>> DiskTier::read_blob(const BlobDigest& digest, std::uint64_t size) {
+Result<std::expected<SharedBytes, BlobFailure>> DiskTier::read_blob(const BlobDigest& digest,
+                                                                    std::uint64_t size) {
   using Inner = std::expected<SharedBytes, BlobFailure>;
   auto bytes = m_blobs.read_verified(digest, size);
   if (!bytes) return Inner(std::unexpected(bytes.error()));
@@ -153,7 +157,8 @@ Result<std::vector<StoredBlob>> DiskTier::orphan_blobs(std::chrono::milliseconds
 }
 
 Result<bool> DiskTier::remove_orphan_blob(const BlobDigest& digest, std::chrono::milliseconds min_age) {
-  if (m_mode != StoreMode::read_write) return std::unexpected(needs_writable("removing blob " + digest.to_hex()));
+  if (m_mode != StoreMode::read_write)
+    return std::unexpected(needs_writable("removing blob " + digest.to_hex()));
   return m_blobs.remove_unless(digest, [&](std::int64_t mtime_ms) -> Result<bool> {
     if (mtime_ms >= unix_now_ms() - min_age.count()) return true;
     const auto referenced = JC_TRY(with_index([&](Index& index) { return index.referenced_digests(); }));

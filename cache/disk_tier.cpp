@@ -20,7 +20,8 @@ constexpr std::string_view k_cachedir_tag =
     "# For information about cache directory tags see https://bford.info/cachedir/\n";
 
 void write_cachedir_tag(int root_fd) {
-  const int raw = ::openat(root_fd, "CACHEDIR.TAG", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int raw =
+      ::openat(root_fd, "CACHEDIR.TAG", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (raw < 0) return;  // present already, or not worth failing over
   UniqueFd fd(raw);
   ::fchmod(fd.get(), 0600);
@@ -76,8 +77,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const std::filesystem::path& ro
   write_cachedir_tag(root_fd.get());
   BlobFiles blobs = JC_TRY(BlobFiles::open(root_fd.get(), clean));
   UniqueFd locks_fd = JC_TRY(open_private_subdir(root_fd.get(), "locks", clean / "locks"));
-  std::unique_ptr<DiskTier> tier(new DiskTier(clean, std::move(options), StoreMode::read_write, std::move(root_fd),
-                                              std::move(blobs), std::move(locks_fd), tally, std::move(upstream)));
+  std::unique_ptr<DiskTier> tier(new DiskTier(clean, std::move(options), StoreMode::read_write,
+                                              std::move(root_fd), std::move(blobs), std::move(locks_fd),
+                                              tally, std::move(upstream)));
   auto opened = JC_TRY(RecoveringIndex::open(tier->m_root_fd.get(), clean, tier->index_settings()));
   tier->m_index = std::move(opened.index);
   if (opened.read_only_reason) {
@@ -87,14 +89,16 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const std::filesystem::path& ro
   return tier;
 }
 
-Result<std::unique_ptr<DiskTier>> DiskTier::open_read_only(const std::filesystem::path& root, DiskTierOptions options,
-                                                           Tally& tally, UpstreamUses upstream) {
+Result<std::unique_ptr<DiskTier>> DiskTier::open_read_only(const std::filesystem::path& root,
+                                                           DiskTierOptions options, Tally& tally,
+                                                           UpstreamUses upstream) {
   UniqueFd root_fd = JC_TRY(open_private_dir(root, CreateParents::no));
   const RecoveringIndex::Settings settings{options.busy_timeout, options.durability, options.damaged_index};
   auto index = JC_TRY(RecoveringIndex::open_read_only(root_fd.get(), root, settings));
   BlobFiles blobs = JC_TRY(BlobFiles::open_read_only(root_fd.get(), root));
-  std::unique_ptr<DiskTier> tier(new DiskTier(root, std::move(options), StoreMode::read_only, std::move(root_fd),
-                                              std::move(blobs), UniqueFd(), tally, std::move(upstream)));
+  std::unique_ptr<DiskTier> tier(new DiskTier(root, std::move(options), StoreMode::read_only,
+                                              std::move(root_fd), std::move(blobs), UniqueFd(), tally,
+                                              std::move(upstream)));
   tier->m_index = std::move(index);
   tier->m_mode_reason = root.string() + " is read-only to this process";
   log_info("cache: " + tier->m_mode_reason + "; using it read-only (lookups only, nothing stored)");
@@ -119,16 +123,19 @@ Result<std::optional<TierHit>> DiskTier::get(const CacheKey& key) {
     ++use.hits;
     use.last_used_ms = unix_now_ms();
   }
-  return std::optional<TierHit>(TierHit{std::make_shared<const Bytes>(std::move(*bytes)), row->compile_ms, {}});
+  return std::optional<TierHit>(
+      TierHit{std::make_shared<const Bytes>(std::move(*bytes)), row->compile_ms, {}});
 }
 
 Status DiskTier::put(const CacheKey& key, const TierEntry& entry) {
   if (m_mode != StoreMode::read_write) return std::unexpected(needs_writable("storing " + key.to_hex()));
-  const BlobDigest digest = JC_TRY(m_blobs.publish(*entry.bytes, m_options.durability, m_options.publish_hook));
+  const BlobDigest digest =
+      JC_TRY(m_blobs.publish(*entry.bytes, m_options.durability, m_options.publish_hook));
   NewEntry row{key, digest, entry.bytes->size(), entry.facts.to_json(), entry.compile_ms, unix_now_ms()};
   std::function<void()> before_commit;
   if (m_options.publish_hook) before_commit = [this] { m_options.publish_hook(PublishStep::row_written); };
-  const IndexTotals totals = JC_TRY(with_index([&](Index& index) { return index.insert(row, before_commit); }));
+  const IndexTotals totals =
+      JC_TRY(with_index([&](Index& index) { return index.insert(row, before_commit); }));
   if (totals.bytes > m_options.max_bytes) {
     // Evict to 90% of the cap, so that the next few publishes do not each evict again.
     // Uses are written first, so that eviction sees what was used recently.
@@ -162,7 +169,8 @@ void DiskTier::quarantine(const CacheKey& key, const BlobDigest& digest, const B
   log_warning("cache: entry " + key.to_hex() + ": " + failure.detail + " (" + to_string(failure.problem) +
               "); quarantined " + std::to_string(count_removed) + " entr" +
               (count_removed == 1 ? "y" : "ies") + ", to be produced again");
-  if (!removed) log_warning("cache: could not remove the entries of a bad blob: " + removed.error().to_string());
+  if (!removed)
+    log_warning("cache: could not remove the entries of a bad blob: " + removed.error().to_string());
   Counters delta;
   delta.quarantined = count_removed;
   m_tally.add(delta);

@@ -187,10 +187,11 @@ class DiskTier final : public StorageTier {
     std::int64_t last_used_ms = 0;
   };
 
-  DiskTier(std::filesystem::path root, DiskTierOptions options, StoreMode mode, UniqueFd root_fd, BlobFiles blobs,
-           UniqueFd locks_fd, Tally& tally, UpstreamUses upstream);
-  static Result<std::unique_ptr<DiskTier>> open_read_only(const std::filesystem::path& root, DiskTierOptions options,
-                                                          Tally& tally, UpstreamUses upstream);
+  DiskTier(std::filesystem::path root, DiskTierOptions options, StoreMode mode, UniqueFd root_fd,
+           BlobFiles blobs, UniqueFd locks_fd, Tally& tally, UpstreamUses upstream);
+  static Result<std::unique_ptr<DiskTier>> open_read_only(const std::filesystem::path& root,
+                                                          DiskTierOptions options, Tally& tally,
+                                                          UpstreamUses upstream);
   RecoveringIndex::Settings index_settings() const;
   template <class F>
   auto with_index(F&& f) {

@@ -40,7 +40,8 @@ void MemoryTier::insert(const CacheKey& key, SharedBytes bytes, double compile_m
     m_order.pop_front();
     const auto v = m_entries.find(victim);
     if (v == m_entries.end()) continue;
-    if (v->second.pending_uses > 0) m_evicted_uses.push_back(Usage{victim, v->second.pending_uses, unix_now_ms()});
+    if (v->second.pending_uses > 0)
+      m_evicted_uses.push_back(Usage{victim, v->second.pending_uses, unix_now_ms()});
     m_bytes -= v->second.bytes->size();
     m_entries.erase(v);
   }
@@ -80,7 +81,8 @@ PendingUses MemoryTier::drain(std::int64_t now_ms) {
   PendingUses pending;
   pending.uses = std::exchange(m_evicted_uses, {});
   for (auto& [key, entry] : m_entries)
-    if (entry.pending_uses > 0) pending.uses.push_back(Usage{key, std::exchange(entry.pending_uses, 0), now_ms});
+    if (entry.pending_uses > 0)
+      pending.uses.push_back(Usage{key, std::exchange(entry.pending_uses, 0), now_ms});
   pending.counters = std::exchange(m_pending, Counters{});
   return pending;
 }

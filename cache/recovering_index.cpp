@@ -23,7 +23,8 @@ Status check_index_file(const struct stat& st, const std::filesystem::path& path
 // The index file must exist with mode 0600 before SQLite opens it: SQLite creates files
 // with 0644 minus the umask, and gives the -wal and -shm files the database's mode.
 Status prepare_index_file(int root_fd, const std::filesystem::path& path) {
-  const int raw = ::openat(root_fd, k_index_name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  const int raw =
+      ::openat(root_fd, k_index_name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
   if (raw < 0) {
     if (errno == ELOOP) return make_error(ErrorCode::unsafe, path.string() + ": is a symbolic link");
     return std::unexpected(errno_error(path.string(), errno));

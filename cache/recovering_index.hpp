@@ -45,7 +45,8 @@ class RecoveringIndex {
   // corrupt one. `root_fd` is the open root; it must outlive the index.
   static Result<Opened> open(int root_fd, const std::filesystem::path& root, const Settings& settings);
   // Opens an existing index.db read-only, for a root this process cannot write.
-  static Result<std::unique_ptr<RecoveringIndex>> open_read_only(int root_fd, const std::filesystem::path& root,
+  static Result<std::unique_ptr<RecoveringIndex>> open_read_only(int root_fd,
+                                                                 const std::filesystem::path& root,
                                                                  const Settings& settings);
 
   const std::filesystem::path& path() const { return m_path; }

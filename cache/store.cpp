@@ -54,7 +54,8 @@ Store::~Store() {
 }
 
 Error Store::needs_writable(const std::string& what) const {
-  if (!m_disk) return Error{ErrorCode::unavailable, what + ": the cache is memory-only (no usable cache directory)", {}};
+  if (!m_disk)
+    return Error{ErrorCode::unavailable, what + ": the cache is memory-only (no usable cache directory)", {}};
   return m_disk->needs_writable(what);
 }
 
@@ -114,7 +115,8 @@ Source Store::source_of(std::size_t slot) const {
 }
 
 Result<std::optional<Hit>> Store::get(const CacheKey& key, CountMiss count_miss) {
-  if (auto hit = m_memory->find(key)) return std::optional<Hit>(Hit{std::move(hit->bytes), Tier::memory, std::move(hit->decoded)});
+  if (auto hit = m_memory->find(key))
+    return std::optional<Hit>(Hit{std::move(hit->bytes), Tier::memory, std::move(hit->decoded)});
   LowerRead read = read_lower(key);
   if (!read.found) {
     if (read.disk_error) return std::unexpected(std::move(*read.disk_error));
@@ -151,7 +153,8 @@ void Store::write_through(const CacheKey& key, const TierEntry& entry, std::size
   m_memory->insert(key, entry.bytes, entry.compile_ms);
 }
 
-Status Store::put(const CacheKey& key, const Facts& facts, std::span<const std::byte> bytes, double compile_ms) {
+Status Store::put(const CacheKey& key, const Facts& facts, std::span<const std::byte> bytes,
+                  double compile_ms) {
   JC_TRY(check_facts(key, facts));
   if (mode() != StoreMode::read_write) return std::unexpected(needs_writable("storing " + key.to_hex()));
   const TierEntry entry{facts, std::make_shared<const Bytes>(bytes.begin(), bytes.end()), compile_ms};
@@ -166,7 +169,8 @@ Status Store::put(const CacheKey& key, const Facts& facts, std::span<const std::
 
 Result<Fetched> Store::get_or_create(const CacheKey& key, const Facts& facts, const Producer& producer,
                                      std::string_view label) {
-  if (auto hit = m_memory->find(key)) return Fetched{std::move(hit->bytes), Source::memory, std::move(hit->decoded)};
+  if (auto hit = m_memory->find(key))
+    return Fetched{std::move(hit->bytes), Source::memory, std::move(hit->decoded)};
   auto outcome = m_flights.run(key, [&]() -> Result<Fetched> {
     try {
       return lead(key, facts, producer, label);
@@ -190,7 +194,8 @@ Result<Fetched> Store::get_or_create(const CacheKey& key, const Facts& facts, co
 Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Producer& producer,
                             std::string_view label) {
   // The previous leader may have finished between our memory miss and our flight.
-  if (auto hit = m_memory->find(key)) return Fetched{std::move(hit->bytes), Source::memory, std::move(hit->decoded)};
+  if (auto hit = m_memory->find(key))
+    return Fetched{std::move(hit->bytes), Source::memory, std::move(hit->decoded)};
   JC_TRY(check_facts(key, facts));
 
   bool disk_writable = mode() == StoreMode::read_write;
@@ -236,7 +241,8 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
   Counters delta = one(&Counters::produces);
   delta.compile_ms_spent = produced->compile_ms;
   m_tally.add(delta);
-  const TierEntry entry{facts, std::make_shared<const Bytes>(std::move(produced->bytes)), produced->compile_ms};
+  const TierEntry entry{facts, std::make_shared<const Bytes>(std::move(produced->bytes)),
+                        produced->compile_ms};
   if (m_disk && m_disk->mode() == StoreMode::read_only) {
     std::call_once(m_unstored_warning, [&] {
       log_warning("cache: " + m_disk->mode_reason() +
@@ -284,7 +290,8 @@ Result<std::vector<EntryInfo>> Store::list(const EntryFilter& filter) {
 }
 
 Result<std::vector<EntryInfo>> Store::remove(const EntryFilter& filter, DryRun dry_run) {
-  if (!m_disk) return std::unexpected(needs_writable(dry_run == DryRun::no ? "removing entries" : "cache index"));
+  if (!m_disk)
+    return std::unexpected(needs_writable(dry_run == DryRun::no ? "removing entries" : "cache index"));
   std::vector<EntryInfo> removed = JC_TRY(m_disk->remove(filter, dry_run));
   if (dry_run == DryRun::yes) return removed;
   for (const EntryInfo& info : removed) {
@@ -318,7 +325,8 @@ Result<GcReport> Store::gc(const GcOptions& options) {
   return m_disk->gc(options);
 }
 
-Result<std::expected<SharedBytes, BlobFailure>> Store::read_blob(const BlobDigest& digest, std::uint64_t size) {
+Result<std::expected<SharedBytes, BlobFailure>> Store::read_blob(const BlobDigest& digest,
+                                                                 std::uint64_t size) {
   if (m_disk) return m_disk->read_blob(digest, size);
   using Inner = std::expected<SharedBytes, BlobFailure>;
   return Inner(std::unexpected(BlobFiles::detached().read_verified(digest, size).error()));

@@ -155,7 +155,8 @@ class Store {
   // Removes an orphan blob file unless, checked again after it was moved aside, an index
   // row refers to it or it is younger than `min_age` (a publish of the same content
   // landed since it was listed). Returns whether it was removed.
-  Result<bool> remove_orphan_blob(const BlobDigest& digest, std::chrono::milliseconds min_age = k_publish_grace);
+  Result<bool> remove_orphan_blob(const BlobDigest& digest,
+                                  std::chrono::milliseconds min_age = k_publish_grace);
 
   Result<Stats> stats();
   StoreMode mode() const { return m_disk ? m_disk->mode() : StoreMode::memory_only; }
@@ -203,7 +204,8 @@ class Store {
   Source source_of(std::size_t slot) const;
   // Puts the entry into the tiers below memory in [0, end), then into the memory tier.
   void write_through(const CacheKey& key, const TierEntry& entry, std::size_t end, bool disk_writable);
-  Result<Fetched> lead(const CacheKey& key, const Facts& facts, const Producer& producer, std::string_view label);
+  Result<Fetched> lead(const CacheKey& key, const Facts& facts, const Producer& producer,
+                       std::string_view label);
   void maybe_flush();
 
   StoreOptions m_options;

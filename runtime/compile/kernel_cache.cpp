@@ -83,7 +83,8 @@ Result<std::optional<KernelFetch>> KernelCache::find(const KernelSpec& spec, Bun
   return lookup(spec, text, OnMiss::report);
 }
 
-Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, BundleText text, OnMiss on_miss) {
+Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, BundleText text,
+                                                       OnMiss on_miss) {
   const GeneratedSource source = generate(spec);
   const cache::Facts facts = JC_TRY(kernel_facts(source, m_compiler));
   auto fetched = fetch(source, facts, text, on_miss);
@@ -97,8 +98,9 @@ Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, B
   return fetch(source, facts, text, on_miss);
 }
 
-Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& source, const cache::Facts& facts,
-                                                      BundleText text, OnMiss on_miss) {
+Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& source,
+                                                      const cache::Facts& facts, BundleText text,
+                                                      OnMiss on_miss) {
   const KernelSpec& spec = source.spec;
   const cache::CacheKey key = facts.key();
   cache::SharedBytes bytes;

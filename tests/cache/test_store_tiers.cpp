@@ -329,7 +329,8 @@ TEST(MemoryTier, EvictsFirstInFirstOutBeyondItsCap) {
   std::vector<CacheKey> keys;
   for (int i = 0; i < 3; ++i) {
     keys.push_back(sample_facts("m" + std::to_string(i)).key());
-    ASSERT_OK(tier.put(keys.back(), TierEntry{facts, std::make_shared<const Bytes>(make_bytes(100, i)), 1.0}));
+    ASSERT_OK(
+        tier.put(keys.back(), TierEntry{facts, std::make_shared<const Bytes>(make_bytes(100, i)), 1.0}));
   }
   EXPECT_FALSE(tier.find(keys[0])) << "the first in went first";
   EXPECT_TRUE(tier.find(keys[1]));

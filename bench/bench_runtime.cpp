@@ -37,9 +37,9 @@
 #include "jitcache/runtime.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/artifact_facts.hpp"
-#include "runtime/compile/cache_dir.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/compile/kernel_cache.hpp"
+#include "runtime/compile/open_kernel_cache.hpp"
 #include "support/sha256.hpp"
 
 extern char** environ;
@@ -209,15 +209,15 @@ int child_breakdown(const fs::path& cache, const fs::path& checkpoint) {
     body();
     out[name] = ms_since(t);
   };
-  std::unique_ptr<cache::Store> store;
-  fs::path root;
-  step("open_store", [&] {
-    root = runtime::resolve_cache_dir(cache).value().path;
-    store = std::move(cache::Store::open(root, {}).value());
+  // As the runtime opens it: the store, and the compiler with its fingerprint memo.
+  OpenedKernelCache opened;
+  step("open_kernel_cache", [&] {
+    KernelCacheOptions options;
+    options.cache_dir = cache;
+    opened = std::move(open_kernel_cache(options).value());
   });
-  std::unique_ptr<Compiler> compiler;
-  // As the runtime makes it: with the fingerprint memo in the cache root.
-  step("make_compiler", [&] { compiler = make_nvrtc_compiler(NvrtcOptions{root / k_fingerprint_memo_name}); });
+  cache::Store* store = opened.store.get();
+  const Compiler* compiler = opened.compiler.get();
   ResolvedScales scales;
   step("resolve_scales", [&] {
     ResolveOptions resolve;

@@ -11,11 +11,11 @@
 
 #include "cache/store.hpp"
 #include "runtime/compile/binding_guard.hpp"
-#include "runtime/compile/cache_dir.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/device/cuda_driver.hpp"
 #include "runtime/kv/host_executor.hpp"
 #include "runtime/compile/kernel_cache.hpp"
+#include "runtime/compile/open_kernel_cache.hpp"
 #include "runtime/scales/model_config.hpp"
 #include "support/env.hpp"
 
@@ -106,15 +106,8 @@ class PreparedModelImpl final : public PreparedModel {
 
 class RuntimeImpl final : public Runtime {
  public:
-  RuntimeImpl(RuntimeOptions options, CacheStatus cache, std::unique_ptr<cache::Store> store)
-      : m_options(std::move(options)),
-        m_cache(std::move(cache)),
-        m_store(std::move(store)),
-        // A fresh process then skips the fingerprint compile (most of a warm prepare). A
-        // refused directory is not read from at all.
-        m_compiler(make_nvrtc_compiler(NvrtcOptions{
-            m_cache.mode == CacheMode::memory_only ? std::filesystem::path() : m_cache.dir / k_fingerprint_memo_name})),
-        m_kernels(*m_store, *m_compiler) {
+  RuntimeImpl(RuntimeOptions options, CacheStatus cache, OpenedKernelCache opened)
+      : m_options(std::move(options)), m_cache(std::move(cache)), m_opened(std::move(opened)) {
     if (m_options.device == DeviceUse::none) {
       m_device.reason = "device use disabled";
       return;
@@ -194,7 +187,7 @@ class RuntimeImpl final : public Runtime {
       info.compiled_now = fetched.source == cache::Source::produced;
       // Read from disk means stored; anything else is asked of the index (a compile whose
       // publish failed, or a memory-only or read-only cache, leaves nothing there).
-      info.stored = fetched.source == cache::Source::disk || m_store->contains(fetched.key).value_or(false);
+      info.stored = fetched.source == cache::Source::disk || m_store.contains(fetched.key).value_or(false);
       prepared.m_kernels[i] = std::move(kernel);
       if (m_options.progress) {
         std::lock_guard lock(progress_mutex);
@@ -296,9 +289,9 @@ class RuntimeImpl final : public Runtime {
 
   RuntimeOptions m_options;
   CacheStatus m_cache;
-  std::unique_ptr<cache::Store> m_store;
-  std::unique_ptr<Compiler> m_compiler;
-  KernelCache m_kernels;
+  OpenedKernelCache m_opened;  // the store, the compiler and the kernel cache over them
+  cache::Store& m_store = *m_opened.store;
+  KernelCache& m_kernels = *m_opened.kernels;
   std::shared_ptr<CudaDriver> m_driver;
   DeviceStatus m_device;
 };
@@ -327,34 +320,30 @@ Result<bool> cache_required(CacheRequirement requirement) {
 
 // A cache is an optimisation: a directory that cannot be used costs compile time, never
 // the engine's start, unless the caller asked for a cache.
-Result<std::pair<CacheStatus, std::unique_ptr<cache::Store>>> open_cache(const RuntimeOptions& options) {
+Result<std::pair<CacheStatus, OpenedKernelCache>> open_cache(const RuntimeOptions& options) {
   const bool required = JC_TRY(cache_required(options.cache_requirement));
-  cache::StoreOptions store_options;
-  if (options.cache_max_bytes != 0) store_options.max_bytes = options.cache_max_bytes;
-  std::optional<std::filesystem::path> explicit_dir;
-  if (!options.cache_dir.empty()) explicit_dir = options.cache_dir;
+  KernelCacheOptions cache_options;
+  cache_options.cache_dir = options.cache_dir;
+  if (options.cache_max_bytes != 0) cache_options.store.max_bytes = options.cache_max_bytes;
+  cache_options.unusable = required ? UnusableCache::fail : UnusableCache::memory_only;
+  OpenedKernelCache opened = JC_TRY(open_kernel_cache(cache_options));
   CacheStatus status;
-  auto dir = runtime::resolve_cache_dir(explicit_dir);
-  Result<std::unique_ptr<cache::Store>> store = dir ? cache::Store::open(dir->path, store_options)
-                                                    : Result<std::unique_ptr<cache::Store>>(std::unexpected(dir.error()));
-  if (dir) status.dir = dir->path;
-  if (store) {
-    status.dir = (*store)->root();
-    if ((*store)->mode() == cache::StoreMode::read_only) {
+  status.dir = opened.dir;
+  if (!opened.unusable) {
+    if (opened.store->mode() == cache::StoreMode::read_only) {
       status.mode = CacheMode::read_only;
-      status.reason = (*store)->mode_reason();
+      status.reason = opened.store->mode_reason();
     }
-    return std::pair(std::move(status), std::move(*store));
+    return std::pair(std::move(status), std::move(opened));
   }
-  if (required) return std::unexpected(store.error());
   status.mode = CacheMode::memory_only;
-  status.reason = store.error().message;
+  status.reason = opened.unusable->message;
   log_warning("cache: not using " + (status.dir.empty() ? std::string("a cache directory") : status.dir.string()) +
-              ": " + store.error().message +
+              ": " + opened.unusable->message +
               "; running memory-only: compiled kernels are kept for this runtime's life and compiled again "
               "by the next process. Fix the directory or point JITCACHE_DIR (or the cache_dir option) at a "
               "private directory on a local disk; JITCACHE_REQUIRE_CACHE=1 makes this an error");
-  return std::pair(std::move(status), cache::Store::open_memory_only(store_options));
+  return std::pair(std::move(status), std::move(opened));
 }
 
 }  // namespace
@@ -362,8 +351,8 @@ Result<std::pair<CacheStatus, std::unique_ptr<cache::Store>>> open_cache(const R
 Result<std::unique_ptr<Runtime>> Runtime::open(RuntimeOptions options) {
   if (options.log_sink) set_log_sink(options.log_sink);
   JC_TRY(env::check_startup());
-  auto [status, store] = JC_TRY(open_cache(options));
-  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), std::move(status), std::move(store)));
+  auto [status, opened] = JC_TRY(open_cache(options));
+  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), std::move(status), std::move(opened)));
 }
 
 }  // namespace jitcache

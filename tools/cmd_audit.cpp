@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/audit/audit.hpp"
-#include "runtime/compile/cache_dir.hpp"
+#include "runtime/compile/open_kernel_cache.hpp"
 #include "tools/cli.hpp"
 
 namespace jitcache::cli {
@@ -89,22 +89,19 @@ int run_audit(const AuditArgs& args, const GlobalOptions& global) {
     std::fprintf(stderr, "jitcache: error: audit --checkpoint needs --arch\n");
     return k_exit_usage;
   }
-  std::optional<std::filesystem::path> explicit_dir;
-  if (!global.cache_dir.empty()) explicit_dir = global.cache_dir;
-  auto dir = runtime::resolve_cache_dir(explicit_dir);
-  if (!dir) return report(dir.error());
-  auto store = cache::Store::open(dir->path);
-  if (!store) {
-    report(store.error());
+  KernelCacheOptions cache_options;
+  cache_options.cache_dir = global.cache_dir;
+  auto opened = open_kernel_cache(cache_options);
+  if (!opened) {
+    report(opened.error());
     return k_exit_usage;
   }
-  const auto compiler = make_nvrtc_compiler();
   AuditOptions options;
   if (!args.checkpoint.empty()) options.checkpoint = args.checkpoint;
   if (!args.scales.empty()) options.scales_override = args.scales;
   options.target = args.arch;
   options.rope = *parse_rope_format(args.rope);
-  auto r = audit_cache(**store, *compiler, options);
+  auto r = audit_cache(*opened->store, *opened->compiler, options);
   if (!r) {
     // Findings are exit 1; an audit that could not run is an error (2), whatever the cause.
     report(r.error());

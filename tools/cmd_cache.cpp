@@ -12,7 +12,7 @@
 #include "cache/report.hpp"
 #include "cache/store.hpp"
 #include "runtime/audit/audit.hpp"
-#include "runtime/compile/cache_dir.hpp"
+#include "runtime/compile/open_kernel_cache.hpp"
 #include "tools/cli.hpp"
 
 namespace jitcache::cli {
@@ -75,23 +75,27 @@ CLI::Validator size_validator() {
       "SIZE");
 }
 
-// Resolves the cache directory and opens the store; prints the error and sets the exit
-// code on failure.
-std::unique_ptr<Store> open_store(const Context& context, int& exit_code, cache::StoreOptions options = {}) {
-  auto dir = runtime::resolve_cache_dir(
-      context.global.cache_dir.empty() ? std::nullopt : std::optional<std::filesystem::path>(context.global.cache_dir));
-  if (!dir) {
-    exit_code = report(dir.error());
-    return nullptr;
-  }
-  auto store = Store::open(dir->path, std::move(options));
-  if (!store) {
+// Opens the kernel cache as every command and the runtime do; prints the error and sets
+// the exit code on failure.
+std::optional<OpenedKernelCache> open_cache(const Context& context, int& exit_code,
+                                            cache::StoreOptions options = {}) {
+  KernelCacheOptions cache_options;
+  cache_options.cache_dir = context.global.cache_dir;
+  cache_options.store = std::move(options);
+  auto opened = open_kernel_cache(cache_options);
+  if (!opened) {
     // An unusable cache directory is an environment problem, whatever the cause.
-    std::fprintf(stderr, "jitcache: error: %s\n", store.error().to_string().c_str());
     exit_code = k_exit_usage;
-    return nullptr;
+    std::fprintf(stderr, "jitcache: error: %s\n", opened.error().to_string().c_str());
+    return std::nullopt;
   }
-  return std::move(*store);
+  return std::move(*opened);
+}
+
+// The store alone, for the commands that compile nothing.
+std::unique_ptr<Store> open_store(const Context& context, int& exit_code, cache::StoreOptions options = {}) {
+  auto opened = open_cache(context, exit_code, std::move(options));
+  return opened ? std::move(opened->store) : nullptr;
 }
 
 std::string fact_or_dash(const EntryInfo& e, const char* name) {
@@ -215,9 +219,12 @@ struct ClearArgs {
 
 // --stale: exactly what `jitcache audit` flags (stale identity kernels, legacy keys, fact
 // mismatches, corrupt entries, rows without blobs, orphan blobs).
-int run_clear_stale(Store& store, const ClearArgs& args) {
-  const auto compiler = make_nvrtc_compiler();
-  auto audit = audit_cache(store, *compiler);
+int run_clear_stale(const Context& context, const ClearArgs& args) {
+  int exit_code = k_exit_ok;
+  auto opened = open_cache(context, exit_code);
+  if (!opened) return exit_code;
+  Store& store = *opened->store;
+  auto audit = audit_cache(store, *opened->compiler);
   if (!audit) return report(audit.error());
   auto lines = clear_flagged(store, *audit, args.dry_run ? cache::DryRun::yes : cache::DryRun::no);
   if (!lines) return report(lines.error());
@@ -262,10 +269,10 @@ int run_clear(const Context& context, const ClearArgs& args) {
     return k_exit_usage;
   }
   if (args.all && !args.dry_run) return run_clear_all(context);
+  if (args.stale) return run_clear_stale(context, args);
   int exit_code = k_exit_ok;
   auto store = open_store(context, exit_code);
   if (!store) return exit_code;
-  if (args.stale) return run_clear_stale(*store, args);
   auto removed = store->remove(args.all ? EntryFilter{} : args.filter.filter(),
                                args.dry_run ? cache::DryRun::yes : cache::DryRun::no);
   if (!removed) return report(removed.error());

@@ -30,6 +30,22 @@ Status check_artifact_facts(const CompiledArtifact& artifact, const GeneratedSou
   return {};
 }
 
+// A parsed, checked artifact kept beside its bundle in the store's memory tier.
+struct ParsedArtifact final : cache::Decoded {
+  ParsedArtifact(std::shared_ptr<const CompiledArtifact> a, BundleText t) : artifact(std::move(a)), text(t) {}
+  std::shared_ptr<const CompiledArtifact> artifact;
+  BundleText text;  // a skipped text cannot serve a caller that needs it
+};
+
+cache::Source source_of(cache::Tier tier) {
+  switch (tier) {
+    case cache::Tier::memory: return cache::Source::memory;
+    case cache::Tier::disk: return cache::Source::disk;
+    case cache::Tier::remote: return cache::Source::remote;
+  }
+  return cache::Source::remote;
+}
+
 }  // namespace
 
 Result<cache::Facts> kernel_facts(const GeneratedSource& source, const Compiler& compiler) {
@@ -67,7 +83,8 @@ Result<std::optional<KernelFetch>> KernelCache::find(const KernelSpec& spec, Bun
   return lookup(spec, text, OnMiss::report);
 }
 
-Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, BundleText text, OnMiss on_miss) {
+Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, BundleText text,
+                                                       OnMiss on_miss) {
   const GeneratedSource source = generate(spec);
   const cache::Facts facts = JC_TRY(kernel_facts(source, m_compiler));
   auto fetched = fetch(source, facts, text, on_miss);
@@ -78,35 +95,24 @@ Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, B
   cache::EntryFilter only;
   only.key_prefix = facts.key().to_hex();
   JC_TRY(m_store.remove(only, cache::DryRun::no));
-  {
-    std::lock_guard lock(m_mutex);
-    m_parsed.erase(facts.key());
-  }
   return fetch(source, facts, text, on_miss);
 }
 
-Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& source, const cache::Facts& facts,
-                                                      BundleText text, OnMiss on_miss) {
+Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& source,
+                                                      const cache::Facts& facts, BundleText text,
+                                                      OnMiss on_miss) {
   const KernelSpec& spec = source.spec;
   const cache::CacheKey key = facts.key();
-  {
-    std::lock_guard lock(m_mutex);
-    if (auto it = m_parsed.find(key); it != m_parsed.end() && (it->second.text == BundleText::load || text == BundleText::skip)) {
-      // The store still counts the hit, so stats see every use. Not a miss when absent:
-      // get_or_create below counts the one miss of a lookup that compiles.
-      auto hit = JC_TRY(m_store.get(key, cache::CountMiss::no));
-      if (hit) return KernelFetch{it->second.artifact, key, cache::Source::memory};
-      m_parsed.erase(it);
-    }
-  }
   cache::SharedBytes bytes;
+  cache::SharedDecoded decoded;
   cache::Source source_tier = cache::Source::produced;
   if (on_miss == OnMiss::report) {
     // A probe: the get() that follows a miss counts it when it compiles (once per lookup).
     auto hit = JC_TRY(m_store.get(key, cache::CountMiss::no));
     if (!hit) return std::optional<KernelFetch>();
-    bytes = hit->bytes;
-    source_tier = hit->tier == cache::Tier::memory ? cache::Source::memory : cache::Source::disk;
+    bytes = std::move(hit->bytes);
+    decoded = std::move(hit->decoded);
+    source_tier = source_of(hit->tier);
   } else {
     const Compiler& compiler = m_compiler;
     const cache::Producer producer = [&]() -> Result<cache::Produced> {
@@ -116,18 +122,20 @@ Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& sou
     };
     cache::Fetched fetched = JC_TRY(m_store.get_or_create(key, facts, producer, spec.label()));
     bytes = std::move(fetched.bytes);
+    decoded = std::move(fetched.decoded);
     source_tier = fetched.source;
   }
+  // Parsed and checked already by an earlier fetch of this memory entry.
+  if (auto parsed = std::dynamic_pointer_cast<const ParsedArtifact>(decoded);
+      parsed && (parsed->text == BundleText::load || text == BundleText::skip))
+    return KernelFetch{parsed->artifact, key, source_tier};
   auto artifact = parse_bundle(*bytes, text);
   if (!artifact)
     return make_error(ErrorCode::invalid_input, "entry " + key.to_hex() + " of " + spec.label() +
                                                     ": " + artifact.error().message);
   JC_TRY(check_artifact_facts(*artifact, source));
   auto shared = std::make_shared<const CompiledArtifact>(std::move(*artifact));
-  {
-    std::lock_guard lock(m_mutex);
-    m_parsed[key] = Parsed{shared, text};
-  }
+  m_store.attach(key, bytes, std::make_shared<const ParsedArtifact>(shared, text));
   return KernelFetch{shared, key, source_tier};
 }
 

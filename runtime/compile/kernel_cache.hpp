@@ -1,13 +1,14 @@
 // The kernel cache: joins the generator, a compiler back end and the generic store.
 // It decides which facts identify a kernel binary (every fact that changes it, the
 // latent scale's identity/dynamic mode first), and turns a KernelSpec into a verified
-// CompiledArtifact: from this process's memory, from disk, or by compiling once per key
-// across threads and processes.
+// CompiledArtifact: from the store's tiers (memory, disk, any extra one), or by compiling
+// once per key across threads and processes. It keeps no cache of its own: a parsed
+// artifact is attached to the store's memory entry (Store::attach), so a memory hit
+// parses nothing and, with the memory tier off, every hit reads and verifies the blob once.
 #pragma once
 
 #include <memory>
-#include <mutex>
-#include <unordered_map>
+#include <optional>
 
 #include "cache/store.hpp"
 #include "jitcache/error.hpp"
@@ -34,7 +35,7 @@ Result<cache::Facts> kernel_facts(const GeneratedSource& source, const Compiler&
 struct KernelFetch {
   std::shared_ptr<const CompiledArtifact> artifact;
   cache::CacheKey key;
-  cache::Source source;  // memory, disk, coalesced or produced (compiled)
+  cache::Source source;  // memory, disk, remote, coalesced or produced (compiled)
 };
 
 class KernelCache {
@@ -42,7 +43,8 @@ class KernelCache {
   KernelCache(cache::Store& store, const Compiler& compiler) : m_store(store), m_compiler(compiler) {}
 
   // The artifact for `spec`; compiles on a miss. A stored bundle that does not parse, or
-  // whose embedded facts disagree with the request, is removed and compiled again. With
+  // whose embedded facts disagree with the request, is removed (from every tier) and
+  // compiled again. With
   // BundleText::skip the artifact's PTX and log are left empty (loading needs neither).
   Result<KernelFetch> get(const KernelSpec& spec, BundleText text = BundleText::load);
 
@@ -50,10 +52,6 @@ class KernelCache {
   Result<std::optional<KernelFetch>> find(const KernelSpec& spec, BundleText text = BundleText::load);
 
  private:
-  struct Parsed {
-    std::shared_ptr<const CompiledArtifact> artifact;
-    BundleText text;
-  };
   enum class OnMiss { compile, report };
   Result<std::optional<KernelFetch>> lookup(const KernelSpec& spec, BundleText text, OnMiss on_miss);
   Result<std::optional<KernelFetch>> fetch(const GeneratedSource& source, const cache::Facts& facts,
@@ -61,9 +59,6 @@ class KernelCache {
 
   cache::Store& m_store;
   const Compiler& m_compiler;
-  std::mutex m_mutex;
-  // Parsed artifacts of this process, so a repeated get does not re-parse a bundle.
-  std::unordered_map<cache::CacheKey, Parsed> m_parsed;
 };
 
 }  // namespace jitcache

@@ -314,6 +314,67 @@ TEST_F(KernelCacheTest, CompileErrorsReachTheCallerAndStoreNothing) {
   EXPECT_TRUE(entries->empty());
 }
 
+// The kernel cache keeps no cache of its own: the store's memory tier holds the parsed
+// artifact, and without that tier every hit is one verified read of the blob.
+TEST_F(KernelCacheTest, WithoutAMemoryTierEachHitReadsTheBlobOnce) {
+  FakeCompiler compiler;
+  {
+    auto store = open_store();
+    KernelCache kernels(*store, compiler);
+    ASSERT_OK(kernels.get(k_base));
+  }
+  cache::StoreOptions options;
+  options.memory_max_bytes = 0;
+  auto store = cache::Store::open(dir() / "cache", options);
+  ASSERT_OK(store);
+  KernelCache kernels(**store, compiler);
+  for (int i = 0; i < 3; ++i) {
+    auto got = kernels.get(k_base, BundleText::skip);
+    ASSERT_OK(got);
+    EXPECT_EQ(got->source, cache::Source::disk);
+  }
+  auto found = kernels.find(k_base);
+  ASSERT_OK(found);
+  ASSERT_TRUE(*found);
+  EXPECT_EQ((*found)->artifact->ptx, "// " + k_base.label());
+  const cache::Counters c = (*store)->session_counters();
+  EXPECT_EQ(c.disk_hits, 4u) << "one read per lookup, none twice";
+  EXPECT_EQ(c.memory_hits, 0u);
+  EXPECT_EQ(compiler.compiles, 1);
+}
+
+TEST_F(KernelCacheTest, AMemoryHitServesTheParsedArtifactItWasGiven) {
+  FakeCompiler compiler;
+  {
+    auto store = open_store();
+    KernelCache kernels(*store, compiler);
+    ASSERT_OK(kernels.get(k_base));
+  }
+  auto store = open_store();
+  KernelCache kernels(*store, compiler);
+  auto lean = kernels.find(k_base, BundleText::skip);
+  ASSERT_OK(lean);
+  ASSERT_TRUE(*lean);
+  EXPECT_EQ((*lean)->source, cache::Source::disk);
+  auto lean_again = kernels.get(k_base, BundleText::skip);
+  ASSERT_OK(lean_again);
+  EXPECT_EQ(lean_again->source, cache::Source::memory);
+  EXPECT_EQ(lean_again->artifact, (*lean)->artifact) << "a memory hit parses nothing";
+  // A caller that needs the text gets a full parse once, which then serves everyone.
+  auto full = kernels.get(k_base);
+  ASSERT_OK(full);
+  EXPECT_EQ(full->artifact->ptx, "// " + k_base.label());
+  auto full_again = kernels.get(k_base, BundleText::skip);
+  ASSERT_OK(full_again);
+  EXPECT_EQ(full_again->artifact, full->artifact);
+  // An entry removed from the store is not served from a parsed copy.
+  ASSERT_OK(store->remove({}, cache::DryRun::no));
+  auto recompiled = kernels.get(k_base);
+  ASSERT_OK(recompiled);
+  EXPECT_EQ(recompiled->source, cache::Source::produced);
+  EXPECT_EQ(compiler.compiles, 2);
+}
+
 TEST_F(KernelCacheTest, RealNvrtcArtifactRoundTripsThroughTheStore) {
   const auto nvrtc = make_nvrtc_compiler();
   KernelSpec spec{KernelKind::gather, LatentScale::dynamic, RopeFormat::fp8, Target{"sm_90"}};

@@ -1,0 +1,66 @@
+// The storage tiers of a Store (cache/store.hpp) and the one interface they share.
+//
+// A tier keeps blobs under their keys: this process's memory (cache/memory_tier.hpp), the
+// cache directory (cache/disk_tier.hpp), and any further tier a caller wires in through
+// StoreOptions::extra_tiers (a remote service). The Store reads through the tiers in
+// order and writes through to all of them; a tier knows nothing of the others.
+//
+// Absent is a value: a miss is std::nullopt. An error is a tier that could not answer
+// (its index failed, its server is down); what the Store does with it is its policy
+// (cache/store.hpp), not the tier's.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cache/blob_files.hpp"
+#include "cache/facts.hpp"
+#include "cache/hash.hpp"
+#include "jitcache/error.hpp"
+
+namespace jitcache::cache {
+
+using SharedBytes = std::shared_ptr<const Bytes>;
+
+// What a reader made of an entry's bytes (the kernel cache's parsed artifact), kept beside
+// them in the memory tier so that a memory hit decodes nothing again. Derive from it.
+class Decoded {
+ public:
+  virtual ~Decoded() = default;
+};
+using SharedDecoded = std::shared_ptr<const Decoded>;
+
+// The kind of tier that served a hit.
+enum class Tier { memory, disk, remote };
+const char* to_string(Tier tier);
+
+struct TierHit {
+  SharedBytes bytes;
+  double compile_ms = 0;  // what producing the entry cost: the compile time this hit saves
+  SharedDecoded decoded;  // set by the memory tier only, when a reader attached one
+};
+
+// What a put stores: the entry's facts (the disk tier keeps them in its index; their key
+// is the entry's key, checked by the Store), its bytes and what producing them cost.
+struct TierEntry {
+  const Facts& facts;
+  SharedBytes bytes;
+  double compile_ms = 0;
+};
+
+class StorageTier {
+ public:
+  virtual ~StorageTier() = default;
+  virtual Tier kind() const = 0;
+  // A short name for logs and per-tier figures: "memory", "disk", "redis".
+  virtual std::string name() const = 0;
+  // The bytes stored under `key`, verified, or std::nullopt.
+  virtual Result<std::optional<TierHit>> get(const CacheKey& key) = 0;
+  // Stores `entry` under `key`, replacing what was there.
+  virtual Status put(const CacheKey& key, const TierEntry& entry) = 0;
+  // Removes what is stored under `key`; removing an absent entry is no error.
+  virtual Status remove(const CacheKey& key) = 0;
+};
+
+}  // namespace jitcache::cache

@@ -1,0 +1,46 @@
+// One way to open the kernel cache, for the runtime, the CLI and the benchmarks alike: the
+// store under the resolved cache directory (runtime/compile/cache_dir.hpp), the NVRTC
+// compiler with its fingerprint memo in that directory, and the KernelCache joining them.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "cache/store.hpp"
+#include "jitcache/error.hpp"
+#include "runtime/compile/compiler.hpp"
+#include "runtime/compile/kernel_cache.hpp"
+
+namespace jitcache {
+
+// What open_kernel_cache does with a directory that cannot be resolved or opened.
+//   fail         return the error (the CLI commands whose job is the cache)
+//   memory_only  open a memory-only store and say why (the runtime: a cache is an
+//                optimisation, never a reason for the engine not to start)
+enum class UnusableCache { fail, memory_only };
+
+struct KernelCacheOptions {
+  // An explicit directory (--cache-dir, the API's cache_dir); empty: the other rules of
+  // resolve_cache_dir (JITCACHE_DIR, XDG_CACHE_HOME, HOME).
+  std::filesystem::path cache_dir;
+  cache::StoreOptions store;
+  UnusableCache unusable = UnusableCache::fail;
+};
+
+// The parts, owned together; `kernels` refers to `*store` and `*compiler`.
+struct OpenedKernelCache {
+  // The store's root; else the directory that was resolved but could not be used; else empty.
+  std::filesystem::path dir;
+  // Set when the store is memory-only because the directory could not be used: why.
+  std::optional<Error> unusable;
+  std::unique_ptr<cache::Store> store;
+  // Remembers its fingerprint in the cache directory, so a fresh process skips the
+  // fingerprint compile; a memory-only store's refused directory is not read at all.
+  std::unique_ptr<Compiler> compiler;
+  std::unique_ptr<KernelCache> kernels;
+};
+
+Result<OpenedKernelCache> open_kernel_cache(const KernelCacheOptions& options);
+
+}  // namespace jitcache

@@ -17,6 +17,7 @@ namespace jitcache::cache {
 namespace {
 
 using namespace jitcache::cache::testing;
+using jitcache::testing::LogCapture;
 
 // A remote cache as a map, with switches to make it fail.
 class FakeRemoteTier final : public StorageTier {

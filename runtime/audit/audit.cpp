@@ -5,6 +5,7 @@
 #include <set>
 
 #include "kernel_templates/variant_dimensions.hpp"
+#include "kernel_templates/variant_plan.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/artifact_facts.hpp"
 #include "runtime/compile/kernel_cache.hpp"
@@ -223,24 +224,25 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
   std::set<std::string> present;
   for (const cache::EntryInfo& e : entries) present.insert(e.key.to_hex());
 
-  std::map<std::pair<KernelKind, LatentScale>, std::size_t> variant_index;
-  auto variant = [&](KernelKind kind, LatentScale mode) -> Result<std::size_t> {
-    auto it = variant_index.find({kind, mode});
-    if (it != variant_index.end()) return it->second;
-    const KernelSpec spec{kind, mode, options.rope, target};
+  // The report lists the variants in the order the layers first need them.
+  const VariantPlan plan = plan_variants(scales, options.rope, target);
+  std::vector<std::optional<std::size_t>> reported(plan.variants.size());
+  auto variant = [&](std::size_t planned) -> Result<std::size_t> {
+    if (reported[planned]) return *reported[planned];
+    const KernelSpec& spec = plan.variants[planned];
     const cache::Facts facts = JC_TRY(kernel_facts(generate(spec), compiler));
     VariantAudit v;
     v.label = spec.label();
     v.key = facts.key().to_hex();
     v.cached = present.contains(v.key) && !flagged.contains(v.key);
     audit.variants.push_back(v);
-    variant_index[{kind, mode}] = audit.variants.size() - 1;
+    reported[planned] = audit.variants.size() - 1;
     return audit.variants.size() - 1;
   };
-  for (const LayerScale& l : scales.layers) {
-    const LatentScale mode = latent_scale_for(l.mode);
-    const std::size_t w = JC_TRY(variant(KernelKind::writer, mode));
-    const std::size_t g = JC_TRY(variant(KernelKind::gather, mode));
+  for (std::size_t i = 0; i < scales.layers.size(); ++i) {
+    const LayerScale& l = scales.layers[i];
+    const std::size_t w = JC_TRY(variant(plan.layers[i].writer));
+    const std::size_t g = JC_TRY(variant(plan.layers[i].gather));
     ++audit.variants[w].layers;
     ++audit.variants[g].layers;
     LayerAudit row;

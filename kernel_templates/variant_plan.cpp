@@ -8,7 +8,8 @@ namespace jitcache {
 
 VariantPlan plan_variants(const ResolvedScales& scales, RopeFormat rope, const Target& target) {
   std::array<bool, k_latent_scales.size()> needed{};
-  for (const LayerScale& layer : scales.layers) needed[std::to_underlying(latent_scale_for(layer.mode))] = true;
+  for (const LayerScale& layer : scales.layers)
+    needed[std::to_underlying(latent_scale_for(layer.mode))] = true;
 
   VariantPlan plan;
   // index[kind][mode]: where that variant is in plan.variants.

@@ -256,9 +256,10 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
     row.gather_cached = audit.variants[g].cached;
     switch (l.mode) {
       case ScaleMode::dynamic:
-        for (const std::string& key : {row.writer_key, row.gather_key})
-          if (auto it = flagged.find(key); it != flagged.end() && it->second->kind == FindingKind::stale_identity)
-            row.bound_to_identity = true;
+        for (const std::string& key : {row.writer_key, row.gather_key}) {
+          const auto it = flagged.find(key);
+          if (it != flagged.end() && it->second->kind == FindingKind::stale_identity) row.bound_to_identity = true;
+        }
         ++audit.dynamic_layers;
         break;
       case ScaleMode::identity: ++audit.identity_layers; break;

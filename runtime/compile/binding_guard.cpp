@@ -11,21 +11,22 @@ Status check_binding(const LayerScale& layer, const KernelSpec& expected, const 
   // by name, never taken for one of the known values.
   const auto built = KernelSpec::from_facts(embedded);
   if (!built)
-    return make_error(ErrorCode::invalid_input,
-                      "refusing to bind a kernel to " + layer_name + ": the artifact's " + built.error().message);
+    return make_error(ErrorCode::invalid_input, "refusing to bind a kernel to " + layer_name +
+                                                    ": the artifact's " + built.error().message);
   const FactMap have = built->to_facts();
   const std::string latent(k_latent_scales.fact);
   // The field failure first, in its own words: a kernel built for the other scale mode.
   const std::string needed = to_string(latent_scale_for(layer.mode));
   if (have.at(latent) != needed)
     return make_error(ErrorCode::invalid_input,
-                      "refusing to bind " + std::string(to_string(expected.kernel)) + " kernel to " + layer_name +
-                          ": the artifact was built for " + latent + "=" + have.at(latent) + ", the layer needs " +
-                          needed);
+                      "refusing to bind " + std::string(to_string(expected.kernel)) + " kernel to " +
+                          layer_name + ": the artifact was built for " + latent + "=" + have.at(latent) +
+                          ", the layer needs " + needed);
   for (const auto& [name, value] : expected.to_facts())
     if (name != latent && have.at(name) != value)
-      return make_error(ErrorCode::invalid_input, "refusing to bind a kernel to " + layer_name + ": the artifact's " +
-                                                      name + " is " + have.at(name) + ", expected " + value);
+      return make_error(ErrorCode::invalid_input, "refusing to bind a kernel to " + layer_name +
+                                                      ": the artifact's " + name + " is " + have.at(name) +
+                                                      ", expected " + value);
   return {};
 }
 

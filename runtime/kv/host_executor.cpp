@@ -136,8 +136,10 @@ jc::u32 run_gather(const jc::GatherParams& p, float scale) {
 template <jc::LatentMode LM, class Params, class Fn>
 Result<jc::u32> dispatch_rope(RopeFormat rope, const Params& p, float scale, Fn&& fn) {
   switch (rope) {
-    case RopeFormat::bf16: return fn.template operator()<LM, k_rope_formats[RopeFormat::bf16].device>(p, scale);
-    case RopeFormat::fp8: return fn.template operator()<LM, k_rope_formats[RopeFormat::fp8].device>(p, scale);
+    case RopeFormat::bf16:
+      return fn.template operator()<LM, k_rope_formats[RopeFormat::bf16].device>(p, scale);
+    case RopeFormat::fp8:
+      return fn.template operator()<LM, k_rope_formats[RopeFormat::fp8].device>(p, scale);
   }
   return make_error(ErrorCode::invalid_argument,
                     "no RoPE format " + std::to_string(std::to_underlying(rope)) + ": no kernel to run");
@@ -151,8 +153,8 @@ Result<jc::u32> dispatch(LatentScale latent, RopeFormat rope, const Params& p, f
     case LatentScale::dynamic:
       return dispatch_rope<k_latent_scales[LatentScale::dynamic].device>(rope, p, scale, fn);
   }
-  return make_error(ErrorCode::invalid_argument,
-                    "no latent-scale mode " + std::to_string(std::to_underlying(latent)) + ": no kernel to run");
+  const std::string value = std::to_string(std::to_underlying(latent));
+  return make_error(ErrorCode::invalid_argument, "no latent-scale mode " + value + ": no kernel to run");
 }
 
 }  // namespace

@@ -45,13 +45,16 @@ TEST(VariantDimensions, EveryRowParsesBackAndPrints) {
 }
 
 TEST(VariantDimensions, ParsingRefusesWhatNoRowHas) {
-  for (const char* text : {"", "Writer", "writer ", "gatherer"}) EXPECT_FALSE(parse_kernel_kind(text)) << text;
-  for (const char* text : {"", "Identity", "calibrated", "dynamic\n"}) EXPECT_FALSE(parse_latent_scale(text)) << text;
+  for (const char* text : {"", "Writer", "writer ", "gatherer"})
+    EXPECT_FALSE(parse_kernel_kind(text)) << text;
+  for (const char* text : {"", "Identity", "calibrated", "dynamic\n"})
+    EXPECT_FALSE(parse_latent_scale(text)) << text;
   for (const char* text : {"", "BF16", "fp4", "fp8 "}) EXPECT_FALSE(parse_rope_format(text)) << text;
   const auto target = parse_target("sm_99");
   ASSERT_FALSE(target);
   EXPECT_EQ(target.error().code, ErrorCode::invalid_argument);
-  EXPECT_NE(target.error().message.find("unknown target 'sm_99' (supported: sm_90, sm_90a,"), std::string::npos)
+  EXPECT_NE(target.error().message.find("unknown target 'sm_99' (supported: sm_90, sm_90a,"),
+            std::string::npos)
       << target.error().message;
 }
 
@@ -95,8 +98,9 @@ TEST(VariantDimensions, AllVariantsIsEveryCombinationOnce) {
 
 TEST(KernelSpecFacts, ToFactsNamesTheFourDimensions) {
   const KernelSpec spec{KernelKind::gather, LatentScale::dynamic, RopeFormat::fp8, Target{"sm_120a"}};
-  EXPECT_EQ(spec.to_facts(),
-            (FactMap{{"kernel", "gather"}, {"latent_scale", "dynamic"}, {"rope", "fp8"}, {"target", "sm_120a"}}));
+  EXPECT_EQ(
+      spec.to_facts(),
+      (FactMap{{"kernel", "gather"}, {"latent_scale", "dynamic"}, {"rope", "fp8"}, {"target", "sm_120a"}}));
 }
 
 TEST(KernelSpecFacts, GeneratedFactsStartFromTheSpecs) {
@@ -135,14 +139,15 @@ TEST(KernelSpecFacts, FromFactsNamesAMissingFact) {
 }
 
 TEST(KernelSpecFacts, FromFactsNamesAnUnknownValue) {
-  const FactMap complete = KernelSpec{KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{"sm_90"}}
-                               .to_facts();
+  const FactMap complete =
+      KernelSpec{KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{"sm_90"}}.to_facts();
   const std::pair<const char*, const char*> cases[] = {
       {"kernel", "fact 'kernel' is 'scatter', expected writer or gather"},
       {"latent_scale", "fact 'latent_scale' is 'scatter', expected identity or dynamic"},
       {"rope", "fact 'rope' is 'scatter', expected bf16 or fp8"},
-      {"target", "fact 'target' is 'scatter', expected sm_90, sm_90a, sm_100, sm_100a, sm_103a, sm_110a, sm_120, "
-                 "sm_120a or sm_121a"},
+      {"target",
+       "fact 'target' is 'scatter', expected sm_90, sm_90a, sm_100, sm_100a, sm_103a, sm_110a, sm_120, "
+       "sm_120a or sm_121a"},
   };
   for (const auto& [name, message] : cases) {
     FactMap facts = complete;

@@ -29,8 +29,9 @@ TEST(VariantPlan, MixedLayersNeedFourVariantsInTableOrder) {
   // A calibrated model with an identity draft layer last, as examples/glm5-mini.
   const auto scales = scales_of({ScaleMode::dynamic, ScaleMode::dynamic, ScaleMode::identity});
   const VariantPlan plan = plan_variants(scales, RopeFormat::fp8, Target{"sm_100a"});
-  EXPECT_EQ(labels(plan), (std::vector<std::string>{"writer/identity/fp8/sm_100a", "writer/dynamic/fp8/sm_100a",
-                                                    "gather/identity/fp8/sm_100a", "gather/dynamic/fp8/sm_100a"}));
+  EXPECT_EQ(labels(plan),
+            (std::vector<std::string>{"writer/identity/fp8/sm_100a", "writer/dynamic/fp8/sm_100a",
+                                      "gather/identity/fp8/sm_100a", "gather/dynamic/fp8/sm_100a"}));
   ASSERT_EQ(plan.layers.size(), 3u);
   for (std::size_t i = 0; i < plan.layers.size(); ++i) {
     const KernelSpec& writer = plan.variants[plan.layers[i].writer];
@@ -49,7 +50,8 @@ TEST(VariantPlan, OneModeNeedsOneVariantPerKernel) {
     const auto scales = scales_of({mode, mode, mode, mode});
     const VariantPlan plan = plan_variants(scales, RopeFormat::bf16, Target{"sm_90"});
     const std::string m = to_string(latent_scale_for(mode));
-    EXPECT_EQ(labels(plan), (std::vector<std::string>{"writer/" + m + "/bf16/sm_90", "gather/" + m + "/bf16/sm_90"}));
+    EXPECT_EQ(labels(plan),
+              (std::vector<std::string>{"writer/" + m + "/bf16/sm_90", "gather/" + m + "/bf16/sm_90"}));
     for (const VariantPlan::Layer& layer : plan.layers) {
       EXPECT_EQ(layer.writer, 0u);
       EXPECT_EQ(layer.gather, 1u);
@@ -67,8 +69,10 @@ TEST(VariantPlan, EveryVariantCarriesTheRopeAndTarget) {
 }
 
 TEST(VariantPlan, TheOrderOfLayersDoesNotChangeTheVariants) {
-  const auto a = plan_variants(scales_of({ScaleMode::identity, ScaleMode::dynamic}), RopeFormat::bf16, Target{"sm_90"});
-  const auto b = plan_variants(scales_of({ScaleMode::dynamic, ScaleMode::identity}), RopeFormat::bf16, Target{"sm_90"});
+  const auto a =
+      plan_variants(scales_of({ScaleMode::identity, ScaleMode::dynamic}), RopeFormat::bf16, Target{"sm_90"});
+  const auto b =
+      plan_variants(scales_of({ScaleMode::dynamic, ScaleMode::identity}), RopeFormat::bf16, Target{"sm_90"});
   EXPECT_EQ(a.variants, b.variants);
   EXPECT_EQ(a.layers[0].writer, b.layers[1].writer);
   EXPECT_EQ(a.layers[1].gather, b.layers[0].gather);

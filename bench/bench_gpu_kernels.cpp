@@ -10,6 +10,7 @@
 
 #include "jitcache/runtime.hpp"
 #include "kernel_templates/kernel_spec.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "kernel_templates/nvfp4_mla.cuh"
 #include "runtime/device/cuda_driver.hpp"
 
@@ -42,7 +43,8 @@ int main(int argc, char** argv) {
   std::printf("%-24s %10s %10s %10s %9s\n", "kernel (64k tokens)", "time us", "GB/s", "copy GB/s", "fraction");
 
   constexpr std::int64_t tokens = 65536;
-  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+  for (const RopeFormatRow& row : k_rope_formats.rows) {
+    const RopeFormat rope = row.value;
     auto prepared = (*runtime)->prepare(ModelSpec{checkpoint, rope, "", std::nullopt, std::nullopt});
     if (!prepared) return fail(prepared.error());
     const std::int64_t rb = record_bytes(rope);
@@ -83,7 +85,7 @@ int main(int argc, char** argv) {
     const WriterLaunch w{rows, 576, rows + 1024, 576, slots64, tokens, cache, tokens, 0};
     const GatherLaunch g{cache, tokens, slots32, tokens, out, 576, 0};
     for (int layer : {0, 78}) {
-      const char* mode = (*prepared)->layer(layer)->mode == ScaleMode::identity ? "identity" : "dynamic";
+      const char* mode = to_string((*prepared)->layer(layer)->mode);
       const double bytes_w = double(tokens) * (576 * 2 + 8 + rb);
       const double bytes_g = double(tokens) * (rb + 4 + 576 * 2);
       const double tw = time_us([&] { (void)(*prepared)->launch_writer(layer, w, nullptr); });

@@ -35,6 +35,7 @@
 #include "cache/store.hpp"
 #include "jitcache/jitcache.h"
 #include "jitcache/runtime.hpp"
+#include "kernel_templates/variant_plan.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/artifact_facts.hpp"
 #include "runtime/compile/compiler.hpp"
@@ -226,10 +227,7 @@ int child_breakdown(const fs::path& cache, const fs::path& checkpoint) {
   });
   step("compiler_fingerprint", [&] { (void)compiler->fingerprint().value(); });
   const Target target = parse_target(k_target).value();
-  std::vector<KernelSpec> specs;
-  for (KernelKind k : {KernelKind::writer, KernelKind::gather})
-    for (LatentScale m : {LatentScale::identity, LatentScale::dynamic})
-      specs.push_back(KernelSpec{k, m, RopeFormat::bf16, target});
+  const std::vector<KernelSpec> specs = plan_variants(scales, RopeFormat::bf16, target).variants;
   std::vector<GeneratedSource> sources;
   step("generate_x4", [&] {
     for (const auto& s : specs) sources.push_back(generate(s));

@@ -4,7 +4,6 @@
 // argument so one compiled kernel serves every calibrated layer.
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -17,9 +16,8 @@ namespace jitcache {
 // bytes do not already show.
 constexpr int k_generator_version = 1;
 
-// Entry points and the device symbol that carries the artifact's own facts.
-constexpr const char* k_writer_entry = "jc_nvfp4_mla_writer";
-constexpr const char* k_gather_entry = "jc_nvfp4_mla_gather";
+// The device symbol that carries the artifact's own facts. (The entry points are
+// k_kernel_kinds' `entry`, kernel_templates/variant_dimensions.hpp.)
 constexpr const char* k_facts_symbol = "jc_artifact_facts";
 
 struct GeneratedSource {
@@ -28,14 +26,14 @@ struct GeneratedSource {
   std::string entry;         // the kernel's extern "C" name
   std::string source;        // the specialized translation unit
   std::vector<kernel_templates::EmbeddedHeader> headers;  // everything it may include
-  // The specialization facts (kernel, latent_scale, rope, record_bytes, ...), as also
-  // embedded in the artifact under k_facts_symbol.
-  std::map<std::string, std::string> facts;
+  // The specialization facts (spec.to_facts(), then record_bytes, latent_dim, ...), as
+  // also embedded in the artifact under k_facts_symbol.
+  FactMap facts;
 };
 
 GeneratedSource generate(const KernelSpec& spec);
 
-// Every (kernel, latent_scale, rope) combination for one target.
+// Every (kernel, latent_scale, rope) combination for one target, in table order.
 std::vector<KernelSpec> all_variants(const Target& target);
 
 }  // namespace jitcache

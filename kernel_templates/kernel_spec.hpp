@@ -1,17 +1,22 @@
 // What a kernel is specialized for. A KernelSpec is the first value of the pipeline
 // (KernelSpec -> GeneratedSource -> CompiledArtifact -> ...); every field changes the
-// generated code or the binary, so every field is a fact of the cache key.
+// generated code or the binary, so every field is a fact of the cache key. The values of
+// each field are tables (kernel_templates/variant_dimensions.hpp).
 #pragma once
 
-#include <optional>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "jitcache/error.hpp"
 #include "jitcache/kernel_types.hpp"
+#include "jitcache/scales.hpp"
 
 namespace jitcache {
+
+// Facts as name -> value: a spec's own, a generated source's, an artifact's embedded ones.
+using FactMap = std::map<std::string, std::string>;
 
 // An exact compilation target. sm_120a, sm_120 and sm_121a are different targets: an
 // arch-specific ("a") cubin runs only on that exact chip.
@@ -29,8 +34,10 @@ std::span<const std::string_view> supported_targets();
 std::span<const std::string_view> default_targets();
 Result<Target> parse_target(std::string_view text);
 
-
 int record_bytes(RopeFormat rope);
+
+// The kernel variant a layer's scale needs: identity only for a scale of exactly 1.0.
+LatentScale latent_scale_for(ScaleMode mode);
 
 struct KernelSpec {
   KernelKind kernel = KernelKind::writer;
@@ -41,6 +48,13 @@ struct KernelSpec {
   bool operator==(const KernelSpec&) const = default;
   // "writer/dynamic/fp8/sm_100a": for logs and tables.
   std::string label() const;
+
+  // The facts that name this variant: kernel, latent_scale, rope, target. The generator's
+  // facts, the cache key and the artifact's embedded facts all start from these.
+  FactMap to_facts() const;
+  // The inverse: reads those four facts (others are ignored). A missing fact or a value
+  // outside its table is ErrorCode::invalid_input naming the fact.
+  static Result<KernelSpec> from_facts(const FactMap& facts);
 };
 
 }  // namespace jitcache

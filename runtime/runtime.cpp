@@ -4,12 +4,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "cache/store.hpp"
+#include "kernel_templates/variant_plan.hpp"
 #include "runtime/compile/binding_guard.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/device/cuda_driver.hpp"
@@ -150,15 +149,9 @@ class RuntimeImpl final : public Runtime {
     resolve.checkpoint_revision = model.checkpoint_revision;
     prepared->m_scales = JC_TRY(resolve_scales(resolve));
 
-    // The distinct variants the layers need, in a stable order.
-    std::set<LatentScale> modes;
-    for (const LayerScale& l : prepared->m_scales.layers) modes.insert(latent_scale_for(l.mode));
-    std::vector<KernelSpec> specs;
-    for (KernelKind k : {KernelKind::writer, KernelKind::gather})
-      for (LatentScale m : modes) specs.push_back(KernelSpec{k, m, model.rope, target});
-
-    JC_TRY(fetch_all(specs, *prepared));
-    JC_TRY(bind(*prepared));
+    const VariantPlan plan = plan_variants(prepared->m_scales, model.rope, target);
+    JC_TRY(fetch_all(plan.variants, *prepared));
+    JC_TRY(bind(plan, *prepared));
     prepared->m_stats.wall_ms = ms_since(started);
     return std::shared_ptr<const PreparedModel>(std::move(prepared));
   }
@@ -267,21 +260,20 @@ class RuntimeImpl final : public Runtime {
     return {};
   }
 
-  // Binds every layer to its variants after checking the artifacts' embedded facts.
-  static Status bind(PreparedModelImpl& prepared) {
-    std::map<std::pair<KernelKind, LatentScale>, const Kernel*> by_variant;
-    std::map<const Kernel*, FactMap> embedded;
-    for (const auto& k : prepared.m_kernels) {
-      by_variant[{k->spec.kernel, k->spec.latent_scale}] = k.get();
-      embedded[k.get()] = JC_TRY(facts_from_cubin(k->artifact->cubin));
-    }
+  // Binds every layer to its variants (the plan's, fetched in its order) after checking the
+  // artifacts' embedded facts.
+  static Status bind(const VariantPlan& plan, PreparedModelImpl& prepared) {
+    std::vector<FactMap> embedded;
+    for (const auto& k : prepared.m_kernels) embedded.push_back(JC_TRY(facts_from_cubin(k->artifact->cubin)));
     prepared.m_layers.reserve(prepared.m_scales.layers.size());
-    for (const LayerScale& l : prepared.m_scales.layers) {
+    for (std::size_t i = 0; i < plan.layers.size(); ++i) {
+      const LayerScale& l = prepared.m_scales.layers[i];
       LayerBinding b{l.layer, l.scale, l.mode, l.source, nullptr, nullptr};
-      const LatentScale mode = latent_scale_for(l.mode);
-      b.writer = by_variant.at({KernelKind::writer, mode});
-      b.gather = by_variant.at({KernelKind::gather, mode});
-      for (const Kernel* k : {b.writer, b.gather}) JC_TRY(check_binding(l, k->spec, embedded.at(k)));
+      const VariantPlan::Layer& uses = plan.layers[i];
+      b.writer = prepared.m_kernels[uses.writer].get();
+      b.gather = prepared.m_kernels[uses.gather].get();
+      JC_TRY(check_binding(l, b.writer->spec, embedded[uses.writer]));
+      JC_TRY(check_binding(l, b.gather->spec, embedded[uses.gather]));
       prepared.m_layers.push_back(b);
     }
     return {};

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/audit/audit.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "tools/cli.hpp"
@@ -121,7 +122,8 @@ void register_audit(CLI::App& root, Context& context) {
   cmd->add_option("--checkpoint", args->checkpoint, "Also report what each layer of this checkpoint needs");
   cmd->add_option("--scales", args->scales, "Explicit scales override file (with --checkpoint)");
   cmd->add_option("--arch", args->arch, "Target of the per-layer report (with --checkpoint)");
-  cmd->add_option("--rope", args->rope, "bf16|fp8")->check(CLI::IsMember({"bf16", "fp8"}));
+  cmd->add_option("--rope", args->rope, k_rope_formats.joined("|"))
+      ->check(CLI::IsMember(k_rope_formats.names()));
   cmd->add_flag("--json", args->json, "One JSON document on stdout");
   context.bind(cmd, [args, &context] { return run_audit(*args, context.global); });
 }

@@ -11,6 +11,7 @@
 
 #include "cache/report.hpp"
 #include "cache/store.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/audit/audit.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "tools/cli.hpp"
@@ -23,7 +24,8 @@ using cache::EntryInfo;
 using cache::Store;
 
 // The facts shown as columns; the store itself knows no fact by meaning.
-constexpr const char* k_column_facts[] = {"kernel", "target", "latent_scale", "rope"};
+constexpr std::string_view k_column_facts[] = {k_kernel_kinds.fact, k_targets.fact, k_latent_scales.fact,
+                                               k_rope_formats.fact};
 constexpr std::size_t k_key_prefix_chars = 16;
 
 struct FilterArgs {
@@ -39,10 +41,10 @@ struct FilterArgs {
   EntryFilter filter() const {
     EntryFilter f;
     if (!key.empty()) f.key_prefix = key;
-    if (!kernel.empty()) f.facts.emplace_back("kernel", kernel);
-    if (!arch.empty()) f.facts.emplace_back("target", arch);
-    if (!latent_scale.empty()) f.facts.emplace_back("latent_scale", latent_scale);
-    if (!rope.empty()) f.facts.emplace_back("rope", rope);
+    if (!kernel.empty()) f.facts.emplace_back(k_kernel_kinds.fact, kernel);
+    if (!arch.empty()) f.facts.emplace_back(k_targets.fact, arch);
+    if (!latent_scale.empty()) f.facts.emplace_back(k_latent_scales.fact, latent_scale);
+    if (!rope.empty()) f.facts.emplace_back(k_rope_formats.fact, rope);
     return f;
   }
 };
@@ -51,9 +53,9 @@ void add_filter_options(CLI::App* command, FilterArgs& args) {
   command->add_option("--kernel", args.kernel, "Only entries whose fact 'kernel' is K");
   command->add_option("--arch", args.arch, "Only entries whose fact 'target' is A (exact: sm_120a != sm_120)");
   command->add_option("--latent-scale", args.latent_scale, "Only entries built for identity or dynamic scales")
-      ->check(CLI::IsMember({"identity", "dynamic"}));
+      ->check(CLI::IsMember(k_latent_scales.names()));
   command->add_option("--rope", args.rope, "Only entries whose fact 'rope' is R")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+      ->check(CLI::IsMember(k_rope_formats.names()));
 }
 
 CLI::Validator hex_prefix_validator() {
@@ -98,7 +100,7 @@ std::unique_ptr<Store> open_store(const Context& context, int& exit_code, cache:
   return opened ? std::move(opened->store) : nullptr;
 }
 
-std::string fact_or_dash(const EntryInfo& e, const char* name) {
+std::string fact_or_dash(const EntryInfo& e, std::string_view name) {
   auto value = e.facts.get(name);
   return value && !value->empty() ? std::string(*value) : "-";
 }
@@ -108,7 +110,7 @@ void print_table(const std::vector<EntryInfo>& entries) {
   rows.push_back({"KEY", "KERNEL", "TARGET", "LATENT_SCALE", "ROPE", "SIZE", "CREATED", "LAST USED", "HITS"});
   for (const EntryInfo& e : entries) {
     std::vector<std::string> row{e.key.to_hex().substr(0, k_key_prefix_chars)};
-    for (const char* name : k_column_facts) row.push_back(fact_or_dash(e, name));
+    for (std::string_view name : k_column_facts) row.push_back(fact_or_dash(e, name));
     row.push_back(cache::format_size(e.size));
     row.push_back(cache::format_time(e.created_ms, cache::TimeFormat::human));
     row.push_back(cache::format_time(e.last_used_ms, cache::TimeFormat::human));

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/kv/kv_tools.hpp"
 #include "tools/cli.hpp"
 
@@ -37,7 +38,7 @@ Result<kv::RecordOptions> record_options(const KvArgs& args) {
   const auto rope = parse_rope_format(args.rope);
   if (!rope)
     return make_error(ErrorCode::invalid_argument,
-                      "--rope: expected bf16 or fp8, got '" + args.rope + "'");
+                      "--rope: expected " + k_rope_formats.alternatives() + ", got '" + args.rope + "'");
   return kv::RecordOptions{scale, *rope, args.threads};
 }
 
@@ -148,9 +149,11 @@ int run_error(const KvArgs& args) {
 }
 
 void add_common(CLI::App* cmd, KvArgs& args) {
-  cmd->add_option("--rope", args.rope,
-                  "RoPE layout of the record: bf16 (432 bytes) or fp8 (368 bytes)")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+  const std::string layouts = k_rope_formats.alternatives([](const RopeFormatRow& row) {
+    return std::string(row.name) + " (" + std::to_string(row.record_bytes) + " bytes)";
+  });
+  cmd->add_option("--rope", args.rope, "RoPE layout of the record: " + layouts)
+      ->check(CLI::IsMember(k_rope_formats.names()));
   cmd->add_option("--threads", args.threads, "Host threads (0: one per core for large inputs)");
 }
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/kv/outer_scale_study.hpp"
 #include "tools/cli.hpp"
 
@@ -65,7 +66,8 @@ void register_study(CLI::App& root, Context& context) {
       "study", "Identity vs calibrated outer scale: round-trip error across layer magnitudes");
   cmd->add_option("--tokens", args->tokens, "Synthetic tokens per layer")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seed", args->seed, "Seed of the synthetic data");
-  cmd->add_option("--rope", args->rope, "bf16|fp8")->check(CLI::IsMember({"bf16", "fp8"}));
+  cmd->add_option("--rope", args->rope, k_rope_formats.joined("|"))
+      ->check(CLI::IsMember(k_rope_formats.names()));
   cmd->add_flag("--json", args->json, "One JSON document on stdout");
   context.bind(cmd, [args] { return run_study(*args); });
 }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "jitcache/runtime.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "tools/cli.hpp"
 
 namespace jitcache::cli {
@@ -111,7 +112,8 @@ void register_warm(CLI::App& root, Context& context) {
   cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint directory (holds config.json)")->required();
   cmd->add_option("--scales", args->scales, "Explicit scales override file");
   cmd->add_option("--arch", args->arch, "Target: sm_90, sm_100a, sm_120a, ...")->required();
-  cmd->add_option("--rope", args->rope, "bf16|fp8")->check(CLI::IsMember({"bf16", "fp8"}));
+  cmd->add_option("--rope", args->rope, k_rope_formats.joined("|"))
+      ->check(CLI::IsMember(k_rope_formats.names()));
   cmd->add_option("--jobs", args->jobs, "Parallel compiles (default: one per core)");
   cmd->add_flag("--json", args->json, "One JSON document on stdout");
   context.bind(cmd, [args, &context] { return run_warm(*args, context.global); });

@@ -1,5 +1,8 @@
 // The names of what a kernel is specialized for, shared by the public API and the
-// internals (kernel_templates/kernel_spec.hpp builds on them).
+// internals (kernel_templates/kernel_spec.hpp builds on them). Each enum has one table
+// (kernel_templates/variant_dimensions.hpp) holding its names, cache facts and sizes; a
+// new enumerator needs a row there, and the build (-Werror=switch-enum) names every
+// switch that must handle it.
 #pragma once
 
 #include <optional>

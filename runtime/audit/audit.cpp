@@ -4,9 +4,10 @@
 #include <map>
 #include <set>
 
+#include "kernel_templates/variant_dimensions.hpp"
+#include "kernel_templates/variant_plan.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/artifact_facts.hpp"
-#include "runtime/compile/binding_guard.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/ptx_analysis.hpp"
 
@@ -56,13 +57,18 @@ std::optional<ArtifactView> view_artifact(std::span<const std::byte> bytes) {
 // latent-scale parameter was built for identity.
 std::pair<BuiltFor, std::string> built_for(const ArtifactView& view) {
   if (view.embedded) {
-    auto it = view.embedded->find("latent_scale");
-    if (it != view.embedded->end())
-      return {it->second == "identity" ? BuiltFor::identity : BuiltFor::dynamic, "its embedded facts"};
+    auto it = view.embedded->find(std::string(k_latent_scales.fact));
+    // A value no table has says nothing: the PTX may still tell.
+    if (const auto mode = it == view.embedded->end() ? std::nullopt : parse_latent_scale(it->second)) {
+      switch (*mode) {
+        case LatentScale::identity: return {BuiltFor::identity, "its embedded facts"};
+        case LatentScale::dynamic: return {BuiltFor::dynamic, "its embedded facts"};
+      }
+    }
   }
   if (!view.ptx.empty()) {
-    for (const char* entry : {k_writer_entry, k_gather_entry}) {
-      auto use = analyze_param_use(view.ptx, entry, 1);
+    for (const KernelKindRow& kind : k_kernel_kinds.rows) {
+      auto use = analyze_param_use(view.ptx, kind.entry, 1);
       if (!use) continue;
       if (use->arithmetic.empty()) return {BuiltFor::identity, "its PTX: no arithmetic on the latent scale"};
       return {BuiltFor::dynamic, "its PTX: the latent scale is applied"};
@@ -91,7 +97,7 @@ bool is_legacy(const cache::EntryInfo& e, std::string& why) {
     why = "kernel facts schema " + std::string(*schema) + " (this build: " + std::to_string(k_kernel_facts_schema) + ")";
     return true;
   }
-  if (!e.facts.get("latent_scale")) {
+  if (!e.facts.get(k_latent_scales.fact)) {
     why = "its facts do not record latent_scale";
     return true;
   }
@@ -102,8 +108,8 @@ void audit_entry(cache::Store& store, const cache::EntryInfo& e, AuditReport& re
   Finding f;
   f.key = e.key.to_hex();
   f.digest = e.digest.to_hex();
-  f.kernel = fact_or(e.facts, "kernel", "?");
-  f.target = fact_or(e.facts, "target", "?");
+  f.kernel = fact_or(e.facts, k_kernel_kinds.fact, "?");
+  f.target = fact_or(e.facts, k_targets.fact, "?");
   auto add = [&](FindingKind kind, std::string explanation) {
     f.kind = kind;
     f.explanation = std::move(explanation);
@@ -129,15 +135,19 @@ void audit_entry(cache::Store& store, const cache::EntryInfo& e, AuditReport& re
     return;
   }
   if (view->embedded) {
-    if (f.kernel == "?") f.kernel = view->embedded->count("kernel") ? view->embedded->at("kernel") : "?";
-    if (f.target == "?") f.target = view->embedded->count("target") ? view->embedded->at("target") : "?";
+    auto embedded = [&](std::string_view name) {
+      const auto it = view->embedded->find(std::string(name));
+      return it == view->embedded->end() ? std::string("?") : it->second;
+    };
+    if (f.kernel == "?") f.kernel = embedded(k_kernel_kinds.fact);
+    if (f.target == "?") f.target = embedded(k_targets.fact);
   }
 
   std::string legacy_why;
   const bool legacy = is_legacy(e, legacy_why);
   const auto [built, evidence] = built_for(*view);
-  const auto indexed = e.facts.get("latent_scale");
-  if (built == BuiltFor::identity && (!indexed || *indexed != "identity")) {
+  const auto indexed = e.facts.get(k_latent_scales.fact);
+  if (built == BuiltFor::identity && (!indexed || parse_latent_scale(*indexed) != LatentScale::identity)) {
     add(FindingKind::stale_identity,
         "identity kernel (by " + evidence + ") indexed as " +
             (indexed ? "latent_scale=" + std::string(*indexed) : "no latent_scale (" + legacy_why + ")") +
@@ -214,24 +224,25 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
   std::set<std::string> present;
   for (const cache::EntryInfo& e : entries) present.insert(e.key.to_hex());
 
-  std::map<std::pair<KernelKind, LatentScale>, std::size_t> variant_index;
-  auto variant = [&](KernelKind kind, LatentScale mode) -> Result<std::size_t> {
-    auto it = variant_index.find({kind, mode});
-    if (it != variant_index.end()) return it->second;
-    const KernelSpec spec{kind, mode, options.rope, target};
+  // The report lists the variants in the order the layers first need them.
+  const VariantPlan plan = plan_variants(scales, options.rope, target);
+  std::vector<std::optional<std::size_t>> reported(plan.variants.size());
+  auto variant = [&](std::size_t planned) -> Result<std::size_t> {
+    if (reported[planned]) return *reported[planned];
+    const KernelSpec& spec = plan.variants[planned];
     const cache::Facts facts = JC_TRY(kernel_facts(generate(spec), compiler));
     VariantAudit v;
     v.label = spec.label();
     v.key = facts.key().to_hex();
     v.cached = present.contains(v.key) && !flagged.contains(v.key);
     audit.variants.push_back(v);
-    variant_index[{kind, mode}] = audit.variants.size() - 1;
+    reported[planned] = audit.variants.size() - 1;
     return audit.variants.size() - 1;
   };
-  for (const LayerScale& l : scales.layers) {
-    const LatentScale mode = latent_scale_for(l.mode);
-    const std::size_t w = JC_TRY(variant(KernelKind::writer, mode));
-    const std::size_t g = JC_TRY(variant(KernelKind::gather, mode));
+  for (std::size_t i = 0; i < scales.layers.size(); ++i) {
+    const LayerScale& l = scales.layers[i];
+    const std::size_t w = JC_TRY(variant(plan.layers[i].writer));
+    const std::size_t g = JC_TRY(variant(plan.layers[i].gather));
     ++audit.variants[w].layers;
     ++audit.variants[g].layers;
     LayerAudit row;
@@ -243,11 +254,16 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
     row.gather_key = audit.variants[g].key;
     row.writer_cached = audit.variants[w].cached;
     row.gather_cached = audit.variants[g].cached;
-    if (l.mode == ScaleMode::dynamic)
-      for (const std::string& key : {row.writer_key, row.gather_key})
-        if (auto it = flagged.find(key); it != flagged.end() && it->second->kind == FindingKind::stale_identity)
-          row.bound_to_identity = true;
-    (l.mode == ScaleMode::dynamic ? audit.dynamic_layers : audit.identity_layers)++;
+    switch (l.mode) {
+      case ScaleMode::dynamic:
+        for (const std::string& key : {row.writer_key, row.gather_key}) {
+          const auto it = flagged.find(key);
+          if (it != flagged.end() && it->second->kind == FindingKind::stale_identity) row.bound_to_identity = true;
+        }
+        ++audit.dynamic_layers;
+        break;
+      case ScaleMode::identity: ++audit.identity_layers; break;
+    }
     audit.layers.push_back(row);
   }
   report.checkpoint = std::move(audit);

@@ -5,16 +5,13 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <span>
-#include <string>
 #include <string_view>
 
 #include "jitcache/error.hpp"
+#include "kernel_templates/kernel_spec.hpp"  // FactMap
 
 namespace jitcache {
-
-using FactMap = std::map<std::string, std::string>;
 
 // "a=1;b=2;" -> {a:1, b:2}. Malformed text (no '=', duplicate name) is an error.
 Result<FactMap> parse_embedded_facts(std::string_view text);

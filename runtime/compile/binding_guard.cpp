@@ -1,31 +1,32 @@
 #include "runtime/compile/binding_guard.hpp"
 
+#include "kernel_templates/variant_dimensions.hpp"
+
 namespace jitcache {
 
-LatentScale latent_scale_for(ScaleMode mode) {
-  return mode == ScaleMode::identity ? LatentScale::identity : LatentScale::dynamic;
-}
-
 Status check_binding(const LayerScale& layer, const KernelSpec& expected, const FactMap& embedded) {
-  auto fact = [&](const char* name) {
-    auto it = embedded.find(name);
-    return it == embedded.end() ? std::string("(absent)") : it->second;
-  };
   const std::string layer_name = "layer " + std::to_string(layer.layer) + " (scale " +
                                  std::to_string(layer.scale) + ", " + to_string(layer.mode) + ")";
+  // Read through the dimension tables: a missing fact or a value no table has is refused
+  // by name, never taken for one of the known values.
+  const auto built = KernelSpec::from_facts(embedded);
+  if (!built)
+    return make_error(ErrorCode::invalid_input, "refusing to bind a kernel to " + layer_name +
+                                                    ": the artifact's " + built.error().message);
+  const FactMap have = built->to_facts();
+  const std::string latent(k_latent_scales.fact);
+  // The field failure first, in its own words: a kernel built for the other scale mode.
   const std::string needed = to_string(latent_scale_for(layer.mode));
-  if (fact("latent_scale") != needed)
+  if (have.at(latent) != needed)
     return make_error(ErrorCode::invalid_input,
-                      "refusing to bind " + std::string(to_string(expected.kernel)) + " kernel to " + layer_name +
-                          ": the artifact was built for latent_scale=" + fact("latent_scale") + ", the layer needs " +
-                          needed);
-  const std::pair<const char*, std::string> rest[] = {{"kernel", to_string(expected.kernel)},
-                                                      {"rope", to_string(expected.rope)},
-                                                      {"target", expected.target.name}};
-  for (const auto& [name, value] : rest)
-    if (fact(name) != value)
-      return make_error(ErrorCode::invalid_input, "refusing to bind a kernel to " + layer_name + ": the artifact's " +
-                                                      name + " is " + fact(name) + ", expected " + value);
+                      "refusing to bind " + std::string(to_string(expected.kernel)) + " kernel to " +
+                          layer_name + ": the artifact was built for " + latent + "=" + have.at(latent) +
+                          ", the layer needs " + needed);
+  for (const auto& [name, value] : expected.to_facts())
+    if (name != latent && have.at(name) != value)
+      return make_error(ErrorCode::invalid_input, "refusing to bind a kernel to " + layer_name +
+                                                      ": the artifact's " + name + " is " + have.at(name) +
+                                                      ", expected " + value);
   return {};
 }
 

@@ -12,8 +12,6 @@
 
 namespace jitcache {
 
-LatentScale latent_scale_for(ScaleMode mode);
-
 // `embedded`: facts read from the artifact (facts_from_cubin). `expected`: the variant
 // the runtime chose for the layer.
 Status check_binding(const LayerScale& layer, const KernelSpec& expected, const FactMap& embedded);

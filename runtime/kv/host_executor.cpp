@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <utility>
 
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/kv/launch_contract.hpp"
 
 namespace jitcache {
@@ -128,16 +130,31 @@ jc::u32 run_gather(const jc::GatherParams& p, float scale) {
   return status;
 }
 
+// The run-time values to template arguments: one case per enumerator (a new one fails to
+// compile here until it has a case), each instantiating with its table row's device
+// enumerator (a new one fails to compile until it has a row).
+template <jc::LatentMode LM, class Params, class Fn>
+Result<jc::u32> dispatch_rope(RopeFormat rope, const Params& p, float scale, Fn&& fn) {
+  switch (rope) {
+    case RopeFormat::bf16:
+      return fn.template operator()<LM, k_rope_formats[RopeFormat::bf16].device>(p, scale);
+    case RopeFormat::fp8:
+      return fn.template operator()<LM, k_rope_formats[RopeFormat::fp8].device>(p, scale);
+  }
+  return make_error(ErrorCode::invalid_argument,
+                    "no RoPE format " + std::to_string(std::to_underlying(rope)) + ": no kernel to run");
+}
+
 template <class Params, class Fn>
-jc::u32 dispatch(LatentScale latent, RopeFormat rope, const Params& p, float scale, Fn&& fn) {
-  using L = jc::LatentMode;
-  using R = jc::RopeMode;
-  const bool id = latent == LatentScale::identity;
-  const bool bf = rope == RopeFormat::bf16;
-  if (id && bf) return fn.template operator()<L::identity, R::bf16>(p, scale);
-  if (id) return fn.template operator()<L::identity, R::fp8>(p, scale);
-  if (bf) return fn.template operator()<L::dynamic, R::bf16>(p, scale);
-  return fn.template operator()<L::dynamic, R::fp8>(p, scale);
+Result<jc::u32> dispatch(LatentScale latent, RopeFormat rope, const Params& p, float scale, Fn&& fn) {
+  switch (latent) {
+    case LatentScale::identity:
+      return dispatch_rope<k_latent_scales[LatentScale::identity].device>(rope, p, scale, fn);
+    case LatentScale::dynamic:
+      return dispatch_rope<k_latent_scales[LatentScale::dynamic].device>(rope, p, scale, fn);
+  }
+  const std::string value = std::to_string(std::to_underlying(latent));
+  return make_error(ErrorCode::invalid_argument, "no latent-scale mode " + value + ": no kernel to run");
 }
 
 }  // namespace

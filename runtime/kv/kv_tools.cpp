@@ -10,6 +10,7 @@
 #include <system_error>
 #include <thread>
 
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/kv/host_executor.hpp"
 #include "runtime/kv/npy.hpp"
 #include "runtime/scales/scale_file.hpp"
@@ -25,9 +26,7 @@ static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= 16);
 static_assert(k_latent_dim == jc::k_latent_dim && k_rope_dim == jc::k_rope_dim &&
               k_row_dim == jc::k_out_dim);
 
-const char* rope_label(RopeFormat rope) {
-  return rope == RopeFormat::bf16 ? "bf16 RoPE" : "fp8 RoPE";
-}
+std::string rope_label(RopeFormat rope) { return std::string(to_string(rope)) + " RoPE"; }
 
 unsigned thread_count(std::int64_t tokens, unsigned requested) {
   if (tokens <= 1) return 1;
@@ -107,10 +106,11 @@ Result<std::vector<std::uint16_t>> gather_records(std::span<const std::uint8_t> 
   const auto bytes = static_cast<std::size_t>(record_bytes(options.rope));
   if (records.size() % bytes != 0) {
     std::string hint;
-    const RopeFormat other = options.rope == RopeFormat::bf16 ? RopeFormat::fp8 : RopeFormat::bf16;
-    if (records.size() % static_cast<std::size_t>(record_bytes(other)) == 0)
-      hint = " (it is a multiple of the " + std::to_string(record_bytes(other)) + "-byte " +
-             rope_label(other) + " record: is --rope " + to_string(other) + " meant?)";
+    for (const RopeFormatRow& other : k_rope_formats.rows)
+      if (hint.empty() && other.value != options.rope &&
+          records.size() % static_cast<std::size_t>(other.record_bytes) == 0)
+        hint = " (it is a multiple of the " + std::to_string(other.record_bytes) + "-byte " +
+               rope_label(other.value) + " record: is --rope " + other.name + " meant?)";
     return make_error(ErrorCode::invalid_input,
                       std::string(name) + ": field 'size': " + std::to_string(records.size()) +
                           " bytes is not a multiple of the " + std::to_string(bytes) +

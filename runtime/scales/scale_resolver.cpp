@@ -132,7 +132,9 @@ void log_resolution(const ResolvedScales& resolved) {
     case ScaleSource::checkpoint:
       source = std::string("checkpoint metadata (") + to_string(p.checkpoint_form) + ")";
       break;
-    default:
+    // draft_identity marks a layer, never a whole model's provenance; both mean "no scales".
+    case ScaleSource::identity_default:
+    case ScaleSource::draft_identity:
       source = "identity default (no " + std::string(k_scales_config_field) +
                " in config.json, no override)";
       break;

@@ -1,0 +1,167 @@
+// The variant dimension tables (kernel_templates/variant_dimensions.hpp) and what is
+// derived from them: names, parsing, record sizes, targets, a spec's facts both ways.
+#include <set>
+#include <string>
+
+#include "kernel_templates/generator.hpp"
+#include "kernel_templates/kernel_spec.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
+#include "test_support.hpp"
+
+namespace jitcache {
+namespace {
+
+// The spellings are cache facts: changing one changes every key, so they are pinned.
+TEST(VariantDimensions, NamesArePinned) {
+  EXPECT_EQ(k_kernel_kinds.joined("|"), "writer|gather");
+  EXPECT_EQ(k_latent_scales.joined("|"), "identity|dynamic");
+  EXPECT_EQ(k_rope_formats.joined("|"), "bf16|fp8");
+  EXPECT_EQ(k_targets.joined(" "), "sm_90 sm_90a sm_100 sm_100a sm_103a sm_110a sm_120 sm_120a sm_121a");
+  EXPECT_EQ(k_kernel_kinds.fact, "kernel");
+  EXPECT_EQ(k_latent_scales.fact, "latent_scale");
+  EXPECT_EQ(k_rope_formats.fact, "rope");
+  EXPECT_EQ(k_targets.fact, "target");
+}
+
+TEST(VariantDimensions, EveryRowParsesBackAndPrints) {
+  for (const auto& row : k_kernel_kinds.rows) {
+    EXPECT_EQ(parse_kernel_kind(row.name), row.value);
+    EXPECT_STREQ(to_string(row.value), row.name);
+  }
+  for (const auto& row : k_latent_scales.rows) {
+    EXPECT_EQ(parse_latent_scale(row.name), row.value);
+    EXPECT_STREQ(to_string(row.value), row.name);
+  }
+  for (const auto& row : k_rope_formats.rows) {
+    EXPECT_EQ(parse_rope_format(row.name), row.value);
+    EXPECT_STREQ(to_string(row.value), row.name);
+    EXPECT_EQ(record_bytes(row.value), row.record_bytes);
+  }
+  for (const auto& row : k_targets.rows) {
+    auto target = parse_target(row.name);
+    ASSERT_OK(target);
+    EXPECT_EQ(target->name, row.name);
+  }
+}
+
+TEST(VariantDimensions, ParsingRefusesWhatNoRowHas) {
+  for (const char* text : {"", "Writer", "writer ", "gatherer"})
+    EXPECT_FALSE(parse_kernel_kind(text)) << text;
+  for (const char* text : {"", "Identity", "calibrated", "dynamic\n"})
+    EXPECT_FALSE(parse_latent_scale(text)) << text;
+  for (const char* text : {"", "BF16", "fp4", "fp8 "}) EXPECT_FALSE(parse_rope_format(text)) << text;
+  const auto target = parse_target("sm_99");
+  ASSERT_FALSE(target);
+  EXPECT_EQ(target.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(target.error().message.find("unknown target 'sm_99' (supported: sm_90, sm_90a,"),
+            std::string::npos)
+      << target.error().message;
+}
+
+TEST(VariantDimensions, RecordSizesAreTheKernels) {
+  EXPECT_EQ(record_bytes(RopeFormat::bf16), 432);
+  EXPECT_EQ(record_bytes(RopeFormat::fp8), 368);
+  for (const auto& row : k_rope_formats.rows) EXPECT_EQ(row.record_bytes, jc::record_bytes(row.device));
+}
+
+TEST(VariantDimensions, DefaultTargetsAreTheProductsInTableOrder) {
+  std::vector<std::string_view> defaults(default_targets().begin(), default_targets().end());
+  EXPECT_EQ(defaults, (std::vector<std::string_view>{"sm_90", "sm_100a", "sm_120a"}));
+  std::vector<std::string_view> supported(supported_targets().begin(), supported_targets().end());
+  ASSERT_EQ(supported.size(), k_targets.size());
+  for (std::size_t i = 0; i < supported.size(); ++i) EXPECT_EQ(supported[i], k_targets.rows[i].name);
+}
+
+TEST(VariantDimensions, AlternativesReadAsEnglish) {
+  EXPECT_EQ(k_rope_formats.alternatives(), "bf16 or fp8");
+  EXPECT_EQ(k_targets.alternatives().substr(0, 16), "sm_90, sm_90a, s");
+  EXPECT_TRUE(k_targets.alternatives().ends_with(", sm_120a or sm_121a"));
+  const auto names = k_latent_scales.names();
+  EXPECT_EQ(names, (std::vector<std::string>{"identity", "dynamic"}));
+}
+
+TEST(VariantDimensions, LatentScaleFollowsTheScaleMode) {
+  EXPECT_EQ(latent_scale_for(ScaleMode::identity), LatentScale::identity);
+  EXPECT_EQ(latent_scale_for(ScaleMode::dynamic), LatentScale::dynamic);
+}
+
+TEST(VariantDimensions, AllVariantsIsEveryCombinationOnce) {
+  const Target target{"sm_100a"};
+  const auto specs = all_variants(target);
+  EXPECT_EQ(specs.size(), k_kernel_kinds.size() * k_latent_scales.size() * k_rope_formats.size());
+  std::set<std::string> labels;
+  for (const KernelSpec& spec : specs) labels.insert(spec.label());
+  EXPECT_EQ(labels.size(), specs.size());
+  EXPECT_EQ(specs.front().label(), "writer/identity/bf16/sm_100a");
+  EXPECT_EQ(specs.back().label(), "gather/dynamic/fp8/sm_100a");
+}
+
+TEST(KernelSpecFacts, ToFactsNamesTheFourDimensions) {
+  const KernelSpec spec{KernelKind::gather, LatentScale::dynamic, RopeFormat::fp8, Target{"sm_120a"}};
+  EXPECT_EQ(
+      spec.to_facts(),
+      (FactMap{{"kernel", "gather"}, {"latent_scale", "dynamic"}, {"rope", "fp8"}, {"target", "sm_120a"}}));
+}
+
+TEST(KernelSpecFacts, GeneratedFactsStartFromTheSpecs) {
+  for (const KernelSpec& spec : all_variants(Target{"sm_90"})) {
+    const GeneratedSource source = generate(spec);
+    for (const auto& [name, value] : spec.to_facts()) EXPECT_EQ(source.facts.at(name), value) << name;
+    EXPECT_EQ(source.facts.at("record_bytes"), std::to_string(record_bytes(spec.rope)));
+    EXPECT_EQ(source.entry, k_kernel_kinds[spec.kernel].entry);
+    EXPECT_NE(source.source.find(k_rope_formats[spec.rope].device_text), std::string::npos);
+    EXPECT_NE(source.source.find(k_latent_scales[spec.latent_scale].device_text), std::string::npos);
+  }
+}
+
+TEST(KernelSpecFacts, FromFactsInvertsToFactsForEveryVariant) {
+  for (std::string_view target : supported_targets())
+    for (const KernelSpec& spec : all_variants(Target{std::string(target)})) {
+      FactMap facts = spec.to_facts();
+      facts["record_bytes"] = "432";  // other facts are ignored
+      const auto back = KernelSpec::from_facts(facts);
+      ASSERT_OK(back);
+      EXPECT_EQ(*back, spec) << spec.label();
+    }
+}
+
+TEST(KernelSpecFacts, FromFactsNamesAMissingFact) {
+  const FactMap complete = KernelSpec{}.to_facts();
+  for (const auto& [name, value] : complete) {
+    FactMap facts = complete;
+    facts.erase(name);
+    const auto spec = KernelSpec::from_facts(facts);
+    ASSERT_FALSE(spec) << name;
+    EXPECT_EQ(spec.error().code, ErrorCode::invalid_input);
+    EXPECT_EQ(spec.error().message, "missing fact '" + name + "'");
+  }
+  EXPECT_FALSE(KernelSpec::from_facts({}));
+}
+
+TEST(KernelSpecFacts, FromFactsNamesAnUnknownValue) {
+  const FactMap complete =
+      KernelSpec{KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{"sm_90"}}.to_facts();
+  const std::pair<const char*, const char*> cases[] = {
+      {"kernel", "fact 'kernel' is 'scatter', expected writer or gather"},
+      {"latent_scale", "fact 'latent_scale' is 'scatter', expected identity or dynamic"},
+      {"rope", "fact 'rope' is 'scatter', expected bf16 or fp8"},
+      {"target",
+       "fact 'target' is 'scatter', expected sm_90, sm_90a, sm_100, sm_100a, sm_103a, sm_110a, sm_120, "
+       "sm_120a or sm_121a"},
+  };
+  for (const auto& [name, message] : cases) {
+    FactMap facts = complete;
+    facts[name] = "scatter";
+    const auto spec = KernelSpec::from_facts(facts);
+    ASSERT_FALSE(spec) << name;
+    EXPECT_EQ(spec.error().code, ErrorCode::invalid_input);
+    EXPECT_EQ(spec.error().message, message);
+  }
+  // Case matters: a fact value is a key component, spelled one way.
+  FactMap upper = complete;
+  upper["rope"] = "BF16";
+  EXPECT_FALSE(KernelSpec::from_facts(upper));
+}
+
+}  // namespace
+}  // namespace jitcache

@@ -202,9 +202,7 @@ int run_stats(const Context& context, const StatsArgs& args) {
     std::cout << doc.dump(2) << "\n";
     return k_exit_ok;
   }
-  const cache::Counters& t = stats->totals;
   auto row = [](const char* name, const std::string& value) { std::printf("%-16s %s\n", name, value.c_str()); };
-  char buffer[128];
   row("cache directory", store->root().string());
   row("entries", std::to_string(stats->entries));
   row("size", cache::format_size(stats->bytes) + " of " + cache::format_size(stats->max_bytes));

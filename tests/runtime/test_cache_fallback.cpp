@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -157,7 +158,8 @@ TEST_F(CacheFallbackTest, TheOptionBeatsTheEnvironment) {
     EXPECT_EQ(status.mode, JITCACHE_CACHE_MEMORY_ONLY);
     jitcache_runtime_close(runtime);
   }
-  reinterpret_cast<int&>(options.cache_requirement) = 7;
+  const int out_of_range = 7;  // a value no enumerator has, as a C caller could pass
+  std::memcpy(&options.cache_requirement, &out_of_range, sizeof out_of_range);
   EXPECT_EQ(jitcache_runtime_open(&options, &runtime), JITCACHE_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(jitcache_last_error()).find("cache_requirement"), std::string::npos) << jitcache_last_error();
 }

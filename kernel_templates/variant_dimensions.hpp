@@ -63,6 +63,14 @@ struct Dimension {
     return true;
   }
 
+  // Every value in enumerator order, for loops over the whole dimension (tests, benches),
+  // so that a new row is covered without anyone editing the loop.
+  constexpr auto values() const {
+    std::array<decltype(Row::value), N> out{};
+    for (std::size_t i = 0; i < N; ++i) out[i] = rows[i].value;
+    return out;
+  }
+
   // For CLI::IsMember.
   std::vector<std::string> names() const {
     std::vector<std::string> out;

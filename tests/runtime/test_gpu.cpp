@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "jitcache/runtime.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/device/cuda_driver.hpp"
 #include "runtime/kv/host_executor.hpp"
@@ -336,7 +337,7 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorBitForBit) {
   std::mt19937_64 rng(jitcache::testing::test_seed("GpuTest.DeviceMatchesHostExecutorBitForBit"));
   const std::size_t tokens = 4099;  // not a multiple of the CTA's four tokens
   const std::size_t slots = tokens + 101;
-  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+  for (RopeFormat rope : k_rope_formats.values()) {
     auto prepared = m_runtime->prepare(ModelSpec{k_checkpoint, rope, "", std::nullopt, std::nullopt});
     ASSERT_OK(prepared);
     const PreparedModel& m = **prepared;
@@ -564,7 +565,7 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorOnAdversarialData) {
   d_slots.upload(slot_of.data());
   d_gslots.upload(gather_slots.data());
 
-  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+  for (RopeFormat rope : k_rope_formats.values()) {
     const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
     for (LatentScale latent : {LatentScale::identity, LatentScale::dynamic}) {
       const std::vector<float> scales = latent == LatentScale::identity

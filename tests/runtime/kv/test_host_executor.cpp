@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "reference_nvfp4.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/kv/host_executor.hpp"
 #include "test_support.hpp"
 
@@ -239,7 +240,7 @@ TEST(HostExecutor, DynamicWithUnitScaleEqualsIdentity) {
   std::mt19937_64 rng(test_seed("HostExecutor.DynamicWithUnitScaleEqualsIdentity"));
   Batch batch = random_batch(rng, 64);
   const auto slots = identity_slots(64);
-  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+  for (RopeFormat rope : k_rope_formats.values()) {
     AlignedBytes a(64 * 432), b(64 * 432);
     jc::WriterParams w{batch.rows(), 576, batch.rows() + 512, 576, slots.data(), 64, a.data(), 64, nullptr};
     ASSERT_OK(host_run_writer(LatentScale::identity, rope, w, 1.0f));
@@ -369,7 +370,7 @@ TEST(HostExecutor, EveryPointerIsAlignedForItsTypeAndNoExtentOverflows) {
   };
 
   const jc::WriterParams w{kv_c, 512, k_pe, 64, i64, 2, writer_cache, 2, u32};
-  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) EXPECT_OK(validate(w, rope));
+  for (RopeFormat rope : k_rope_formats.values()) EXPECT_OK(validate(w, rope));
   auto bad = w;
   bad.slot_mapping = reinterpret_cast<const std::int64_t*>(buffer + 4);
   expect_refused(validate(bad, RopeFormat::bf16), "'slot_mapping': must be 8-byte aligned (int64)");

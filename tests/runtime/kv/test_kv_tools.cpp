@@ -1,4 +1,5 @@
 #include "runtime/kv/kv_tools.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -124,7 +125,7 @@ void expect_within_bounds(const std::vector<float>& input, std::size_t columns,
 TEST(KvTools, RoundTripStaysWithinTheNvfp4ErrorBound) {
   std::mt19937_64 rng(testing::test_seed("kv round trip"));
   std::uniform_real_distribution<float> log_magnitude(std::log(0.02f), std::log(5.2f));
-  for (const RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+  for (const RopeFormat rope : k_rope_formats.values()) {
     for (int scale_kind = 0; scale_kind < 3; ++scale_kind) {
       const std::size_t tokens = 1 + rng() % 48;
       const float latent_max = std::exp(log_magnitude(rng));
@@ -146,7 +147,7 @@ TEST(KvTools, RoundTripStaysWithinTheNvfp4ErrorBound) {
 
 TEST(KvTools, MatchesTheIndependentReferenceBitForBit) {
   std::mt19937_64 rng(testing::test_seed("kv vs reference"));
-  for (const RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+  for (const RopeFormat rope : k_rope_formats.values()) {
     for (const float s : {1.0f, 0.0013f, 3.5f}) {
       const std::size_t tokens = 1 + rng() % 16;
       const std::vector<float> input =
@@ -180,7 +181,7 @@ TEST(KvTools, ExactlyRepresentableInputsRoundTripExactly) {
   static const float e2m1[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   // Powers of two keep x / s and the restore multiply exact.
   for (const float s : {1.0f, 0.25f, 8.0f}) {
-    for (const RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+    for (const RopeFormat rope : k_rope_formats.values()) {
       const std::size_t tokens = 1 + rng() % 8;
       std::vector<float> input(tokens * k_row_dim);
       for (std::size_t t = 0; t < tokens; ++t) {
@@ -242,7 +243,7 @@ TEST(KvTools, InputsAreRoundedToBf16FirstNearestEven) {
 
 TEST(KvTools, LatentOnlyInputGetsZeroRope) {
   std::mt19937_64 rng(testing::test_seed("kv 512 columns"));
-  for (const RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+  for (const RopeFormat rope : k_rope_formats.values()) {
     const std::size_t tokens = 1 + rng() % 20;
     const std::vector<float> latent = random_tokens(rng, tokens, k_latent_dim, 2.0f);
     std::vector<float> padded(tokens * k_row_dim, 0.0f);
@@ -264,7 +265,7 @@ TEST(KvTools, ThreadCountNeverChangesTheBytes) {
   std::mt19937_64 rng(testing::test_seed("kv threads"));
   const std::size_t tokens = 2501;  // an odd count: uneven chunks
   const std::vector<float> input = random_tokens(rng, tokens, k_row_dim, 3.0f);
-  for (const RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+  for (const RopeFormat rope : k_rope_formats.values()) {
     const auto single = kv::quantize(input, k_row_dim, options(0.002f, rope, 1));
     ASSERT_OK(single);
     const auto single_out = kv::dequantize(*single, options(0.002f, rope, 1));

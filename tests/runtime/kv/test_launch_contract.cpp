@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "jitcache/jitcache.h"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/kv/host_executor.hpp"
 #include "runtime/kv/launch_contract.hpp"
 #include "test_scale_support.hpp"
@@ -80,7 +81,7 @@ const WriterField k_writer_fields[] = {
 };
 
 TEST(LaunchContract, AWriterBufferMayNotOverlapAnyOtherToTheByte) {
-  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) EXPECT_OK(validate(writer(), rope));
+  for (RopeFormat rope : k_rope_formats.values()) EXPECT_OK(validate(writer(), rope));
   // The written buffers (cache, status) against every other buffer: ending right at the
   // other's first byte passes, one alignment unit further is refused; so is starting at
   // the other's last aligned unit, and starting right after its end passes.
@@ -140,7 +141,7 @@ TEST(LaunchContract, EveryGatherWriteIsCheckedAgainstEveryOtherBuffer) {
   constexpr std::uint64_t out_bytes = 4 * 1152;
   const jc::GatherParams g{at<const jc::u8>(cache), 8, at<const jc::i32>(slots), 4, at<jc::u16>(out), 576,
                            at<jc::u32>(status)};
-  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) EXPECT_OK(validate(g, rope));
+  for (RopeFormat rope : k_rope_formats.values()) EXPECT_OK(validate(g, rope));
   auto with = [&](auto change) {
     jc::GatherParams p = g;
     change(p);

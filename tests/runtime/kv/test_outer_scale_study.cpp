@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/kv/outer_scale_study.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "test_support.hpp"
 
 namespace jitcache::study {
@@ -35,7 +36,7 @@ TEST(OuterScaleStudy, CalibratedScalesRemoveTheShallowLayerPenalty) {
   StudyOptions options;
   options.tokens = 512;
   options.seed = jitcache::testing::test_seed("OuterScaleStudy.CalibratedScales");
-  for (RopeFormat rope : {RopeFormat::bf16, RopeFormat::fp8}) {
+  for (RopeFormat rope : k_rope_formats.values()) {
     options.rope = rope;
     auto rows = run_outer_scale_study(default_layer_max_abs(), options);
     ASSERT_OK(rows);

@@ -4,7 +4,7 @@
 // This one text is compiled twice:
 //   * by NVRTC at run time, after a generated prelude that picks the specialization
 //     (kernel_templates/generator.cpp), into the GPU kernels;
-//   * by the host compiler into libjitcache's host executor (runtime/kv/host_executor.cpp),
+//   * by the host compiler into libjitcache's host executor (runtime/host_executor.cpp),
 //     which runs the same lane bodies on the CPU.
 // Every arithmetic step is a correctly rounded operation (div_rn/mul_rn/add_rn, no FMA
 // contraction, no approximate reciprocal; the only FMAs are explicit ones with directed

@@ -105,8 +105,8 @@ void Store::count_error(std::size_t slot, const std::string& what, const Error& 
   ++m_lower[slot].errors;
 }
 
-Source Store::source_of(std::size_t slot) const {
-  switch (m_lower[slot].tier->kind()) {
+Source source_of(Tier tier) {
+  switch (tier) {
     case Tier::memory: return Source::memory;
     case Tier::disk: return Source::disk;
     case Tier::remote: return Source::remote;
@@ -202,7 +202,7 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
   auto serve = [&](Found& found) {
     const TierEntry entry{facts, found.hit.bytes, found.hit.compile_ms};
     write_through(key, entry, found.slot, disk_writable);
-    return Fetched{std::move(found.hit.bytes), source_of(found.slot), {}};
+    return Fetched{std::move(found.hit.bytes), source_of(m_lower[found.slot].tier->kind()), {}};
   };
   LowerRead read = read_lower(key);
   if (read.disk_error) {

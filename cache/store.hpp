@@ -70,6 +70,8 @@ struct Hit {
 // Where get_or_create's bytes came from.
 enum class Source { memory, disk, remote, coalesced, produced };
 const char* to_string(Source source);
+// The Source of a hit served by a tier of this kind.
+Source source_of(Tier tier);
 
 struct Fetched {
   SharedBytes bytes;
@@ -201,7 +203,6 @@ class Store {
   LowerRead read_lower(const CacheKey& key, std::size_t first = 0);
   void count_hit(std::size_t slot, double compile_ms);
   void count_error(std::size_t slot, const std::string& what, const Error& error);
-  Source source_of(std::size_t slot) const;
   // Puts the entry into the tiers below memory in [0, end), then into the memory tier.
   void write_through(const CacheKey& key, const TierEntry& entry, std::size_t end, bool disk_writable);
   Result<Fetched> lead(const CacheKey& key, const Facts& facts, const Producer& producer,

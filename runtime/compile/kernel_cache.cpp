@@ -37,15 +37,6 @@ struct ParsedArtifact final : cache::Decoded {
   BundleText text;  // a skipped text cannot serve a caller that needs it
 };
 
-cache::Source source_of(cache::Tier tier) {
-  switch (tier) {
-    case cache::Tier::memory: return cache::Source::memory;
-    case cache::Tier::disk: return cache::Source::disk;
-    case cache::Tier::remote: return cache::Source::remote;
-  }
-  return cache::Source::remote;
-}
-
 }  // namespace
 
 Result<cache::Facts> kernel_facts(const GeneratedSource& source, const Compiler& compiler) {
@@ -112,7 +103,7 @@ Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& sou
     if (!hit) return std::optional<KernelFetch>();
     bytes = std::move(hit->bytes);
     decoded = std::move(hit->decoded);
-    source_tier = source_of(hit->tier);
+    source_tier = cache::source_of(hit->tier);
   } else {
     const Compiler& compiler = m_compiler;
     const cache::Producer producer = [&]() -> Result<cache::Produced> {

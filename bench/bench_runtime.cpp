@@ -215,6 +215,7 @@ int child_breakdown(const fs::path& cache, const fs::path& checkpoint) {
   step("open_kernel_cache", [&] {
     KernelCacheOptions options;
     options.cache_dir = cache;
+    options.remote = RemoteUse::off;
     opened = std::move(open_kernel_cache(options).value());
   });
   cache::Store* store = opened.store.get();

@@ -124,7 +124,7 @@ Result<std::optional<TierHit>> DiskTier::get(const CacheKey& key) {
     use.last_used_ms = unix_now_ms();
   }
   return std::optional<TierHit>(
-      TierHit{std::make_shared<const Bytes>(std::move(*bytes)), row->compile_ms, {}});
+      TierHit{std::make_shared<const Bytes>(std::move(*bytes)), row->compile_ms, {}, {}});
 }
 
 Status DiskTier::put(const CacheKey& key, const TierEntry& entry) {

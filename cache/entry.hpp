@@ -71,7 +71,19 @@ struct EntryFilter {
   X(quarantined, std::uint64_t, "quarantined", "quarantined", "{}",                  \
     "entries dropped because their blob was missing or altered")                     \
   X(evicted, std::uint64_t, "evicted", "evicted", "{}",                              \
-    "entries dropped by the size cap or gc")
+    "entries dropped by the size cap or gc")                                         \
+  X(remote_hits, std::uint64_t, "remote/hits", "remote", "hits {}",                  \
+    "served by the shared remote tier, verified")                                    \
+  X(remote_misses, std::uint64_t, "remote/misses", "remote", ", misses {}",          \
+    "asked the remote tier, which had nothing")                                      \
+  X(remote_rejects, std::uint64_t, "remote/rejected", "remote", ", rejected {}",     \
+    "remote values refused (signature, digest, facts, size); never loaded")          \
+  X(remote_uploads, std::uint64_t, "remote/uploads", "remote", ", uploads {}",       \
+    "entries this node stored in the remote tier")                                   \
+  X(remote_lease_waits, std::uint64_t, "remote/lease_waits", "remote",               \
+    ", lease waits {}", "waited for another node compiling the same key")            \
+  X(remote_errors, std::uint64_t, "remote/errors", "remote", ", errors {}",          \
+    "remote operations that failed (down, slow, full, refused)")
 
 // Persisted cumulatively in the index's `counters` table; a Store also keeps the figures
 // of its own session.

@@ -16,7 +16,7 @@ std::optional<TierHit> MemoryTier::find(const CacheKey& key) {
   ++m_pending.memory_hits;
   m_session.compile_ms_saved += entry.compile_ms;
   m_pending.compile_ms_saved += entry.compile_ms;
-  return TierHit{entry.bytes, entry.compile_ms, entry.decoded};
+  return TierHit{entry.bytes, entry.compile_ms, entry.decoded, {}};
 }
 
 Status MemoryTier::put(const CacheKey& key, const TierEntry& entry) {

@@ -29,8 +29,11 @@ Store::Store(StoreOptions options)
 
 void Store::wire_lower_tiers() {
   if (m_disk) m_lower.push_back(Lower{m_disk.get(), true});
-  for (const auto& tier : m_options.extra_tiers)
-    if (tier) m_lower.push_back(Lower{tier.get(), false});
+  for (const auto& tier : m_options.extra_tiers) {
+    if (!tier) continue;
+    tier->count_into([this](const Counters& delta) { m_tally.add(delta); });
+    m_lower.push_back(Lower{tier.get(), false});
+  }
 }
 
 Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& root, StoreOptions options) {
@@ -77,9 +80,10 @@ Store::LowerRead Store::read_lower(const CacheKey& key, std::size_t first) {
     auto got = m_lower[slot].tier->get(key);
     if (!got) {
       if (m_lower[slot].is_disk) read.disk_error = std::move(got.error());
-      else count_error(slot, "reading " + key.to_hex(), got.error());
+      else count_error(slot, Op::read, "reading " + key.to_hex(), got.error());
       continue;
     }
+    if (!m_lower[slot].is_disk) count_success(slot, Op::read);
     if (*got) {
       count_hit(slot, (*got)->compile_ms);
       read.found = Found{slot, std::move(**got)};
@@ -98,11 +102,34 @@ void Store::count_hit(std::size_t slot, double compile_ms) {
   ++m_lower[slot].hits;
 }
 
-void Store::count_error(std::size_t slot, const std::string& what, const Error& error) {
-  log_warning("cache: tier " + m_lower[slot].tier->name() + ": " + what + ": " + error.to_string() +
-              "; going on without it");
-  std::lock_guard lock(m_stats_mutex);
-  ++m_lower[slot].errors;
+void Store::count_error(std::size_t slot, Op op, const std::string& what, const Error& error) {
+  bool first;
+  {
+    std::lock_guard lock(m_stats_mutex);
+    Lower& lower = m_lower[slot];
+    ++lower.errors;
+    bool& failing = op == Op::read ? lower.failing_reads : lower.failing_writes;
+    first = !failing;
+    failing = true;
+  }
+  const std::string line = "cache: tier " + m_lower[slot].tier->name() + ": " + what + ": " + error.to_string() +
+                           "; going on without it";
+  if (first) log_warning(line + " (further failures of its " + (op == Op::read ? "reads" : "writes") +
+                         " are logged at debug level until one succeeds)");
+  else log_debug(line);
+}
+
+void Store::count_success(std::size_t slot, Op op) {
+  bool recovered;
+  {
+    std::lock_guard lock(m_stats_mutex);
+    bool& failing = op == Op::read ? m_lower[slot].failing_reads : m_lower[slot].failing_writes;
+    recovered = failing;
+    failing = false;
+  }
+  if (recovered)
+    log_info("cache: tier " + m_lower[slot].tier->name() + ": " + (op == Op::read ? "reads" : "writes") +
+             " work again");
 }
 
 Source source_of(Tier tier) {
@@ -127,9 +154,14 @@ Result<std::optional<Hit>> Store::get(const CacheKey& key, CountMiss count_miss)
   if (read.disk_error)
     log_warning("cache: " + read.disk_error->to_string() + "; served by tier " +
                 m_lower[read.found->slot].tier->name());
-  // Without the facts only the memory tier can be filled.
+  // Only a tier that keeps facts with its entries (checked against the key) lets the tiers
+  // above it be filled; otherwise only the memory tier is.
   TierHit& hit = read.found->hit;
-  m_memory->insert(key, hit.bytes, hit.compile_ms);
+  if (hit.facts && hit.facts->key() == key)
+    write_through(key, TierEntry{*hit.facts, hit.bytes, hit.compile_ms}, read.found->slot,
+                  !read.disk_error && mode() == StoreMode::read_write);
+  else
+    m_memory->insert(key, hit.bytes, hit.compile_ms);
   maybe_flush();
   return std::optional<Hit>(Hit{std::move(hit.bytes), m_lower[read.found->slot].tier->kind(), {}});
 }
@@ -147,7 +179,9 @@ void Store::write_through(const CacheKey& key, const TierEntry& entry, std::size
       if (auto stored = m_disk->put(key, entry); !stored)
         log_warning("cache: could not store " + key.to_hex() + ": " + stored.error().to_string());
     } else if (auto stored = m_lower[slot].tier->put(key, entry); !stored) {
-      count_error(slot, "storing " + key.to_hex(), stored.error());
+      count_error(slot, Op::write, "storing " + key.to_hex(), stored.error());
+    } else {
+      count_success(slot, Op::write);
     }
   }
   m_memory->insert(key, entry.bytes, entry.compile_ms);
@@ -232,6 +266,10 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
     }
   }
 
+  // Another node may be producing it: wait for its entry, or hold the lease while we do.
+  Claims claims = claim_extra(key, label);
+  if (claims.found) return serve(*claims.found);
+
   m_tally.add(one(&Counters::misses));
   Result<Produced> produced = producer();
   if (!produced) {
@@ -249,8 +287,31 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
                   ": compiled kernels are kept in memory only and compiled again by the next process");
     });
   }
+  // Published locally first, then to the extra tiers; the leases go when `claims` does,
+  // after the entry is stored where the waiting nodes look for it.
   write_through(key, entry, m_lower.size(), disk_writable);
   return Fetched{entry.bytes, Source::produced, {}};
+}
+
+Store::Claims Store::claim_extra(const CacheKey& key, std::string_view label) {
+  Claims claims;
+  for (std::size_t slot = 0; slot < m_lower.size(); ++slot) {
+    if (m_lower[slot].is_disk) continue;
+    auto claimed = m_lower[slot].tier->claim(key, label);
+    if (!claimed) {
+      count_error(slot, Op::read, "claiming " + key.to_hex(), claimed.error());
+      continue;
+    }
+    count_success(slot, Op::read);
+    if (claimed->found) {
+      count_hit(slot, claimed->found->compile_ms);
+      claims.found = Found{slot, std::move(*claimed->found)};
+      claims.leases.clear();
+      return claims;
+    }
+    if (claimed->lease) claims.leases.push_back(std::move(claimed->lease));
+  }
+  return claims;
 }
 
 // ---- usage and counters -------------------------------------------------------------------
@@ -294,13 +355,7 @@ Result<std::vector<EntryInfo>> Store::remove(const EntryFilter& filter, DryRun d
     return std::unexpected(needs_writable(dry_run == DryRun::no ? "removing entries" : "cache index"));
   std::vector<EntryInfo> removed = JC_TRY(m_disk->remove(filter, dry_run));
   if (dry_run == DryRun::yes) return removed;
-  for (const EntryInfo& info : removed) {
-    (void)m_memory->remove(info.key);
-    for (std::size_t slot = 0; slot < m_lower.size(); ++slot)
-      if (!m_lower[slot].is_disk)
-        if (auto gone = m_lower[slot].tier->remove(info.key); !gone)
-          count_error(slot, "removing " + info.key.to_hex(), gone.error());
-  }
+  for (const EntryInfo& info : removed) (void)m_memory->remove(info.key);
   return removed;
 }
 

@@ -17,9 +17,14 @@
 // - Counters per tier: memory_hits and disk_hits (Counters), and tier_stats() for every
 //   tier of this session, extra ones included.
 //
+// - Fleet-wide single production: on a miss of every tier, each extra tier may claim the
+//   key (StorageTier::claim): wait for another node producing it, or hold a lease while
+//   this one produces; a remote hit found that way is served like any other.
+//
 // Errors of a tier. A lookup that a tier cannot answer goes on to the next tier: an extra
-// tier's error is logged and counted and never fails a call (a remote cache is an
-// optimisation); the disk tier's error, when no later tier has the key, is the result of
+// tier's error is counted and never fails a call (a remote cache is an optimisation),
+// and logged as a warning once per episode (the first failure of its reads, or of its
+// writes, after a success; the rest of the episode at debug level); the disk tier's error, when no later tier has the key, is the result of
 // get() and makes get_or_create produce without storing on disk (logged), so a broken
 // cache never fails a caller whose producer works. A write that fails in an extra tier is
 // logged and counted; put() fails only when the disk tier cannot store.
@@ -131,8 +136,9 @@ class Store {
 
   // Entries, most recently used first.
   Result<std::vector<EntryInfo>> list(const EntryFilter& filter = {});
-  // Removes the matching entries (every entry for an empty filter) from every tier and
-  // the blobs no other entry needs. Returns what was (or, dry run, would be) removed.
+  // Removes the matching entries (every entry for an empty filter) from this machine's
+  // tiers (memory and disk) and the blobs no other entry needs; an extra tier, shared with
+  // other machines, is left alone (the CLI's `clear --remote` is its own command). Returns what was (or, dry run, would be) removed.
   Result<std::vector<EntryInfo>> remove(const EntryFilter& filter, DryRun dry_run);
   // Removes every entry of this machine (memory and disk; an extra tier, shared with
   // others, is left alone). Succeeds on any index SQLite can open: one that cannot be
@@ -183,9 +189,12 @@ class Store {
   struct Lower {
     StorageTier* tier;
     bool is_disk;
-    std::uint64_t hits = 0;    // under m_stats_mutex
-    std::uint64_t errors = 0;  // under m_stats_mutex
+    std::uint64_t hits = 0;      // under m_stats_mutex
+    std::uint64_t errors = 0;    // under m_stats_mutex
+    bool failing_reads = false;  // an episode of read failures is under way (m_stats_mutex)
+    bool failing_writes = false;
   };
+  enum class Op { read, write };
   struct Found {
     std::size_t slot;
     TierHit hit;
@@ -202,11 +211,19 @@ class Store {
   // Asks the tiers below memory, in order, from `first` on.
   LowerRead read_lower(const CacheKey& key, std::size_t first = 0);
   void count_hit(std::size_t slot, double compile_ms);
-  void count_error(std::size_t slot, const std::string& what, const Error& error);
+  void count_error(std::size_t slot, Op op, const std::string& what, const Error& error);
+  void count_success(std::size_t slot, Op op);
   // Puts the entry into the tiers below memory in [0, end), then into the memory tier.
   void write_through(const CacheKey& key, const TierEntry& entry, std::size_t end, bool disk_writable);
   Result<Fetched> lead(const CacheKey& key, const Facts& facts, const Producer& producer,
                        std::string_view label);
+  // Asks the extra tiers to claim `key` before it is produced (StorageTier::claim): a hit
+  // one of them found while waiting, else the leases to hold while producing.
+  struct Claims {
+    std::optional<Found> found;
+    std::vector<std::unique_ptr<TierLease>> leases;
+  };
+  Claims claim_extra(const CacheKey& key, std::string_view label);
   void maybe_flush();
 
   StoreOptions m_options;

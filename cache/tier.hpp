@@ -10,11 +10,14 @@
 // (cache/store.hpp), not the tier's.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "cache/blob_files.hpp"
+#include "cache/entry.hpp"
 #include "cache/facts.hpp"
 #include "cache/hash.hpp"
 #include "jitcache/error.hpp"
@@ -39,7 +42,25 @@ struct TierHit {
   SharedBytes bytes;
   double compile_ms = 0;  // what producing the entry cost: the compile time this hit saves
   SharedDecoded decoded;  // set by the memory tier only, when a reader attached one
+  // The entry's facts, verified against the key, from a tier that keeps them with the
+  // entry (the remote one): they let a plain lookup fill the tiers above it.
+  std::optional<Facts> facts;
 };
+
+// A claim on producing one key, held while the producer runs; released when destroyed.
+class TierLease {
+ public:
+  virtual ~TierLease() = default;
+};
+
+// What a shared tier says before a miss is produced (StorageTier::claim).
+struct Claim {
+  std::optional<TierHit> found;       // another node stored the entry while this one waited
+  std::unique_ptr<TierLease> lease;   // this node produces; null: no coordination, produce anyway
+};
+
+// Where a tier counts its own events (the remote_* counters of cache/entry.hpp).
+using CountSink = std::function<void(const Counters&)>;
 
 // What a put stores: the entry's facts (the disk tier keeps them in its index; their key
 // is the entry's key, checked by the Store), its bytes and what producing them cost.
@@ -61,6 +82,19 @@ class StorageTier {
   virtual Status put(const CacheKey& key, const TierEntry& entry) = 0;
   // Removes what is stored under `key`; removing an absent entry is no error.
   virtual Status remove(const CacheKey& key) = 0;
+
+  // Fleet-wide single production. Asked by the Store on a miss of every tier, after the
+  // process-wide key lock is held and before the producer runs: a shared tier may make
+  // this node wait while another one produces (and return what it stored), or hand it a
+  // lease that keeps the others waiting until the entry is stored. The default: no
+  // coordination.
+  virtual Result<Claim> claim(const CacheKey& key, std::string_view label) {
+    (void)key;
+    (void)label;
+    return Claim{};
+  }
+  // Called once by the Store that uses the tier, before any other call.
+  virtual void count_into(CountSink sink) { (void)sink; }
 };
 
 }  // namespace jitcache::cache

@@ -75,7 +75,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/generated/jitcacheConfig.cmake
 set(JITCACHE_PC_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 string(REGEX REPLACE "[^/]+" ".." JITCACHE_PC_TO_PREFIX "${JITCACHE_PC_DIR}")
 set(JITCACHE_PC_LIBS_PRIVATE
-    "-L${CUDAToolkit_LIBRARY_DIR} -lnvrtc -lsqlite3 -lcrypto -lxxhash -ldl -lstdc++ -lm -pthread")
+    "-L${CUDAToolkit_LIBRARY_DIR} -lnvrtc -lsqlite3 -lcrypto -lxxhash -lhiredis -ldl -lstdc++ -lm -pthread")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/jitcache.pc.in
                ${CMAKE_CURRENT_BINARY_DIR}/generated/jitcache.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/generated/jitcache.pc DESTINATION ${JITCACHE_PC_DIR})

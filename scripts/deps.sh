@@ -4,7 +4,8 @@
 set -euo pipefail
 
 packages=(cmake g++ make libsqlite3-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
-          libgtest-dev libgmock-dev libbenchmark-dev sqlite3 libssl-dev pkg-config)
+          libgtest-dev libgmock-dev libbenchmark-dev sqlite3 libssl-dev pkg-config
+          libhiredis-dev redis-server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -44,11 +44,45 @@ const EnvVar jitcache_cli{"JITCACHE_CLI", EnvType::path, "",
                           "Python package: the jitcache CLI that `python -m jitcache` runs instead "
                           "of the bundled one."};
 
+// The shared remote tier (remote/remote_tier.hpp, docs/remote.md).
+const EnvVar jitcache_remote{"JITCACHE_REMOTE", EnvType::string, "",
+                             "Shared remote cache: redis://[user[:password]@]host[:port][/db]. Used only "
+                             "with a fleet key (JITCACHE_REMOTE_KEY_FILE)."};
+const EnvVar jitcache_remote_key_file{
+    "JITCACHE_REMOTE_KEY_FILE", EnvType::path, "",
+    "Fleet key (>= 32 bytes; a regular file owned by the user, mode 600) signing remote entries and "
+    "export files with HMAC-SHA256."};
+const EnvVar jitcache_remote_password_file{
+    "JITCACHE_REMOTE_PASSWORD_FILE", EnvType::path, "",
+    "Redis password, read from a private file instead of the URL."};
+const EnvVar jitcache_remote_prefix{"JITCACHE_REMOTE_PREFIX", EnvType::string, "jitcache:",
+                                    "Prefix of every Redis key jitcache writes (one namespace per fleet)."};
+const EnvVar jitcache_remote_connect_timeout_ms{"JITCACHE_REMOTE_CONNECT_TIMEOUT_MS", EnvType::milliseconds,
+                                                "200", "Connecting to the remote cache gives up after this."};
+const EnvVar jitcache_remote_timeout_ms{"JITCACHE_REMOTE_TIMEOUT_MS", EnvType::milliseconds, "500",
+                                        "One remote cache operation gives up after this."};
+const EnvVar jitcache_remote_breaker_ms{
+    "JITCACHE_REMOTE_BREAKER_MS", EnvType::milliseconds, "30000",
+    "After a remote failure, the remote is left alone for this long (local tiers only)."};
+const EnvVar jitcache_remote_lease_ms{
+    "JITCACHE_REMOTE_LEASE_MS", EnvType::milliseconds, "10000",
+    "Lifetime of a compile lease (renewed while its holder compiles; a dead holder's expires)."};
+const EnvVar jitcache_remote_wait_ms{
+    "JITCACHE_REMOTE_WAIT_MS", EnvType::milliseconds, "60000",
+    "Longest wait for another node's compile of the same kernel before compiling here too."};
+const EnvVar jitcache_remote_max_entry_bytes{"JITCACHE_REMOTE_MAX_ENTRY_BYTES", EnvType::bytes, "16777216",
+                                             "Largest remote value read; a larger one is rejected unread."};
+
 namespace {
 const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &jitcache_strict,
                                     &vllm_nvfp4_mla_scales_file, &xdg_cache_home, &home,
                                     &jitcache_lineinfo, &jitcache_require_cache, &jitcache_library,
-                                    &jitcache_cli};
+                                    &jitcache_cli,
+                                    &jitcache_remote, &jitcache_remote_key_file,
+                                    &jitcache_remote_password_file, &jitcache_remote_prefix,
+                                    &jitcache_remote_connect_timeout_ms, &jitcache_remote_timeout_ms,
+                                    &jitcache_remote_breaker_ms, &jitcache_remote_lease_ms,
+                                    &jitcache_remote_wait_ms, &jitcache_remote_max_entry_bytes};
 
 // VLLM_NVFP4_MLA_ is owned too: a misspelt VLLM_NVFP4_MLA_SCALES_FILE silently drops the
 // override, the very mistake the registry exists to catch.
@@ -70,6 +104,8 @@ const char* to_string(EnvType type) {
     case EnvType::string: return "string";
     case EnvType::boolean: return "bool";
     case EnvType::log_level: return "log level";
+    case EnvType::milliseconds: return "milliseconds";
+    case EnvType::bytes: return "bytes";
   }
   return "?";
 }
@@ -94,6 +130,26 @@ Result<bool> get_bool(const EnvVar& var) {
                         ": expected a boolean: 1, true, yes, on or 0, false, no, off (any case)");
 }
 
+Result<std::uint64_t> get_uint(const EnvVar& var) {
+  auto value = get(var);
+  const std::string text = value ? *value : std::string(var.default_value);
+  constexpr std::uint64_t k_max = std::uint64_t{1} << 53;
+  std::uint64_t n = 0;
+  bool ok = !text.empty() && text.size() <= 16;
+  for (char c : text) {
+    if (c < '0' || c > '9') {
+      ok = false;
+      break;
+    }
+    n = n * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (!ok || n > k_max)
+    return make_error(ErrorCode::invalid_input, std::string(var.name) + "=" + text::escape_control(text) +
+                                                    ": expected a whole number of " + to_string(var.type) +
+                                                    " (decimal digits)");
+  return n;
+}
+
 Status check_value(const EnvVar& var) {
   const auto value = get(var);
   if (!value) return {};
@@ -106,6 +162,10 @@ Status check_value(const EnvVar& var) {
         return make_error(ErrorCode::invalid_input,
                           std::string(var.name) + "=" + text::escape_control(*value) +
                               ": expected a log level (debug, info, warning, error, off)");
+      return {};
+    case EnvType::milliseconds:
+    case EnvType::bytes:
+      if (auto parsed = get_uint(var); !parsed) return std::unexpected(parsed.error());
       return {};
     case EnvType::path:
     case EnvType::string:

@@ -3,6 +3,7 @@
 // through get(const EnvVar&), so reading an undeclared variable cannot be written.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -13,7 +14,7 @@
 
 namespace jitcache::env {
 
-enum class EnvType { path, string, boolean, log_level };
+enum class EnvType { path, string, boolean, log_level, milliseconds, bytes };
 
 struct EnvVar {
   std::string_view name;
@@ -38,6 +39,16 @@ extern const EnvVar jitcache_lineinfo;
 extern const EnvVar jitcache_require_cache;
 extern const EnvVar jitcache_library;
 extern const EnvVar jitcache_cli;
+extern const EnvVar jitcache_remote;
+extern const EnvVar jitcache_remote_key_file;
+extern const EnvVar jitcache_remote_password_file;
+extern const EnvVar jitcache_remote_prefix;
+extern const EnvVar jitcache_remote_connect_timeout_ms;
+extern const EnvVar jitcache_remote_timeout_ms;
+extern const EnvVar jitcache_remote_breaker_ms;
+extern const EnvVar jitcache_remote_lease_ms;
+extern const EnvVar jitcache_remote_wait_ms;
+extern const EnvVar jitcache_remote_max_entry_bytes;
 
 std::span<const EnvVar* const> registry();
 
@@ -45,6 +56,10 @@ std::span<const EnvVar* const> registry();
 std::optional<std::string> get(const EnvVar& var);
 // A boolean variable: 1/true/yes/on and 0/false/no/off (any case); absent -> default.
 Result<bool> get_bool(const EnvVar& var);
+
+// A milliseconds or bytes variable: a decimal integer in [0, 2^53]; absent -> default.
+// Anything else is ErrorCode::invalid_input naming the variable and the value.
+Result<std::uint64_t> get_uint(const EnvVar& var);
 
 // Whether the variable's current value is acceptable for its type (an unset variable is).
 Status check_value(const EnvVar& var);

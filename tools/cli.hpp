@@ -20,6 +20,7 @@ constexpr int k_exit_usage = 2;
 struct GlobalOptions {
   std::string cache_dir;  // --cache-dir; empty: resolved from the environment
   std::string log_level;  // --log-level; empty: environment or default
+  std::string remote;     // --remote; empty: JITCACHE_REMOTE
 };
 
 // A subcommand's action: returns the process exit code.

@@ -91,6 +91,7 @@ int run_audit(const AuditArgs& args, const GlobalOptions& global) {
     return k_exit_usage;
   }
   KernelCacheOptions cache_options;
+  cache_options.remote = RemoteUse::off;  // this machine's cache only
   cache_options.cache_dir = global.cache_dir;
   auto opened = open_kernel_cache(cache_options);
   if (!opened) {

@@ -82,6 +82,7 @@ CLI::Validator size_validator() {
 std::optional<OpenedKernelCache> open_cache(const Context& context, int& exit_code,
                                             cache::StoreOptions options = {}) {
   KernelCacheOptions cache_options;
+  cache_options.remote = RemoteUse::off;  // this machine's cache only
   cache_options.cache_dir = context.global.cache_dir;
   cache_options.store = std::move(options);
   auto opened = open_kernel_cache(cache_options);

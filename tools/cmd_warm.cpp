@@ -52,6 +52,7 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
   auto rope = parse_rope_format(args.rope);
   RuntimeOptions options;
   options.cache_dir = global.cache_dir;
+  options.remote = global.remote;
   options.jobs = args.jobs;
   options.device = DeviceUse::none;  // warming needs no GPU
   // Warming is the cache's job: an unusable directory is an error, not a memory-only run.

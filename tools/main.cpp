@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   app.add_option("--cache-dir", context.global.cache_dir,
                  "Cache directory (else JITCACHE_DIR, else $XDG_CACHE_HOME/jitcache, else "
                  "~/.cache/jitcache)");
+  app.add_option("--remote", context.global.remote,
+                 "Shared remote cache, redis://[user[:password]@]host[:port][/db] (else JITCACHE_REMOTE; "
+                 "used with a fleet key, JITCACHE_REMOTE_KEY_FILE)");
   app.add_option("--log-level", context.global.log_level, "debug|info|warning|error|off")
       ->check(CLI::IsMember({"debug", "info", "warning", "error", "off"}, CLI::ignore_case));
   app.parse_complete_callback([&context] {

@@ -73,6 +73,9 @@ struct RuntimeOptions {
   DeviceUse device = DeviceUse::automatic;
   int device_ordinal = 0;
   CacheRequirement cache_requirement = CacheRequirement::from_environment;
+  // A shared remote cache, redis://[user[:password]@]host[:port][/db]; empty: JITCACHE_REMOTE.
+  // Used only with a fleet key (JITCACHE_REMOTE_KEY_FILE); see docs/remote.md.
+  std::string remote;
 };
 
 struct ModelSpec {

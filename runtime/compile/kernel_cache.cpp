@@ -1,7 +1,9 @@
 #include "runtime/compile/kernel_cache.hpp"
 
 #include "jitcache/log.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
+#include "runtime/compile/artifact_facts.hpp"
 #include "support/env.hpp"
 
 namespace jitcache {
@@ -38,6 +40,29 @@ struct ParsedArtifact final : cache::Decoded {
 };
 
 }  // namespace
+
+Status check_bundle_facts(const cache::Facts& facts, std::span<const std::byte> bytes) {
+  const CompiledArtifact artifact = JC_TRY(parse_bundle(bytes, BundleText::skip));
+  auto compare = [&](const auto& recorded, std::string_view where) -> Status {
+    for (const auto& [name, value] : recorded) {
+      const auto expected = facts.get(name);
+      if (expected && *expected != value)
+        return make_error(ErrorCode::invalid_input, "the bundle's " + std::string(where) + " say " + name + "=" +
+                                                        value + ", its key says " + std::string(*expected));
+    }
+    return {};
+  };
+  JC_TRY(compare(artifact.facts, "facts"));
+  const FactMap embedded = JC_TRY(facts_from_cubin(artifact.cubin));
+  JC_TRY(compare(embedded, "cubin's embedded facts"));
+  // The facts that pick a variant must be there to compare, in the key and the bundle.
+  for (std::string_view name : {k_kernel_kinds.fact, k_latent_scales.fact, k_rope_formats.fact, k_targets.fact}) {
+    if (!facts.get(name)) return make_error(ErrorCode::invalid_input, "the key has no " + std::string(name) + " fact");
+    if (!artifact.facts.contains(std::string(name)))
+      return make_error(ErrorCode::invalid_input, "the bundle records no " + std::string(name) + " fact");
+  }
+  return {};
+}
 
 Result<cache::Facts> kernel_facts(const GeneratedSource& source, const Compiler& compiler) {
   cache::Facts facts;

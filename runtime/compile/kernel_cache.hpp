@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 
 #include "cache/store.hpp"
 #include "jitcache/error.hpp"
@@ -31,6 +32,12 @@ inline constexpr int k_kernel_facts_schema = 1;
 //   env.<NAME> for every registered variable that affects compilation (unset reads as
 //   its default), bundle_format.
 Result<cache::Facts> kernel_facts(const GeneratedSource& source, const Compiler& compiler);
+
+// Whether `bytes` is a kernel bundle that was built with `facts`: it parses (checksums
+// included), and the facts recorded in its facts section and embedded in its cubin agree
+// with every one of `facts` they name, the kernel, latent scale, RoPE and target among
+// them. Used on entries from tiers that are not this machine's (remote values, imports).
+Status check_bundle_facts(const cache::Facts& facts, std::span<const std::byte> bytes);
 
 struct KernelFetch {
   std::shared_ptr<const CompiledArtifact> artifact;

@@ -1,16 +1,40 @@
 #include "runtime/compile/open_kernel_cache.hpp"
 
+#include "jitcache/log.hpp"
+#include "remote/remote_config.hpp"
 #include "runtime/compile/cache_dir.hpp"
 
 namespace jitcache {
 
+namespace {
+
+// The remote tier the options ask for, or none. A configuration that cannot be used is the
+// caller's error when the cache is its job, else a warning: the engine starts without it.
+Result<std::shared_ptr<remote::RemoteTier>> open_remote(const KernelCacheOptions& options) {
+  if (options.remote == RemoteUse::off) return nullptr;
+  auto settings = remote::remote_options(options.remote_url);
+  if (!settings) {
+    if (options.unusable == UnusableCache::fail) return std::unexpected(std::move(settings.error()));
+    log_warning("remote cache not used: " + settings.error().to_string());
+    return nullptr;
+  }
+  if (!*settings) return nullptr;
+  (*settings)->check_content = check_bundle_facts;
+  return std::make_shared<remote::RemoteTier>(std::move(**settings));
+}
+
+}  // namespace
+
 Result<OpenedKernelCache> open_kernel_cache(const KernelCacheOptions& options) {
   OpenedKernelCache opened;
+  opened.remote = JC_TRY(open_remote(options));
+  cache::StoreOptions store_options = options.store;
+  if (opened.remote) store_options.extra_tiers.push_back(opened.remote);
   std::optional<std::filesystem::path> explicit_dir;
   if (!options.cache_dir.empty()) explicit_dir = options.cache_dir;
   auto dir = runtime::resolve_cache_dir(explicit_dir);
   Result<std::unique_ptr<cache::Store>> store =
-      dir ? cache::Store::open(dir->path, options.store)
+      dir ? cache::Store::open(dir->path, store_options)
           : Result<std::unique_ptr<cache::Store>>(std::unexpected(dir.error()));
   if (store) {
     opened.store = std::move(*store);
@@ -20,7 +44,7 @@ Result<OpenedKernelCache> open_kernel_cache(const KernelCacheOptions& options) {
   } else {
     if (dir) opened.dir = dir->path;
     opened.unusable = std::move(store.error());
-    opened.store = cache::Store::open_memory_only(options.store);
+    opened.store = cache::Store::open_memory_only(store_options);
   }
   NvrtcOptions nvrtc;
   if (!opened.unusable) nvrtc.fingerprint_memo = opened.dir / k_fingerprint_memo_name;

@@ -1,6 +1,7 @@
 // One way to open the kernel cache, for the runtime, the CLI and the benchmarks alike: the
-// store under the resolved cache directory (runtime/compile/cache_dir.hpp), the NVRTC
-// compiler with its fingerprint memo in that directory, and the KernelCache joining them.
+// store under the resolved cache directory (runtime/compile/cache_dir.hpp), the shared
+// remote tier when one is configured (remote/remote_tier.hpp), the NVRTC compiler with its
+// fingerprint memo in that directory, and the KernelCache joining them.
 #pragma once
 
 #include <filesystem>
@@ -9,6 +10,7 @@
 
 #include "cache/store.hpp"
 #include "jitcache/error.hpp"
+#include "remote/remote_tier.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 
@@ -20,12 +22,19 @@ namespace jitcache {
 //                optimisation, never a reason for the engine not to start)
 enum class UnusableCache { fail, memory_only };
 
+// Whether the remote tier may be used: from_environment (remote_url, else JITCACHE_REMOTE,
+// with a fleet key) or off (commands that must not touch a shared store).
+enum class RemoteUse { from_environment, off };
+
 struct KernelCacheOptions {
   // An explicit directory (--cache-dir, the API's cache_dir); empty: the other rules of
   // resolve_cache_dir (JITCACHE_DIR, XDG_CACHE_HOME, HOME).
   std::filesystem::path cache_dir;
   cache::StoreOptions store;
   UnusableCache unusable = UnusableCache::fail;
+  RemoteUse remote = RemoteUse::from_environment;
+  // An explicit remote (--remote, RuntimeOptions::remote); empty: JITCACHE_REMOTE.
+  std::optional<std::string> remote_url;
 };
 
 // The parts, owned together; `kernels` refers to `*store` and `*compiler`.
@@ -34,6 +43,8 @@ struct OpenedKernelCache {
   std::filesystem::path dir;
   // Set when the store is memory-only because the directory could not be used: why.
   std::optional<Error> unusable;
+  // The remote tier in the store, when one is configured and usable; shared with the store.
+  std::shared_ptr<remote::RemoteTier> remote;
   std::unique_ptr<cache::Store> store;
   // Remembers its fingerprint in the cache directory, so a fresh process skips the
   // fingerprint compile; a memory-only store's refused directory is not read at all.

@@ -31,7 +31,7 @@ class FakeRemoteTier final : public StorageTier {
     std::lock_guard lock(m_mutex);
     const auto it = m_entries.find(key);
     if (it == m_entries.end()) return std::optional<TierHit>();
-    return std::optional<TierHit>(TierHit{it->second.bytes, it->second.compile_ms, {}});
+    return std::optional<TierHit>(TierHit{it->second.bytes, it->second.compile_ms, {}, {}});
   }
   Status put(const CacheKey& key, const TierEntry& entry) override {
     ++puts;
@@ -236,7 +236,9 @@ TEST_F(StoreTiersTest, AFailingTierFallsThroughToALaterOne) {
   EXPECT_EQ(log.count_containing("tier broken"), 1u) << log.all();
 }
 
-TEST_F(StoreTiersTest, RemoveReachesEveryTierAndClearAllLeavesTheRemoteAlone) {
+// remove() and clear_all() are this machine's: a shared tier is cleared by its own
+// command (`jitcache clear --remote`), never as a side effect of a local one.
+TEST_F(StoreTiersTest, RemoveAndClearAllLeaveTheSharedTierAlone) {
   auto store = open_with_remote();
   const Facts a = sample_facts("a");
   const Facts b = sample_facts("b");
@@ -247,11 +249,15 @@ TEST_F(StoreTiersTest, RemoveReachesEveryTierAndClearAllLeavesTheRemoteAlone) {
   ASSERT_OK(store->remove(only_a, DryRun::yes));
   EXPECT_EQ(remote->removes, 0) << "a dry run removes nothing";
   ASSERT_OK(store->remove(only_a, DryRun::no));
-  EXPECT_FALSE(remote->holds(a.key()));
-  EXPECT_TRUE(remote->holds(b.key()));
-  auto gone = store->get(a.key());
-  ASSERT_OK(gone);
-  EXPECT_FALSE(*gone) << "removed from memory, disk and remote";
+  EXPECT_EQ(remote->removes, 0);
+  EXPECT_TRUE(remote->holds(a.key()));
+  auto local = store->contains(a.key());
+  ASSERT_OK(local);
+  EXPECT_FALSE(*local) << "removed from the disk";
+  auto again = store->get(a.key());
+  ASSERT_OK(again);
+  ASSERT_TRUE(*again);
+  EXPECT_EQ((*again)->tier, Tier::remote) << "removed from memory and disk; the shared tier still has it";
 
   ASSERT_OK(store->clear_all());
   EXPECT_TRUE(remote->holds(b.key())) << "a shared remote is not this machine's to clear";

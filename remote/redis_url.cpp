@@ -1,0 +1,115 @@
+#include "remote/redis_url.hpp"
+
+#include <charconv>
+#include <optional>
+
+namespace jitcache::remote {
+namespace {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::optional<std::string> percent_decode(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (i + 2 >= text.size()) return std::nullopt;
+    const int hi = hex_value(text[i + 1]), lo = hex_value(text[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+bool parse_int(std::string_view text, int low, int high, int& out) {
+  if (text.empty() || text.size() > 6) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size() && out >= low && out <= high;
+}
+
+}  // namespace
+
+std::string RedisUrl::display() const {
+  std::string text = "redis://";
+  if (!user.empty() || !password.empty()) {
+    text += user;
+    if (!password.empty()) text += ":***";
+    text += "@";
+  }
+  text += host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  text += ":" + std::to_string(port);
+  if (db != 0) text += "/" + std::to_string(db);
+  return text;
+}
+
+Result<RedisUrl> parse_redis_url(std::string_view text, std::string_view source) {
+  const std::string where = std::string(source) + ": ";
+  auto bad = [&](const std::string& why) {
+    return make_error(ErrorCode::invalid_input,
+                      where + why + " (expected redis://[user[:password]@]host[:port][/db])");
+  };
+  constexpr std::string_view scheme = "redis://";
+  if (!text.starts_with(scheme)) {
+    const auto colon = text.find("://");
+    return bad(colon == std::string_view::npos ? "not a redis:// URL"
+                                               : "unsupported scheme '" + std::string(text.substr(0, colon)) + "'");
+  }
+  std::string_view rest = text.substr(scheme.size());
+  RedisUrl url;
+  // The userinfo ends at the last '@' before the path, so a password may hold '@' unencoded.
+  const std::size_t slash = rest.find('/');
+  const std::string_view authority = rest.substr(0, slash);
+  const std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  std::string_view hostport = authority;
+  if (const auto at = authority.rfind('@'); at != std::string_view::npos) {
+    const std::string_view userinfo = authority.substr(0, at);
+    hostport = authority.substr(at + 1);
+    const auto colon = userinfo.find(':');
+    auto user = percent_decode(userinfo.substr(0, colon));
+    if (!user) return bad("the user name has a malformed %-escape");
+    url.user = std::move(*user);
+    if (colon != std::string_view::npos) {
+      auto password = percent_decode(userinfo.substr(colon + 1));
+      if (!password) return bad("the password has a malformed %-escape");
+      url.password = std::move(*password);
+    }
+  }
+  std::string_view port_text;
+  if (hostport.starts_with('[')) {
+    const auto close = hostport.find(']');
+    if (close == std::string_view::npos) return bad("an IPv6 address lacks its closing ']'");
+    url.host = std::string(hostport.substr(1, close - 1));
+    const std::string_view after = hostport.substr(close + 1);
+    if (!after.empty()) {
+      if (!after.starts_with(':')) return bad("unexpected text after the IPv6 address");
+      port_text = after.substr(1);
+      if (port_text.empty()) return bad("an empty port");
+    }
+  } else {
+    const auto colon = hostport.find(':');
+    url.host = std::string(hostport.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port_text = hostport.substr(colon + 1);
+      if (port_text.empty()) return bad("an empty port");
+    }
+  }
+  if (url.host.empty()) return bad("no host");
+  for (char c : url.host)
+    if (static_cast<unsigned char>(c) <= ' ' || c == '/' || c == '@' || c == '?' || c == '#')
+      return bad("the host has a character that no host name has");
+  if (!port_text.empty() && !parse_int(port_text, 1, 65535, url.port))
+    return bad("port '" + std::string(port_text) + "' is not a number from 1 to 65535");
+  if (!path.empty() && !parse_int(path, 0, 1 << 20, url.db))
+    return bad("database '" + std::string(path) + "' is not a non-negative number");
+  return url;
+}
+
+}  // namespace jitcache::remote

@@ -1,0 +1,278 @@
+#include "remote/remote_tier.hpp"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "cache/tally.hpp"
+#include "jitcache/log.hpp"
+
+namespace jitcache::remote {
+namespace {
+
+constexpr std::string_view k_entry_infix = "v1:entry:";
+constexpr std::string_view k_lease_infix = "v1:lease:";
+
+// Deletes or extends the lease only while it still holds our token: a lease that expired
+// and was taken by another node is theirs.
+constexpr std::string_view k_release_script =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+constexpr std::string_view k_renew_script =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) "
+    "else return 0 end";
+
+std::string random_token() {
+  unsigned char bytes[16];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n > 0) got += static_cast<std::size_t>(n);
+  }
+  static constexpr char k_digits[] = "0123456789abcdef";
+  std::string token;
+  for (unsigned char b : bytes) {
+    token += k_digits[b >> 4];
+    token += k_digits[b & 15];
+  }
+  return token;
+}
+
+// Renews the lease while its holder produces, and gives it up when destroyed.
+class RedisLease final : public cache::TierLease {
+ public:
+  RedisLease(RedisClient& client, std::string name, std::string token, std::chrono::milliseconds lifetime)
+      : m_client(client), m_name(std::move(name)), m_token(std::move(token)), m_lifetime(lifetime) {
+    m_renewer = std::thread([this] { renew_until_released(); });
+  }
+  ~RedisLease() override {
+    {
+      std::lock_guard lock(m_mutex);
+      m_released = true;
+    }
+    m_wake.notify_all();
+    m_renewer.join();
+    auto released = m_client.command({"EVAL", k_release_script, "1", m_name, m_token});
+    if (!released) log_debug("remote cache: releasing lease " + m_name + ": " + released.error().to_string());
+  }
+
+ private:
+  void renew_until_released() {
+    const std::string lifetime = std::to_string(m_lifetime.count());
+    std::unique_lock lock(m_mutex);
+    while (!m_wake.wait_for(lock, m_lifetime / 3, [this] { return m_released; })) {
+      lock.unlock();
+      auto renewed = m_client.command({"EVAL", k_renew_script, "1", m_name, m_token, lifetime});
+      if (!renewed)
+        log_debug("remote cache: renewing lease " + m_name + ": " + renewed.error().to_string());
+      else if (renewed->type == Reply::Type::integer && renewed->integer == 0)
+        log_debug("remote cache: lease " + m_name + " was lost (expired); another node may compile too");
+      lock.lock();
+    }
+  }
+
+  RedisClient& m_client;
+  std::string m_name;
+  std::string m_token;
+  std::chrono::milliseconds m_lifetime;
+  std::mutex m_mutex;
+  std::condition_variable m_wake;
+  bool m_released = false;
+  std::thread m_renewer;
+};
+
+}  // namespace
+
+RemoteTier::RemoteTier(RemoteTierOptions options) : m_options(std::move(options)), m_client(m_options.redis) {}
+
+RemoteTier::~RemoteTier() = default;
+
+void RemoteTier::count(std::uint64_t cache::Counters::*field) {
+  if (m_sink) m_sink(cache::one(field));
+}
+
+std::string RemoteTier::entry_name(const cache::CacheKey& key) const {
+  return m_options.prefix + std::string(k_entry_infix) + key.to_hex();
+}
+
+std::string RemoteTier::lease_name(const cache::CacheKey& key) const {
+  return m_options.prefix + std::string(k_lease_infix) + key.to_hex();
+}
+
+std::optional<cache::CacheKey> RemoteTier::key_of(std::string_view name) const {
+  const std::string head = m_options.prefix + std::string(k_entry_infix);
+  if (!name.starts_with(head)) return std::nullopt;
+  const std::string_view hex = name.substr(head.size());
+  // Only the canonical (lowercase) spelling: the signature covers the exact name.
+  if (hex.size() != cache::k_hash_hex_chars || !cache::detail::is_hex(hex)) return std::nullopt;
+  auto key = cache::CacheKey::from_hex(hex);
+  if (!key || key->to_hex() != hex) return std::nullopt;
+  return *key;
+}
+
+Result<std::optional<RemoteRead>> RemoteTier::read(std::string_view name) {
+  // One byte more than the bound: a value that long is oversized, whatever follows.
+  const std::string last = std::to_string(m_options.max_entry_bytes);
+  auto replies = JC_TRY(m_client.pipeline({{"GETRANGE", name, "0", last}, {"STRLEN", name}}));
+  for (const Reply& reply : replies)
+    if (reply.type == Reply::Type::error)
+      return make_error(ErrorCode::io, "remote cache " + m_client.display() + ": reading " + std::string(name) +
+                                           ": " + reply.str);
+  const std::string& value = replies[0].str;
+  RemoteRead read;
+  read.stored_bytes = static_cast<std::uint64_t>(replies[1].integer);
+  if (value.empty()) {
+    if (read.stored_bytes == 0) return std::optional<RemoteRead>();  // GETRANGE of no key is ""
+    read.rejected = Rejected{Rejection::truncated, "an empty value"};
+    return std::optional<RemoteRead>(std::move(read));
+  }
+  if (value.size() > m_options.max_entry_bytes) {
+    read.rejected = Rejected{Rejection::oversized, std::to_string(read.stored_bytes) + " bytes, more than the " +
+                                                       last + " allowed (JITCACHE_REMOTE_MAX_ENTRY_BYTES)"};
+    return std::optional<RemoteRead>(std::move(read));
+  }
+  const auto key = key_of(name);
+  if (!key) {
+    read.rejected = Rejected{Rejection::wrong_key, std::string(name) + " is not an entry name"};
+    return std::optional<RemoteRead>(std::move(read));
+  }
+  auto decoded = decode_signed_entry(name, m_options.fleet_key, value, *key);
+  if (!decoded) {
+    read.rejected = std::move(decoded.error());
+    return std::optional<RemoteRead>(std::move(read));
+  }
+  if (m_options.check_content) {
+    if (auto ok = m_options.check_content(decoded->facts, decoded->bytes); !ok) {
+      read.rejected = Rejected{Rejection::bad_content, ok.error().message};
+      return std::optional<RemoteRead>(std::move(read));
+    }
+  }
+  read.entry = std::move(*decoded);
+  return std::optional<RemoteRead>(std::move(read));
+}
+
+Result<std::optional<cache::TierHit>> RemoteTier::fetch(const cache::CacheKey& key) {
+  auto got = read(entry_name(key));
+  if (!got) {
+    count(&cache::Counters::remote_errors);
+    return std::unexpected(std::move(got.error()));
+  }
+  if (!*got) return std::optional<cache::TierHit>();
+  if ((*got)->rejected) {
+    count(&cache::Counters::remote_rejects);
+    log_warning("remote cache: rejected the value of " + key.to_hex() + " (" + entry_name(key) +
+                "): " + (*got)->rejected->to_string() + "; not loaded");
+    return std::optional<cache::TierHit>();
+  }
+  SignedEntry& entry = *(*got)->entry;
+  cache::TierHit hit;
+  hit.bytes = std::make_shared<const cache::Bytes>(std::move(entry.bytes));
+  hit.compile_ms = entry.compile_ms;
+  hit.facts = std::move(entry.facts);
+  return std::optional<cache::TierHit>(std::move(hit));
+}
+
+Result<std::optional<cache::TierHit>> RemoteTier::get(const cache::CacheKey& key) {
+  auto hit = JC_TRY(fetch(key));
+  count(hit ? &cache::Counters::remote_hits : &cache::Counters::remote_misses);
+  return hit;
+}
+
+Result<bool> RemoteTier::upload(const cache::CacheKey& key, const cache::Facts& facts,
+                                std::span<const std::byte> bytes, double compile_ms) {
+  const std::string name = entry_name(key);
+  const std::string value = encode_signed_entry(name, m_options.fleet_key, facts, bytes, compile_ms);
+  if (value.size() > m_options.max_entry_bytes)
+    return make_error(ErrorCode::invalid_argument,
+                      "remote cache: entry " + key.to_hex() + " is " + std::to_string(value.size()) +
+                          " bytes signed, more than JITCACHE_REMOTE_MAX_ENTRY_BYTES allows; not uploaded");
+  auto stored = m_client.command({"SET", name, value, "NX"});
+  if (!stored) {
+    count(&cache::Counters::remote_errors);
+    return std::unexpected(std::move(stored.error()));
+  }
+  if (!stored->is_ok()) return false;  // nil: another node stored it first
+  count(&cache::Counters::remote_uploads);
+  return true;
+}
+
+Status RemoteTier::put(const cache::CacheKey& key, const cache::TierEntry& entry) {
+  JC_TRY(upload(key, entry.facts, *entry.bytes, entry.compile_ms));
+  return {};
+}
+
+Status RemoteTier::remove(const cache::CacheKey& key) {
+  auto removed = m_client.command({"DEL", entry_name(key)});
+  if (!removed) {
+    count(&cache::Counters::remote_errors);
+    return std::unexpected(std::move(removed.error()));
+  }
+  return {};
+}
+
+Result<std::vector<std::string>> RemoteTier::list_entry_names() {
+  std::vector<std::string> names;
+  const std::string pattern = m_options.prefix + std::string(k_entry_infix) + "*";
+  std::string cursor = "0";
+  do {
+    Reply reply = JC_TRY(m_client.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}));
+    if (reply.type != Reply::Type::array || reply.elements.size() != 2)
+      return make_error(ErrorCode::io, "remote cache " + m_client.display() + ": SCAN gave an unexpected reply");
+    cursor = reply.elements[0].str;
+    for (Reply& name : reply.elements[1].elements) names.push_back(std::move(name.str));
+  } while (cursor != "0");
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());  // SCAN may repeat a key
+  return names;
+}
+
+Result<cache::Claim> RemoteTier::claim(const cache::CacheKey& key, std::string_view label) {
+  using clock = std::chrono::steady_clock;
+  const std::string name = lease_name(key);
+  const std::string token = random_token();
+  const std::string lifetime = std::to_string(m_options.lease.count());
+  const auto start = clock::now();
+  const auto deadline = start + m_options.wait;
+  bool waiting = false;
+  auto pause = std::chrono::milliseconds(10);
+  for (;;) {
+    auto taken = m_client.command({"SET", name, token, "NX", "PX", lifetime});
+    if (!taken) {
+      count(&cache::Counters::remote_errors);
+      return std::unexpected(std::move(taken.error()));
+    }
+    if (taken->is_ok()) {
+      auto lease = std::make_unique<RedisLease>(m_client, name, token, m_options.lease);
+      // The previous holder may have stored the entry between our miss and our lease.
+      auto stored = fetch(key);
+      if (stored && *stored) {
+        count(&cache::Counters::remote_hits);
+        return cache::Claim{std::move(*stored), nullptr};
+      }
+      return cache::Claim{std::nullopt, std::move(lease)};
+    }
+    if (!waiting) {
+      waiting = true;
+      count(&cache::Counters::remote_lease_waits);
+      log_info("remote cache: another node is compiling " + std::string(label.empty() ? key.to_hex() : label) +
+               "; waiting for it (at most " + std::to_string(m_options.wait.count()) + " ms)");
+    }
+    if (clock::now() >= deadline) {
+      log_warning("remote cache: waited " + std::to_string(m_options.wait.count()) + " ms for another node compiling " +
+                  std::string(label.empty() ? key.to_hex() : label) + "; compiling it here too");
+      return cache::Claim{};
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+    auto stored = fetch(key);
+    if (!stored) return std::unexpected(std::move(stored.error()));
+    if (*stored) {
+      count(&cache::Counters::remote_hits);
+      return cache::Claim{std::move(*stored), nullptr};
+    }
+  }
+}
+
+}  // namespace jitcache::remote

@@ -1,0 +1,143 @@
+#include "remote/signed_entry.hpp"
+
+#include <bit>
+#include <cstring>
+
+#include "support/hmac.hpp"
+
+namespace jitcache::remote {
+namespace {
+
+constexpr std::string_view k_magic = "JCREMOTE";
+constexpr std::string_view k_domain{"jitcache.remote.v1\0", 19};
+
+template <class T>
+void put_le(std::string& out, T value) {
+  static_assert(std::endian::native == std::endian::little, "jitcache assumes a little-endian host");
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  out.append(bytes, sizeof(T));
+}
+
+template <class T>
+T get_le(std::string_view data, std::size_t offset) {
+  T value;
+  std::memcpy(&value, data.data() + offset, sizeof(T));
+  return value;
+}
+
+Sha256Digest sign(std::string_view name, std::string_view key, std::string_view body) {
+  std::string length;
+  put_le(length, static_cast<std::uint32_t>(name.size()));
+  return hmac_sha256(key, {k_domain, length, name, body});
+}
+
+}  // namespace
+
+const char* to_string(Rejection rejection) {
+  switch (rejection) {
+    case Rejection::truncated: return "truncated";
+    case Rejection::bad_magic: return "not a signed jitcache entry";
+    case Rejection::unknown_version: return "unknown format version";
+    case Rejection::bad_signature: return "bad signature";
+    case Rejection::bad_facts: return "unreadable facts";
+    case Rejection::wrong_key: return "facts of another key";
+    case Rejection::bad_digest: return "digest mismatch";
+    case Rejection::oversized: return "oversized";
+    case Rejection::bad_content: return "unusable content";
+  }
+  return "?";
+}
+
+std::string Rejected::to_string() const {
+  return std::string(remote::to_string(why)) + (detail.empty() ? "" : ": " + detail);
+}
+
+std::string encode_signed_entry(std::string_view name, std::string_view fleet_key, const cache::Facts& facts,
+                                std::span<const std::byte> bytes, double compile_ms) {
+  const std::string facts_json = facts.to_json();
+  std::string value;
+  value.reserve(k_signed_entry_header_bytes + facts_json.size() + bytes.size() + k_signed_entry_mac_bytes);
+  value.append(k_magic);
+  put_le(value, k_signed_entry_version);
+  put_le(value, static_cast<std::uint32_t>(facts_json.size()));
+  put_le(value, static_cast<std::uint64_t>(bytes.size()));
+  put_le(value, compile_ms);
+  const auto digest = cache::BlobDigest::of(bytes).bytes();
+  value.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  value.append(facts_json);
+  value.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const Sha256Digest mac = sign(name, fleet_key, value);
+  value.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+  return value;
+}
+
+namespace {
+
+struct Layout {
+  std::uint32_t facts_len;
+  std::uint64_t blob_len;
+};
+
+std::expected<Layout, Rejected> read_layout(std::string_view value) {
+  if (value.size() < k_magic.size() || value.substr(0, k_magic.size()) != k_magic)
+    return std::unexpected(Rejected{Rejection::bad_magic, "the value does not start with " + std::string(k_magic)});
+  if (value.size() < k_signed_entry_header_bytes + k_signed_entry_mac_bytes)
+    return std::unexpected(Rejected{Rejection::truncated, std::to_string(value.size()) + " bytes"});
+  const auto version = get_le<std::uint32_t>(value, 8);
+  if (version != k_signed_entry_version)
+    return std::unexpected(Rejected{Rejection::unknown_version, "version " + std::to_string(version) +
+                                                                   ", this build reads " +
+                                                                   std::to_string(k_signed_entry_version)});
+  Layout layout{get_le<std::uint32_t>(value, 12), get_le<std::uint64_t>(value, 16)};
+  const std::uint64_t room = value.size() - k_signed_entry_header_bytes - k_signed_entry_mac_bytes;
+  if (layout.facts_len > room || layout.blob_len != room - layout.facts_len)
+    return std::unexpected(Rejected{Rejection::truncated, "the header promises " +
+                                                              std::to_string(layout.facts_len) + " + " +
+                                                              std::to_string(layout.blob_len) + " bytes, the value has " +
+                                                              std::to_string(room)});
+  return layout;
+}
+
+}  // namespace
+
+std::expected<SignedEntry, Rejected> decode_signed_entry(std::string_view name, std::string_view fleet_key,
+                                                         std::string_view value, const cache::CacheKey& expected) {
+  const Layout layout = JC_TRY(read_layout(value));
+  const std::string_view body = value.substr(0, value.size() - k_signed_entry_mac_bytes);
+  if (!same_mac(sign(name, fleet_key, body), value.substr(body.size())))
+    return std::unexpected(Rejected{Rejection::bad_signature, "not signed with this fleet key for " + std::string(name)});
+  const std::string_view facts_json = value.substr(k_signed_entry_header_bytes, layout.facts_len);
+  auto facts = cache::Facts::from_json(facts_json);
+  if (!facts) return std::unexpected(Rejected{Rejection::bad_facts, facts.error().message});
+  const cache::CacheKey key = facts->key();
+  if (key != expected)
+    return std::unexpected(Rejected{Rejection::wrong_key, "its facts are those of " + key.to_hex()});
+  const std::string_view blob = value.substr(k_signed_entry_header_bytes + layout.facts_len, layout.blob_len);
+  cache::BlobDigest stored(
+      [&] {
+        std::array<std::uint8_t, cache::k_hash_bytes> d{};
+        std::memcpy(d.data(), value.data() + 32, d.size());
+        return d;
+      }());
+  const cache::BlobDigest actual = cache::BlobDigest::of(blob);
+  if (actual != stored)
+    return std::unexpected(Rejected{Rejection::bad_digest, "the bytes hash to " + actual.to_hex() + ", the value says " +
+                                                               stored.to_hex()});
+  SignedEntry entry;
+  entry.facts = std::move(*facts);
+  const auto* begin = reinterpret_cast<const std::byte*>(blob.data());
+  entry.bytes.assign(begin, begin + blob.size());
+  entry.compile_ms = get_le<double>(value, 24);
+  return entry;
+}
+
+std::optional<cache::Facts> peek_facts(std::string_view value) {
+  auto layout = read_layout(value);
+  if (!layout) return std::nullopt;
+  auto facts = cache::Facts::from_json(value.substr(k_signed_entry_header_bytes, layout->facts_len));
+  if (!facts) return std::nullopt;
+  return std::move(*facts);
+}
+
+}  // namespace jitcache::remote

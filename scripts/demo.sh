@@ -33,6 +33,28 @@ if "$jitcache" audit --help >/dev/null 2>&1; then
   "$jitcache" audit --checkpoint "$checkpoint" --arch sm_100a
 fi
 
+if command -v redis-server >/dev/null 2>&1; then
+  section "A fleet of two nodes sharing a Redis: signed entries, each kernel compiled once"
+  fleet="$PWD/build/demo-fleet"
+  rm -rf "$fleet" && mkdir -p "$fleet" && chmod 700 "$fleet"
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$fleet" \
+    --logfile "$fleet/redis.log" --daemonize yes --pidfile "$fleet/redis.pid"
+  trap 'kill "$(cat "$fleet/redis.pid" 2>/dev/null)" 2>/dev/null || true' EXIT
+  for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  head -c 32 /dev/urandom >"$fleet/fleet.key" && chmod 600 "$fleet/fleet.key"
+  export JITCACHE_REMOTE="redis://127.0.0.1:$port" JITCACHE_REMOTE_KEY_FILE="$fleet/fleet.key"
+  echo "node A (cold): compiles the 4 variants and uploads them"
+  JITCACHE_DIR="$fleet/node-a" "$jitcache" warm --checkpoint "$checkpoint" --arch sm_90 2>/dev/null
+  echo "node B (cold local cache): loads all 4 from the remote, verified, and compiles nothing"
+  JITCACHE_DIR="$fleet/node-b" "$jitcache" warm --checkpoint "$checkpoint" --arch sm_90 2>/dev/null
+  JITCACHE_DIR="$fleet/node-b" "$jitcache" stats | grep -E '^(compiles|remote)'
+  "$jitcache" remote status
+  "$jitcache" audit --remote
+  kill "$(cat "$fleet/redis.pid")" && trap - EXIT
+  unset JITCACHE_REMOTE JITCACHE_REMOTE_KEY_FILE
+fi
+
 section "Every kernel variant compiled with NVRTC (registers, spills, sizes)"
 "$jitcache" compile
 

@@ -85,7 +85,24 @@ ENVIRONMENT_VARIABLES: dict[str, Callable[[], Optional[str]]] = {
 # and registering them would put them into vLLM's compile cache key (vLLM's own policy
 # keeps location-only variables out of it), so that moving the cache or turning on debug
 # logging would recompile every graph. validate_environ does not look at JITCACHE_* names.
-NOT_REGISTERED: tuple[str, ...] = ("JITCACHE_DIR", "JITCACHE_LOG_LEVEL", "JITCACHE_LIBRARY", "JITCACHE_CLI")
+# The remote tier's settings are of the same kind: they say where a verified kernel may be
+# fetched from, never which kernel it is (the cache key says that).
+NOT_REGISTERED: tuple[str, ...] = (
+    "JITCACHE_DIR",
+    "JITCACHE_LOG_LEVEL",
+    "JITCACHE_LIBRARY",
+    "JITCACHE_CLI",
+    "JITCACHE_REMOTE",
+    "JITCACHE_REMOTE_KEY_FILE",
+    "JITCACHE_REMOTE_PASSWORD_FILE",
+    "JITCACHE_REMOTE_PREFIX",
+    "JITCACHE_REMOTE_CONNECT_TIMEOUT_MS",
+    "JITCACHE_REMOTE_TIMEOUT_MS",
+    "JITCACHE_REMOTE_BREAKER_MS",
+    "JITCACHE_REMOTE_LEASE_MS",
+    "JITCACHE_REMOTE_WAIT_MS",
+    "JITCACHE_REMOTE_MAX_ENTRY_BYTES",
+)
 
 
 def register() -> None:

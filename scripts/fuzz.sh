@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang in ./build-fuzz and fuzzes the scales
-# parser/validator for a bounded time. Non-interactive; fit for CI.
+# Builds the libFuzzer targets with clang in ./build-fuzz and fuzzes each for a bounded
+# time: the scales parser/validator, and the remote tier's signed values and Redis URL.
+# Non-interactive; fit for CI.
 #
 #   scripts/fuzz.sh [SECONDS]        default 30 (or $FUZZ_SECONDS)
 #
@@ -63,19 +64,25 @@ if ! command -v nvcc >/dev/null 2>&1; then
   done
 fi
 
-echo "==> building fuzz_scales with $clangxx in build-fuzz"
+echo "==> building fuzz_scales and fuzz_remote with $clangxx in build-fuzz"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER="$clangc" -DCMAKE_CXX_COMPILER="$clangxx" \
   -DJITCACHE_FUZZ=ON -DJITCACHE_BUILD_TESTS=OFF -DJITCACHE_BUILD_BENCH=OFF >/dev/null
-cmake --build build-fuzz --target fuzz_scales -j "$(nproc 2>/dev/null || echo 2)"
+cmake --build build-fuzz --target fuzz_scales fuzz_remote -j "$(nproc 2>/dev/null || echo 2)"
 
-mkdir -p build-fuzz/corpus-scales build-fuzz/artifacts
-echo "==> fuzzing for ${seconds}s"
+mkdir -p build-fuzz/artifacts
 # -timeout: one input taking seconds is a hang worth reporting; -rss_limit_mb: a blow-up is too.
-ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
-UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-build-fuzz/fuzz/fuzz_scales \
-  -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
-  -dict=fuzz/scales.dict -artifact_prefix=build-fuzz/artifacts/ -print_final_stats=1 \
-  build-fuzz/corpus-scales fuzz/corpus/scales
-echo "==> no crash in ${seconds}s"
+fuzz() {
+  local target=$1 corpus=$2 dict=$3
+  mkdir -p "build-fuzz/corpus-$corpus"
+  echo "==> fuzzing $target for ${seconds}s"
+  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
+  UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
+  "build-fuzz/fuzz/$target" \
+    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
+    ${dict:+-dict="$dict"} -artifact_prefix=build-fuzz/artifacts/ -print_final_stats=1 \
+    "build-fuzz/corpus-$corpus" "fuzz/corpus/$corpus"
+}
+fuzz fuzz_scales scales fuzz/scales.dict
+fuzz fuzz_remote remote ""
+echo "==> no crash in ${seconds}s per target"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quick start: build, fuzz the scales parser and the remote tier's value decoder briefly,
 # then run the whole test suite: the C++ tests through ctest, then the Python package's
-# through pytest in the project-local environment .venv (made once by scripts/python_env.sh; the first time takes minutes).
+# through pytest in the project-local environment .venv (made once by
+# scripts/python_env.sh; the first time takes minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh

@@ -130,7 +130,8 @@ Result<std::optional<TierHit>> DiskTier::get(const CacheKey& key) {
 Status DiskTier::put(const CacheKey& key, const TierEntry& entry) {
   if (m_mode != StoreMode::read_write) return std::unexpected(needs_writable("storing " + key.to_hex()));
   const BlobDigest digest =
-      JC_TRY(m_blobs.publish(*entry.bytes, m_options.durability, m_options.publish_hook));
+      JC_TRY(m_blobs.publish(*entry.bytes, entry.refetchable ? Durability::relaxed : m_options.durability,
+                             m_options.publish_hook));
   NewEntry row{key, digest, entry.bytes->size(), entry.facts.to_json(), entry.compile_ms, unix_now_ms()};
   std::function<void()> before_commit;
   if (m_options.publish_hook) before_commit = [this] { m_options.publish_hook(PublishStep::row_written); };

@@ -158,7 +158,7 @@ Result<std::optional<Hit>> Store::get(const CacheKey& key, CountMiss count_miss)
   // above it be filled; otherwise only the memory tier is.
   TierHit& hit = read.found->hit;
   if (hit.facts && hit.facts->key() == key)
-    write_through(key, TierEntry{*hit.facts, hit.bytes, hit.compile_ms}, read.found->slot,
+    write_through(key, TierEntry{*hit.facts, hit.bytes, hit.compile_ms, /*refetchable=*/true}, read.found->slot,
                   !read.disk_error && mode() == StoreMode::read_write);
   else
     m_memory->insert(key, hit.bytes, hit.compile_ms);
@@ -234,7 +234,9 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
 
   bool disk_writable = mode() == StoreMode::read_write;
   auto serve = [&](Found& found) {
-    const TierEntry entry{facts, found.hit.bytes, found.hit.compile_ms};
+    // Filling the tiers above a shared one: they hold copies (TierEntry::refetchable).
+    const bool shared = m_lower[found.slot].tier->kind() == Tier::remote;
+    const TierEntry entry{facts, found.hit.bytes, found.hit.compile_ms, shared};
     write_through(key, entry, found.slot, disk_writable);
     return Fetched{std::move(found.hit.bytes), source_of(m_lower[found.slot].tier->kind()), {}};
   };

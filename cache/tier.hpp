@@ -68,6 +68,10 @@ struct TierEntry {
   const Facts& facts;
   SharedBytes bytes;
   double compile_ms = 0;
+  // A copy of an entry that a lower, shared tier keeps (a remote hit being backfilled): the
+  // disk tier need not fsync it. A copy lost to a crash is fetched again, and one damaged
+  // by it fails verification on read; the two fsyncs would be most of the hit's cost.
+  bool refetchable = false;
 };
 
 class StorageTier {

@@ -19,9 +19,10 @@ Result<std::optional<std::string>> load_fleet_key() {
   return std::optional<std::string>(JC_TRY(read_secret_file(*path, rules)));
 }
 
-Result<std::optional<RemoteTierOptions>> remote_options(const std::optional<std::string>& url) {
+Result<std::optional<RemoteTierOptions>> remote_options(const std::optional<std::string>& url,
+                                                        std::string_view url_source) {
   std::optional<std::string> text = url;
-  std::string source = "--remote";
+  std::string source(url_source);
   if (!text || text->empty()) {
     text = env::get(env::jitcache_remote);
     source = std::string(env::jitcache_remote.name);

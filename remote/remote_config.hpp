@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "jitcache/error.hpp"
 #include "remote/remote_tier.hpp"
@@ -20,6 +21,8 @@ Result<std::optional<std::string>> load_fleet_key();
 // JITCACHE_REMOTE. std::nullopt when neither names one, or when no fleet key is configured
 // (a node without a key does not use the remote: one warning per process). An error for
 // a malformed URL, an unusable key or password file, or a bad timeout.
-Result<std::optional<RemoteTierOptions>> remote_options(const std::optional<std::string>& url);
+// `source` names where `url` came from in messages ("--remote", "RuntimeOptions::remote").
+Result<std::optional<RemoteTierOptions>> remote_options(const std::optional<std::string>& url,
+                                                        std::string_view source = "--remote");
 
 }  // namespace jitcache::remote

@@ -318,7 +318,10 @@ Result<std::pair<CacheStatus, OpenedKernelCache>> open_cache(const RuntimeOption
   cache_options.cache_dir = options.cache_dir;
   if (options.cache_max_bytes != 0) cache_options.store.max_bytes = options.cache_max_bytes;
   cache_options.unusable = required ? UnusableCache::fail : UnusableCache::memory_only;
-  if (!options.remote.empty()) cache_options.remote_url = options.remote;
+  if (!options.remote.empty()) {
+    cache_options.remote_url = options.remote;
+    cache_options.remote_url_source = "the remote option (--remote, RuntimeOptions::remote, Runtime(remote=))";
+  }
   OpenedKernelCache opened = JC_TRY(open_kernel_cache(cache_options));
   CacheStatus status;
   status.dir = opened.dir;

@@ -12,7 +12,7 @@ namespace {
 // caller's error when the cache is its job, else a warning: the engine starts without it.
 Result<std::shared_ptr<remote::RemoteTier>> open_remote(const KernelCacheOptions& options) {
   if (options.remote == RemoteUse::off) return nullptr;
-  auto settings = remote::remote_options(options.remote_url);
+  auto settings = remote::remote_options(options.remote_url, options.remote_url_source);
   if (!settings) {
     if (options.unusable == UnusableCache::fail) return std::unexpected(std::move(settings.error()));
     log_warning("remote cache not used: " + settings.error().to_string());

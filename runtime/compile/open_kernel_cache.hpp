@@ -35,6 +35,7 @@ struct KernelCacheOptions {
   RemoteUse remote = RemoteUse::from_environment;
   // An explicit remote (--remote, RuntimeOptions::remote); empty: JITCACHE_REMOTE.
   std::optional<std::string> remote_url;
+  std::string remote_url_source = "--remote";  // where remote_url came from, for messages
 };
 
 // The parts, owned together; `kernels` refers to `*store` and `*compiler`.

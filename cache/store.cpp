@@ -109,8 +109,12 @@ void Store::count_error(std::size_t slot, Op op, const std::string& what, const 
     Lower& lower = m_lower[slot];
     ++lower.errors;
     bool& failing = op == Op::read ? lower.failing_reads : lower.failing_writes;
-    first = !failing;
+    // A remote that is down fails the reads and then the writes of the same call: that is
+    // one episode, and the warning of the reads has said it.
+    const bool unreachable = error.code == ErrorCode::unavailable;
+    first = !failing && !(unreachable && lower.unreachable);
     failing = true;
+    if (unreachable) lower.unreachable = true;
   }
   const std::string line = "cache: tier " + m_lower[slot].tier->name() + ": " + what + ": " + error.to_string() +
                            "; going on without it";
@@ -126,6 +130,7 @@ void Store::count_success(std::size_t slot, Op op) {
     bool& failing = op == Op::read ? m_lower[slot].failing_reads : m_lower[slot].failing_writes;
     recovered = failing;
     failing = false;
+    m_lower[slot].unreachable = false;
   }
   if (recovered)
     log_info("cache: tier " + m_lower[slot].tier->name() + ": " + (op == Op::read ? "reads" : "writes") +
@@ -299,12 +304,14 @@ Store::Claims Store::claim_extra(const CacheKey& key, std::string_view label) {
   Claims claims;
   for (std::size_t slot = 0; slot < m_lower.size(); ++slot) {
     if (m_lower[slot].is_disk) continue;
+    // Taking a lease writes: a remote that refuses writes (full, read-only) but answers
+    // reads must not start and end an episode of read failures on every call.
     auto claimed = m_lower[slot].tier->claim(key, label);
     if (!claimed) {
-      count_error(slot, Op::read, "claiming " + key.to_hex(), claimed.error());
+      count_error(slot, Op::write, "claiming " + key.to_hex(), claimed.error());
       continue;
     }
-    count_success(slot, Op::read);
+    count_success(slot, Op::write);
     if (claimed->found) {
       count_hit(slot, claimed->found->compile_ms);
       claims.found = Found{slot, std::move(*claimed->found)};

@@ -24,9 +24,11 @@
 // Errors of a tier. A lookup that a tier cannot answer goes on to the next tier: an extra
 // tier's error is counted and never fails a call (a remote cache is an optimisation),
 // and logged as a warning once per episode (the first failure of its reads, or of its
-// writes, after a success; the rest of the episode at debug level); the disk tier's error, when no later tier has the key, is the result of
-// get() and makes get_or_create produce without storing on disk (logged), so a broken
-// cache never fails a caller whose producer works. A write that fails in an extra tier is
+// writes (a lease is a write), after a success; the rest of the episode at debug level;
+// a tier that cannot be reached at all fails its reads and writes as one episode); the
+// disk tier's error, when no later tier has the key, is the result of get() and makes
+// get_or_create produce without storing on disk (logged), so a broken cache never fails a
+// caller whose producer works. A write that fails in an extra tier is
 // logged and counted; put() fails only when the disk tier cannot store.
 //
 // Index recovery, verification, gc and clearing belong to the disk tier; the Store
@@ -193,6 +195,9 @@ class Store {
     std::uint64_t errors = 0;    // under m_stats_mutex
     bool failing_reads = false;  // an episode of read failures is under way (m_stats_mutex)
     bool failing_writes = false;
+    // The tier cannot be reached at all (ErrorCode::unavailable: down, paused, password
+    // refused, breaker open): its reads and writes then fail as one episode, one warning.
+    bool unreachable = false;
   };
   enum class Op { read, write };
   struct Found {

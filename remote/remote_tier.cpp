@@ -115,7 +115,10 @@ std::optional<cache::CacheKey> RemoteTier::key_of(std::string_view name) const {
 Result<std::optional<RemoteRead>> RemoteTier::read(std::string_view name) {
   // One byte more than the bound: a value that long is oversized, whatever follows.
   const std::string last = std::to_string(m_options.max_entry_bytes);
-  auto replies = JC_TRY(m_client.pipeline({{"GETRANGE", name, "0", last}, {"STRLEN", name}}));
+  // EXISTS tells an empty value (rejected) from no value: GETRANGE and STRLEN give "" and
+  // 0 for both.
+  auto replies =
+      JC_TRY(m_client.pipeline({{"GETRANGE", name, "0", last}, {"STRLEN", name}, {"EXISTS", name}}));
   for (const Reply& reply : replies)
     if (reply.type == Reply::Type::error)
       return make_error(ErrorCode::io, "remote cache " + m_client.display() + ": reading " + std::string(name) +
@@ -124,7 +127,7 @@ Result<std::optional<RemoteRead>> RemoteTier::read(std::string_view name) {
   RemoteRead read;
   read.stored_bytes = static_cast<std::uint64_t>(replies[1].integer);
   if (value.empty()) {
-    if (read.stored_bytes == 0) return std::optional<RemoteRead>();  // GETRANGE of no key is ""
+    if (replies[2].integer == 0) return std::optional<RemoteRead>();
     read.rejected = Rejected{Rejection::truncated, "an empty value"};
     return std::optional<RemoteRead>(std::move(read));
   }
@@ -153,7 +156,7 @@ Result<std::optional<RemoteRead>> RemoteTier::read(std::string_view name) {
   return std::optional<RemoteRead>(std::move(read));
 }
 
-Result<std::optional<cache::TierHit>> RemoteTier::fetch(const cache::CacheKey& key) {
+Result<std::optional<cache::TierHit>> RemoteTier::fetch(const cache::CacheKey& key, Report report) {
   auto got = read(entry_name(key));
   if (!got) {
     count(&cache::Counters::remote_errors);
@@ -161,9 +164,14 @@ Result<std::optional<cache::TierHit>> RemoteTier::fetch(const cache::CacheKey& k
   }
   if (!*got) return std::optional<cache::TierHit>();
   if ((*got)->rejected) {
-    count(&cache::Counters::remote_rejects);
-    log_warning("remote cache: rejected the value of " + key.to_hex() + " (" + entry_name(key) +
-                "): " + (*got)->rejected->to_string() + "; not loaded");
+    const std::string line = "remote cache: rejected the value of " + key.to_hex() + " (" + entry_name(key) +
+                             "): " + (*got)->rejected->to_string() + "; not loaded";
+    if (report == Report::quietly) {
+      log_debug(line);
+    } else {
+      count(&cache::Counters::remote_rejects);
+      log_warning(line);
+    }
     return std::optional<cache::TierHit>();
   }
   SignedEntry& entry = *(*got)->entry;
@@ -246,7 +254,9 @@ Result<cache::Claim> RemoteTier::claim(const cache::CacheKey& key, std::string_v
     if (taken->is_ok()) {
       auto lease = std::make_unique<RedisLease>(m_client, name, token, m_options.lease);
       // The previous holder may have stored the entry between our miss and our lease.
-      auto stored = fetch(key);
+      // A value rejected here is the one the Store's get() has just reported (once per
+      // request: a poisoned key must not count two rejections and log two warnings).
+      auto stored = fetch(key, Report::quietly);
       if (stored && *stored) {
         count(&cache::Counters::remote_hits);
         return cache::Claim{std::move(*stored), nullptr};
@@ -266,7 +276,8 @@ Result<cache::Claim> RemoteTier::claim(const cache::CacheKey& key, std::string_v
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(100));
-    auto stored = fetch(key);
+    // Polled every 100 ms: a poisoned value must not log a warning per poll.
+    auto stored = fetch(key, Report::quietly);
     if (!stored) return std::unexpected(std::move(stored.error()));
     if (*stored) {
       count(&cache::Counters::remote_hits);

@@ -97,8 +97,11 @@ class RemoteTier final : public cache::StorageTier {
 
  private:
   void count(std::uint64_t cache::Counters::*field);
-  // The value under `key`, checked; a rejection is logged and counted.
-  Result<std::optional<cache::TierHit>> fetch(const cache::CacheKey& key);
+  // Whether fetch() counts and warns about a rejected value, or only logs it at debug
+  // level (claim's re-reads: the Store's get() just before has reported that value).
+  enum class Report { rejections, quietly };
+  // The value under `key`, checked; a rejection is logged and, per `report`, counted.
+  Result<std::optional<cache::TierHit>> fetch(const cache::CacheKey& key, Report report = Report::rejections);
 
   RemoteTierOptions m_options;
   RedisClient m_client;

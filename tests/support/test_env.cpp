@@ -136,5 +136,45 @@ TEST(EnvRegistry, UnknownVariableWarnsOnceOrFailsInStrictMode) {
   EXPECT_NE(checked.error().message.find("strict mode"), std::string::npos);
 }
 
+TEST(EnvRegistry, UnsignedNumbersParseWithTheirDefaults) {
+  {
+    ScopedEnv unset("JITCACHE_REMOTE_TIMEOUT_MS", nullptr);
+    EXPECT_EQ(get_uint(jitcache_remote_timeout_ms), 500u) << "the registered default";
+  }
+  {
+    ScopedEnv unset("JITCACHE_REMOTE_MAX_ENTRY_BYTES", nullptr);
+    EXPECT_EQ(get_uint(jitcache_remote_max_entry_bytes), 16777216u);
+  }
+  for (const auto& [text, value] : std::vector<std::pair<const char*, std::uint64_t>>{
+           {"0", 0}, {"7", 7}, {" 250 ", 250}, {"007", 7}, {"9007199254740992", std::uint64_t{1} << 53}}) {
+    ScopedEnv v("JITCACHE_REMOTE_LEASE_MS", text);
+    auto parsed = get_uint(jitcache_remote_lease_ms);
+    ASSERT_TRUE(parsed) << text << ": " << parsed.error().to_string();
+    EXPECT_EQ(*parsed, value) << text;
+    EXPECT_TRUE(check_value(jitcache_remote_lease_ms)) << text;
+  }
+  // A blank value reads as unset: the default.
+  ScopedEnv blank("JITCACHE_REMOTE_WAIT_MS", "   ");
+  EXPECT_EQ(get_uint(jitcache_remote_wait_ms), 60000u);
+}
+
+TEST(EnvRegistry, BadUnsignedNumbersAreErrorsNamingTheVariable) {
+  for (const char* bad : {"-1", "+5", "1.5", "12ms", "0x10", "1e3", "9007199254740993", "99999999999999999999",
+                          "1 000"}) {
+    ScopedEnv v("JITCACHE_REMOTE_BREAKER_MS", bad);
+    auto parsed = get_uint(jitcache_remote_breaker_ms);
+    ASSERT_FALSE(parsed) << bad << " gave " << *parsed;
+    EXPECT_EQ(parsed.error().code, ErrorCode::invalid_input);
+    EXPECT_NE(parsed.error().message.find(std::string("JITCACHE_REMOTE_BREAKER_MS=") + bad), std::string::npos)
+        << parsed.error().message;
+    EXPECT_NE(parsed.error().message.find("milliseconds"), std::string::npos) << parsed.error().message;
+    EXPECT_FALSE(check_value(jitcache_remote_breaker_ms)) << bad;
+  }
+  ScopedEnv bytes("JITCACHE_REMOTE_MAX_ENTRY_BYTES", "16M");
+  auto parsed = get_uint(jitcache_remote_max_entry_bytes);
+  ASSERT_FALSE(parsed);
+  EXPECT_NE(parsed.error().message.find("bytes"), std::string::npos) << parsed.error().message;
+}
+
 }  // namespace
 }  // namespace jitcache::env

@@ -1,0 +1,167 @@
+// parse_redis_url: every form JITCACHE_REMOTE may take, every way it can be wrong, and
+// that a password never shows in display() or in an error message.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "remote/redis_url.hpp"
+#include "test_support.hpp"
+
+namespace jitcache::remote {
+namespace {
+
+RedisUrl parsed(std::string_view text) {
+  auto url = parse_redis_url(text, "JITCACHE_REMOTE");
+  EXPECT_TRUE(url.has_value()) << text << ": " << (url ? "" : url.error().to_string());
+  return url ? *url : RedisUrl{};
+}
+
+TEST(RedisUrlTest, HostAloneTakesTheDefaultPortAndDatabase) {
+  const RedisUrl url = parsed("redis://cache.example");
+  EXPECT_EQ(url.host, "cache.example");
+  EXPECT_EQ(url.port, 6379);
+  EXPECT_EQ(url.db, 0);
+  EXPECT_EQ(url.user, "");
+  EXPECT_EQ(url.password, "");
+  EXPECT_EQ(url.display(), "redis://cache.example:6379");
+}
+
+TEST(RedisUrlTest, PortAndDatabase) {
+  const RedisUrl url = parsed("redis://10.0.0.7:7000/3");
+  EXPECT_EQ(url.host, "10.0.0.7");
+  EXPECT_EQ(url.port, 7000);
+  EXPECT_EQ(url.db, 3);
+  EXPECT_EQ(url.display(), "redis://10.0.0.7:7000/3");
+  EXPECT_EQ(parsed("redis://h:1").port, 1);
+  EXPECT_EQ(parsed("redis://h:65535").port, 65535);
+  EXPECT_EQ(parsed("redis://h/0").db, 0);
+  // A trailing slash names no database: the default one.
+  EXPECT_EQ(parsed("redis://h:6380/").db, 0);
+}
+
+TEST(RedisUrlTest, UserAlone) {
+  const RedisUrl url = parsed("redis://alice@h:6380");
+  EXPECT_EQ(url.user, "alice");
+  EXPECT_EQ(url.password, "");
+  EXPECT_EQ(url.host, "h");
+  EXPECT_EQ(url.display(), "redis://alice@h:6380");
+}
+
+TEST(RedisUrlTest, UserAndPassword) {
+  const RedisUrl url = parsed("redis://alice:s3cret@h:6380/2");
+  EXPECT_EQ(url.user, "alice");
+  EXPECT_EQ(url.password, "s3cret");
+  EXPECT_EQ(url.port, 6380);
+  EXPECT_EQ(url.db, 2);
+  EXPECT_EQ(url.display(), "redis://alice:***@h:6380/2");
+}
+
+TEST(RedisUrlTest, PasswordWithoutUserUsesTheDefaultUser) {
+  const RedisUrl url = parsed("redis://:s3cret@127.0.0.1:6390");
+  EXPECT_EQ(url.user, "");
+  EXPECT_EQ(url.password, "s3cret");
+  EXPECT_EQ(url.host, "127.0.0.1");
+  EXPECT_EQ(url.display(), "redis://:***@127.0.0.1:6390");
+}
+
+TEST(RedisUrlTest, BracketedIpv6) {
+  const RedisUrl url = parsed("redis://[::1]:6380");
+  EXPECT_EQ(url.host, "::1");
+  EXPECT_EQ(url.port, 6380);
+  EXPECT_EQ(url.display(), "redis://[::1]:6380");
+  const RedisUrl plain = parsed("redis://[fe80::1:2]/5");
+  EXPECT_EQ(plain.host, "fe80::1:2");
+  EXPECT_EQ(plain.port, 6379);
+  EXPECT_EQ(plain.db, 5);
+  EXPECT_EQ(plain.display(), "redis://[fe80::1:2]:6379/5");
+}
+
+TEST(RedisUrlTest, PercentEscapesAreDecodedInUserAndPassword) {
+  const RedisUrl url = parsed("redis://svc%2Djit:p%40ss%3aw%2Fd%25@h");
+  EXPECT_EQ(url.user, "svc-jit");
+  EXPECT_EQ(url.password, "p@ss:w/d%");
+  EXPECT_EQ(url.display(), "redis://svc-jit:***@h:6379");
+}
+
+TEST(RedisUrlTest, AnUnencodedAtInThePasswordEndsAtTheLastAt) {
+  const RedisUrl url = parsed("redis://bob:p@ss@w0rd@h:7001");
+  EXPECT_EQ(url.user, "bob");
+  EXPECT_EQ(url.password, "p@ss@w0rd");
+  EXPECT_EQ(url.host, "h");
+  EXPECT_EQ(url.port, 7001);
+}
+
+struct BadUrl {
+  const char* text;
+  const char* says;  // a part of the message naming what is wrong
+};
+
+TEST(RedisUrlTest, EveryMalformedUrlIsRefusedNamingTheSourceAndThePart) {
+  const std::vector<BadUrl> cases = {
+      {"http://h:6379", "unsupported scheme 'http'"},
+      {"rediss://h:6379", "unsupported scheme 'rediss'"},
+      {"h:6379", "not a redis:// URL"},
+      {"", "not a redis:// URL"},
+      {"redis://", "no host"},
+      {"redis://:6379", "no host"},
+      {"redis://user:pw@", "no host"},
+      {"redis://user:pw@:6379/1", "no host"},
+      {"redis://[]:6379", "no host"},
+      {"redis://h:0", "port '0'"},
+      {"redis://h:65536", "port '65536'"},
+      {"redis://h:abc", "port 'abc'"},
+      {"redis://h:-1", "port '-1'"},
+      {"redis://h:63 79", "port '63 79'"},
+      {"redis://h:", "an empty port"},
+      {"redis://[::1]:", "an empty port"},
+      {"redis://[::1", "closing ']'"},
+      {"redis://[::1]x", "after the IPv6 address"},
+      {"redis://h/abc", "database 'abc'"},
+      {"redis://h/-1", "database '-1'"},
+      {"redis://h/1/2", "database '1/2'"},
+      {"redis://h/99999999", "database '99999999'"},
+      {"redis://us%4@h", "user name has a malformed %-escape"},
+      {"redis://u%zz@h", "user name has a malformed %-escape"},
+      {"redis://u:pw%g1@h", "password has a malformed %-escape"},
+      {"redis://u:pw%@h", "password has a malformed %-escape"},
+      {"redis://h st", "character that no host name has"},
+  };
+  for (const BadUrl& c : cases) {
+    auto url = parse_redis_url(c.text, "JITCACHE_REMOTE");
+    ASSERT_FALSE(url.has_value()) << "accepted: '" << c.text << "'";
+    EXPECT_EQ(url.error().code, ErrorCode::invalid_input) << c.text;
+    EXPECT_NE(url.error().message.find("JITCACHE_REMOTE: "), std::string::npos) << url.error().message;
+    EXPECT_NE(url.error().message.find(c.says), std::string::npos)
+        << "'" << c.text << "' gave: " << url.error().message;
+  }
+}
+
+TEST(RedisUrlTest, ThePasswordIsInNoErrorMessageAndNotInDisplay) {
+  const std::string secret = "Hunter2SecretPw";
+  const std::vector<std::string> bad = {
+      "redis://u:" + secret + "@h:0",
+      "redis://u:" + secret + "@h:abc",
+      "redis://u:" + secret + "@h/xyz",
+      "redis://u:" + secret + "@",
+      "redis://u:" + secret + "@[::1",
+      "redis://u:" + secret + "%zz@h",
+      "redis://:" + secret + "@h:99999",
+  };
+  for (const std::string& text : bad) {
+    auto url = parse_redis_url(text, "--remote");
+    ASSERT_FALSE(url.has_value()) << text;
+    EXPECT_EQ(url.error().to_string().find(secret), std::string::npos) << url.error().to_string();
+    EXPECT_NE(url.error().message.find("--remote"), std::string::npos) << url.error().message;
+  }
+  for (const std::string& text : {"redis://u:" + secret + "@h", "redis://:" + secret + "@[::1]:7/2",
+                                  "redis://u:" + secret + "@host@h"}) {
+    const RedisUrl url = parsed(text);
+    EXPECT_NE(url.password.find(secret), std::string::npos) << text;
+    EXPECT_EQ(url.display().find(secret), std::string::npos) << url.display();
+    EXPECT_NE(url.display().find(":***@"), std::string::npos) << url.display();
+  }
+}
+
+}  // namespace
+}  // namespace jitcache::remote

@@ -144,7 +144,7 @@ Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& sou
   // Parsed and checked already by an earlier fetch of this memory entry.
   if (auto parsed = std::dynamic_pointer_cast<const ParsedArtifact>(decoded);
       parsed && (parsed->text == BundleText::load || text == BundleText::skip))
-    return KernelFetch{parsed->artifact, key, source_tier};
+    return KernelFetch{parsed->artifact, key, source_tier, bytes};
   auto artifact = parse_bundle(*bytes, text);
   if (!artifact)
     return make_error(ErrorCode::invalid_input, "entry " + key.to_hex() + " of " + spec.label() +
@@ -152,7 +152,7 @@ Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& sou
   JC_TRY(check_artifact_facts(*artifact, source));
   auto shared = std::make_shared<const CompiledArtifact>(std::move(*artifact));
   m_store.attach(key, bytes, std::make_shared<const ParsedArtifact>(shared, text));
-  return KernelFetch{shared, key, source_tier};
+  return KernelFetch{shared, key, source_tier, std::move(bytes)};
 }
 
 }  // namespace jitcache

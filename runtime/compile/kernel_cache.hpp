@@ -43,6 +43,7 @@ struct KernelFetch {
   std::shared_ptr<const CompiledArtifact> artifact;
   cache::CacheKey key;
   cache::Source source;  // memory, disk, remote, coalesced or produced (compiled)
+  cache::SharedBytes bytes;  // the stored bundle the artifact was read from (what an export copies)
 };
 
 class KernelCache {

@@ -1,0 +1,276 @@
+// `jitcache export` and `jitcache import`: the variants a checkpoint needs, carried in one
+// signed file to machines that reach no remote cache (air-gapped images), and checked
+// whole there before anything is published (runtime/compile/cache_archive.hpp).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cache/files.hpp"
+#include "cache/report.hpp"
+#include "cache/size.hpp"
+#include "jitcache/scales.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
+#include "kernel_templates/variant_plan.hpp"
+#include "remote/remote_config.hpp"
+#include "runtime/compile/cache_archive.hpp"
+#include "runtime/compile/open_kernel_cache.hpp"
+#include "support/env.hpp"
+#include "support/regular_file.hpp"
+#include "tools/cli.hpp"
+
+namespace jitcache::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+struct ExportArgs {
+  std::string checkpoint;
+  std::string scales;
+  std::vector<std::string> archs;
+  std::string rope = "bf16";
+  std::string out;
+  unsigned jobs = 0;
+  bool json = false;
+};
+
+struct ImportArgs {
+  std::string file;
+  bool verify_only = false;
+  bool json = false;
+};
+
+std::string key_file_name() { return std::string(env::jitcache_remote_key_file.name); }
+
+// The variants of every target, in the order of the targets given (duplicates dropped).
+Result<std::pair<std::vector<std::string>, std::vector<KernelSpec>>> plan_export(const ExportArgs& args) {
+  ResolveOptions resolve;
+  resolve.checkpoint_dir = args.checkpoint;
+  if (!args.scales.empty()) resolve.override_file = args.scales;
+  const ResolvedScales scales = JC_TRY(resolve_scales(resolve));
+  const auto rope_format = parse_rope_format(args.rope);  // CLI11 checked the name
+  if (!rope_format) return make_error(ErrorCode::invalid_argument, "--rope: unknown format " + args.rope);
+  const RopeFormat rope = *rope_format;
+  std::vector<std::string> targets;
+  std::vector<KernelSpec> specs;
+  for (const std::string& arch : args.archs) {
+    const Target target = JC_TRY(parse_target(arch));
+    if (std::find(targets.begin(), targets.end(), target.name) != targets.end()) continue;
+    targets.push_back(target.name);
+    const VariantPlan plan = plan_variants(scales, rope, target);
+    specs.insert(specs.end(), plan.variants.begin(), plan.variants.end());
+  }
+  return std::pair(std::move(targets), std::move(specs));
+}
+
+// The name a manifest shows for a checkpoint: its directory's, never a path of this machine.
+std::string checkpoint_name(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  std::string name = p.filename().string();
+  if (name.empty() || name == "." || name == "..")
+    name = std::filesystem::absolute(p).lexically_normal().filename().string();
+  return name;
+}
+
+int run_export(const ExportArgs& args, const GlobalOptions& global) {
+  const auto started = Clock::now();
+  std::vector<std::filesystem::path> inputs{std::filesystem::path(args.checkpoint) / "config.json"};
+  if (!args.scales.empty()) inputs.emplace_back(args.scales);
+  if (auto ok = check_output_target(args.out, inputs); !ok) return report(ok.error());
+  auto key = remote::load_fleet_key();
+  if (!key) return report(key.error());
+  auto planned = plan_export(args);
+  if (!planned) return report(planned.error());
+  const auto& [targets, specs] = *planned;
+
+  KernelCacheOptions cache_options;
+  cache_options.cache_dir = global.cache_dir;
+  if (!global.remote.empty()) cache_options.remote_url = global.remote;
+  auto opened = open_kernel_cache(cache_options);
+  if (!opened) {
+    report(opened.error());
+    return k_exit_usage;  // an unusable cache directory is an environment problem
+  }
+  std::function<void(const GatherProgress&)> progress;
+  if (!args.json)
+    progress = [](const GatherProgress& p) {
+      std::fprintf(stderr, "[%zu/%zu] %s %s (%.0f ms)\n", p.done, p.total, p.label.c_str(),
+                   p.compiled ? "compiled" : "cached", p.ms);
+    };
+  auto entries = gather_export_entries(*opened->kernels, *opened->compiler, specs, args.jobs, progress);
+  if (!entries) return report(entries.error());
+
+  ArchiveInfo info;
+  info.producer = std::string("jitcache ") + JITCACHE_VERSION_STRING;
+  info.created = cache::format_time(cache::unix_now_ms(), cache::TimeFormat::iso);
+  info.checkpoint = checkpoint_name(args.checkpoint);
+  info.rope = args.rope;
+  info.targets = targets;
+  if (!*key)
+    std::fprintf(stderr,
+                 "jitcache: warning: no fleet key (%s): %s is not signed; an importer can check that it is "
+                 "intact, not who wrote it, and one with a key configured refuses it\n",
+                 key_file_name().c_str(), args.out.c_str());
+  auto written = write_archive(args.out, info, *entries, *key);
+  if (!written) return report(written.error());
+
+  std::size_t compiled = 0;
+  for (const ExportEntry& e : *entries) compiled += e.compiled_now ? 1 : 0;
+  const double wall_ms = ms_since(started);
+  if (args.json) {
+    nlohmann::ordered_json variants = nlohmann::ordered_json::array();
+    for (const ExportEntry& e : *entries)
+      variants.push_back({{"label", e.label},
+                          {"key", e.key.to_hex()},
+                          {"digest", cache::BlobDigest::of(*e.bytes).to_hex()},
+                          {"size", e.bytes->size()},
+                          {"compiled", e.compiled_now}});
+    const nlohmann::ordered_json out = {{"out", args.out},
+                                        {"checkpoint", info.checkpoint},
+                                        {"targets", targets},
+                                        {"rope", args.rope},
+                                        {"entries", entries->size()},
+                                        {"compiled", compiled},
+                                        {"cached", entries->size() - compiled},
+                                        {"bytes", *written},
+                                        {"signed", key->has_value()},
+                                        {"wall_ms", wall_ms},
+                                        {"variants", variants}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return k_exit_ok;
+  }
+  std::string target_list;
+  for (const std::string& t : targets) target_list += (target_list.empty() ? "" : ", ") + t;
+  std::printf("exported %zu variants of %s for %s (%s RoPE) to %s: %s, %s\n", entries->size(),
+              info.checkpoint.c_str(), target_list.c_str(), args.rope.c_str(), args.out.c_str(),
+              cache::format_size(*written).c_str(), *key ? "signed with the fleet key" : "unsigned");
+  std::printf("compiled %zu, already cached %zu, wall time %.1f ms\n", compiled, entries->size() - compiled, wall_ms);
+  return k_exit_ok;
+}
+
+int run_import(const ImportArgs& args, const GlobalOptions& global) {
+  const auto started = Clock::now();
+  auto key = remote::load_fleet_key();
+  if (!key) return report(key.error());
+  // Everything is checked before the cache is even opened: a refused file touches nothing.
+  auto archive = read_archive(args.file, *key);
+  if (!archive) return report(archive.error());
+  switch (archive->signature) {
+    case ArchiveSignature::verified: break;
+    case ArchiveSignature::absent:
+      std::fprintf(stderr,
+                   "jitcache: warning: %s is not signed: it is intact, but nothing says who wrote it "
+                   "(configure the fleet key, %s, to accept signed files only)\n",
+                   args.file.c_str(), key_file_name().c_str());
+      break;
+    case ArchiveSignature::unchecked:
+      std::fprintf(stderr,
+                   "jitcache: warning: %s is signed, but no fleet key is configured here (%s): the signature "
+                   "was not checked\n",
+                   args.file.c_str(), key_file_name().c_str());
+      break;
+  }
+
+  std::optional<ImportReport> imported;
+  std::filesystem::path cache_dir;
+  if (!args.verify_only) {
+    KernelCacheOptions cache_options;
+    cache_options.cache_dir = global.cache_dir;
+    cache_options.remote = RemoteUse::off;  // an import fills this machine's cache only
+    auto opened = open_kernel_cache(cache_options);
+    if (!opened) {
+      report(opened.error());
+      return k_exit_usage;
+    }
+    cache_dir = opened->dir;
+    auto done = import_archive(*opened->store, *archive);
+    if (!done) {
+      report(done.error());
+      return k_exit_usage;
+    }
+    imported = std::move(*done);
+  }
+  const double wall_ms = ms_since(started);
+
+  auto status_of = [&](const ArchiveItem& item) -> std::string {
+    if (!imported) return "verified";
+    for (const ArchiveItem* a : imported->added)
+      if (a == &item) return "added";
+    return "present";
+  };
+  if (args.json) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const ArchiveItem& item : archive->items)
+      list.push_back({{"label", item.label},
+                      {"key", item.key.to_hex()},
+                      {"size", item.size},
+                      {"status", status_of(item)}});
+    nlohmann::ordered_json out = {{"file", args.file},
+                                  {"format_version", archive->version},
+                                  {"producer", archive->info.producer},
+                                  {"created", archive->info.created},
+                                  {"checkpoint", archive->info.checkpoint},
+                                  {"targets", archive->info.targets},
+                                  {"rope", archive->info.rope},
+                                  {"signature", to_string(archive->signature)},
+                                  {"verify_only", args.verify_only},
+                                  {"entries", archive->items.size()},
+                                  {"added", imported ? imported->added.size() : 0},
+                                  {"already_present", imported ? imported->present.size() : 0},
+                                  {"cache_dir", cache_dir.string()},
+                                  {"wall_ms", wall_ms},
+                                  {"items", list}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return k_exit_ok;
+  }
+  std::printf("%s: %zu entries of %s for", args.file.c_str(), archive->items.size(),
+              archive->info.checkpoint.c_str());
+  for (const std::string& t : archive->info.targets) std::printf(" %s", t.c_str());
+  std::printf(" verified (signature: %s, written by %s on %s)\n", to_string(archive->signature),
+              archive->info.producer.c_str(), archive->info.created.c_str());
+  if (!imported) {
+    std::printf("nothing imported (--verify-only), wall time %.1f ms\n", wall_ms);
+    return k_exit_ok;
+  }
+  for (const ArchiveItem& item : archive->items)
+    std::printf("  %-8s %s  %s\n", status_of(item).c_str(), item.key.to_hex().c_str(), item.label.c_str());
+  std::printf("added %zu, already present %zu, into %s, wall time %.1f ms\n", imported->added.size(),
+              imported->present.size(), cache_dir.string().c_str(), wall_ms);
+  return k_exit_ok;
+}
+
+void register_export(CLI::App& root, Context& context) {
+  auto args = std::make_shared<ExportArgs>();
+  CLI::App* cmd = root.add_subcommand("export", "Write the variants a checkpoint needs into one signed file");
+  cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint directory (holds config.json)")->required();
+  cmd->add_option("--scales", args->scales, "Explicit scales override file");
+  cmd->add_option("--arch", args->archs, "Target (repeat for several): sm_90, sm_100a, sm_120a, ...")
+      ->required();
+  cmd->add_option("--rope", args->rope, k_rope_formats.joined("|"))
+      ->check(CLI::IsMember(k_rope_formats.names()));
+  cmd->add_option("--out", args->out, "The export file to write")->required();
+  cmd->add_option("--jobs", args->jobs, "Parallel compiles (default: one per core)");
+  cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  context.bind(cmd, [args, &context] { return run_export(*args, context.global); });
+
+  auto import_args = std::make_shared<ImportArgs>();
+  CLI::App* imp = root.add_subcommand("import", "Check an export file whole, then add its entries to the cache");
+  imp->add_option("FILE", import_args->file, "The export file")->required();
+  imp->add_flag("--verify-only", import_args->verify_only, "Check everything, publish nothing");
+  imp->add_flag("--json", import_args->json, "One JSON document on stdout");
+  context.bind(imp, [import_args, &context] { return run_import(*import_args, context.global); });
+}
+
+const Registrar k_registrar(25, register_export);
+
+}  // namespace
+}  // namespace jitcache::cli

@@ -166,6 +166,12 @@ typedef struct jitcache_runtime_options {
   int32_t device_ordinal;     /* 0 to 1023; default 0 */
   uint64_t cache_max_bytes;   /* 0: the store's default cap; else 16 MiB to 1 PiB */
   jitcache_cache_requirement cache_requirement; /* default JITCACHE_CACHE_FROM_ENVIRONMENT */
+  const char* remote;         /* a shared remote cache, redis://[user[:password]@]host[:port][/db];
+                                 NULL or "": JITCACHE_REMOTE (unset: none). Used only with a
+                                 fleet key (JITCACHE_REMOTE_KEY_FILE); a malformed URL is
+                                 JITCACHE_ERROR_INVALID_INPUT when the cache is required,
+                                 else a warning and no remote. Copied; need not outlive the
+                                 call. */
 } jitcache_runtime_options;
 
 /* Fills `options` with the defaults and its struct_size. */

@@ -60,6 +60,7 @@ class RuntimeOptions(Structure):
         ("device_ordinal", c_int32),
         ("cache_max_bytes", c_uint64),
         ("cache_requirement", _enum),
+        ("remote", c_char_p),
     ]
 
 

@@ -458,6 +458,16 @@ class Runtime:
 
     ``require_cache``: None follows JITCACHE_REQUIRE_CACHE; True makes an unusable cache
     directory an error; False runs memory-only with one warning.
+
+    ``remote``: a cache shared by a fleet, ``redis://[user[:password]@]host[:port][/db]``;
+    None or "" follows JITCACHE_REMOTE (unset: no remote). A local miss is looked up there
+    (a verified hit is also stored in the cache directory), one node of the fleet compiles
+    each kernel while the others wait for it, and what this node compiles is uploaded. It
+    is used only with a fleet key: JITCACHE_REMOTE_KEY_FILE names a file of at least 32
+    bytes, owned by this user and readable by no one else, with which every remote entry
+    is signed and checked; without one the remote is not used (one warning). A remote that
+    is down or silent costs its timeout once, then nothing while the local cache goes on
+    alone. A malformed URL is an error when the cache is required, else a warning.
     """
 
     def __init__(
@@ -468,6 +478,7 @@ class Runtime:
         device_ordinal: int = 0,
         max_bytes: int = 0,
         require_cache: bool | None = None,
+        remote: str | None = None,
     ) -> None:
         self._handle: int | None = None
         options = _lib.RuntimeOptions()
@@ -485,6 +496,7 @@ class Runtime:
             options.cache_requirement = (
                 _lib.CACHE_REQUIRED if require_cache else _lib.CACHE_OPTIONAL
             )
+        options.remote = _optional_text(remote)
         out = c_void_p()
         _log.sync()
         _lib.check(_lib_.jitcache_runtime_open(byref(options), byref(out)))

@@ -457,6 +457,9 @@ jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jit
       case JITCACHE_CACHE_REQUIRED: cxx.cache_requirement = CacheRequirement::required; break;
       default: cxx.cache_requirement = CacheRequirement::from_environment; break;
     }
+    // A field after ABI 1's first options: a caller with an older header has struct_size
+    // short of it, and read_options left it at its default (NULL: JITCACHE_REMOTE).
+    if (!is_unset(options.remote)) cxx.remote = options.remote;
     auto opened = Runtime::open(std::move(cxx));
     if (!opened) return fail(opened.error());
     auto handle = std::make_unique<jitcache_runtime>();

@@ -3,6 +3,7 @@
 // which must be the C++ runtime's answers.
 #include <cmath>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <regex>
 #include <thread>
+#include <utility>
 
 #include "jitcache/jitcache.h"
 #include "jitcache/runtime.hpp"
@@ -311,6 +313,34 @@ TEST_F(CApiTest, ALargerOptionsStructFromANewerHeaderIsAcceptedWhenItsTailIsZero
   newer.future_field = 0;
   ASSERT_EQ(jitcache_runtime_open(&newer.v1, &m_runtime), JITCACHE_OK) << last_error();
   EXPECT_EQ(std::string(jitcache_runtime_cache_dir(m_runtime)), cache);
+}
+
+// Issue 13: options.remote is the last field. A caller built before it existed passes a
+// struct_size that ends before it, and whatever lies beyond is never read; one that has it
+// gets its URL checked (the sharing itself: python/tests/test_remote.py).
+TEST_F(CApiTest, TheRemoteOptionIsReadOnlyWhenTheCallersStructHasIt) {
+  jitcache::testing::ScopedEnv no_remote("JITCACHE_REMOTE", nullptr);
+  const std::string cache = (dir() / "cache").string();
+  jitcache_runtime_options o;
+  jitcache_runtime_options_init(&o);
+  EXPECT_EQ(o.remote, nullptr);
+  o.cache_dir = cache.c_str();
+  o.device = JITCACHE_DEVICE_NONE;
+  o.cache_requirement = JITCACHE_CACHE_REQUIRED;  // an unusable remote is then an error
+  o.remote = "http://127.0.0.1:6379";
+  jitcache_runtime* rt = nullptr;
+  EXPECT_EQ(jitcache_runtime_open(&o, &rt), JITCACHE_ERROR_INVALID_INPUT);
+  EXPECT_NE(last_error().find("unsupported scheme 'http'"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("redis://"), std::string::npos) << last_error();
+  EXPECT_EQ(rt, nullptr);
+
+  o.struct_size = offsetof(jitcache_runtime_options, remote);  // the header before issue 13
+  ASSERT_EQ(jitcache_runtime_open(&o, &m_runtime), JITCACHE_OK) << last_error();
+  jitcache_runtime_close(std::exchange(m_runtime, nullptr));
+
+  o.struct_size = sizeof o;
+  o.remote = "";  // "": JITCACHE_REMOTE, unset here
+  ASSERT_EQ(jitcache_runtime_open(&o, &m_runtime), JITCACHE_OK) << last_error();
 }
 
 // Issue 10 item 11: SIZE_MAX opened, and a never-initialised struct (0x01 bytes) gave

@@ -54,6 +54,9 @@ std::unique_ptr<Store> Store::open_memory_only(StoreOptions options) {
 Store::~Store() {
   if (auto flushed = flush(); !flushed)
     log_warning("cache: could not record usage at close: " + flushed.error().to_string());
+  // An extra tier may outlive this store (it is shared): it must not count into it.
+  for (const auto& tier : m_options.extra_tiers)
+    if (tier) tier->count_into(nullptr);
 }
 
 Error Store::needs_writable(const std::string& what) const {

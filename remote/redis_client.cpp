@@ -88,15 +88,17 @@ Error RedisClient::transport_failure(const std::string& what) {
                {}};
 }
 
-Result<redisContext*> RedisClient::take() {
+Result<redisContext*> RedisClient::take(bool& pooled) {
   {
     std::lock_guard lock(m_mutex);
     if (!m_idle.empty()) {
       redisContext* c = m_idle.back();
       m_idle.pop_back();
+      pooled = true;
       return c;
     }
   }
+  pooled = false;
   const RedisUrl& url = m_options.url;
   redisContext* c = redisConnectWithTimeout(url.host.c_str(), url.port, to_timeval(m_options.connect_timeout));
   if (c == nullptr || c->err) {
@@ -148,6 +150,43 @@ void RedisClient::give_back(redisContext* c) {
   redisFree(c);
 }
 
+// Sends every command and reads every reply on one connection. On a transport failure the
+// connection is freed and the failure (and whether it was a timeout) returned.
+struct Exchange {
+  std::vector<Reply> replies;
+  std::string failure;  // empty on success
+  bool timed_out = false;
+};
+
+static Exchange exchange(redisContext* c, const std::vector<Args>& commands) {
+  Exchange out;
+  auto fail = [&](const std::string& what) {
+    out.timed_out = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+    out.failure = what + ": " + context_error(c);
+    return out;
+  };
+  for (const Args& args : commands) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    argv.reserve(args.size());
+    lens.reserve(args.size());
+    for (std::string_view a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK)
+      return fail("sending " + std::string(args.front()));
+  }
+  out.replies.reserve(commands.size());
+  for (const Args& args : commands) {
+    void* raw = nullptr;
+    if (redisGetReply(c, &raw) != REDIS_OK || raw == nullptr) return fail(std::string(args.front()));
+    std::unique_ptr<void, ReplyFree> owned(raw);
+    out.replies.push_back(convert(static_cast<const redisReply*>(raw)));
+  }
+  return out;
+}
+
 Result<std::vector<Reply>> RedisClient::run(const std::vector<Args>& commands) {
   if (breaker_open()) {
     std::string last;
@@ -159,37 +198,31 @@ Result<std::vector<Reply>> RedisClient::run(const std::vector<Args>& commands) {
                       "remote cache " + display() + " skipped for another " +
                           std::to_string(m_open_until_ms.load() - steady_ms()) + " ms after: " + last);
   }
-  redisContext* c = JC_TRY(take());
-  for (const Args& args : commands) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    argv.reserve(args.size());
-    lens.reserve(args.size());
-    for (std::string_view a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
-      const std::string why = context_error(c);
+  for (int attempt = 0;; ++attempt) {
+    bool pooled = false;
+    redisContext* c = JC_TRY(take(pooled));
+    Exchange done = exchange(c, commands);
+    if (!done.failure.empty()) {
       redisFree(c);
-      return std::unexpected(transport_failure("sending " + std::string(args.front()) + ": " + why));
+      // A pooled connection that the server closed since it was last used (a restart, an
+      // idle timeout) fails at once; one fresh connection decides whether the server is
+      // really gone. A timeout is not retried: it has cost its time already.
+      if (pooled && !done.timed_out && attempt == 0) continue;
+      return std::unexpected(transport_failure(done.failure));
     }
-  }
-  std::vector<Reply> replies;
-  replies.reserve(commands.size());
-  for (const Args& args : commands) {
-    void* raw = nullptr;
-    if (redisGetReply(c, &raw) != REDIS_OK || raw == nullptr) {
-      const std::string why = context_error(c);
-      redisFree(c);
-      return std::unexpected(transport_failure(std::string(args.front()) + ": " + why));
+    // A server that wants a password, or no longer takes ours, answers every command with
+    // an error: that is the connection failing, not the command.
+    for (const Reply& reply : done.replies) {
+      if (reply.type == Reply::Type::error &&
+          (reply.str.starts_with("NOAUTH") || reply.str.starts_with("WRONGPASS"))) {
+        redisFree(c);
+        return std::unexpected(transport_failure("refused: " + reply.str));
+      }
     }
-    std::unique_ptr<void, ReplyFree> owned(raw);
-    replies.push_back(convert(static_cast<const redisReply*>(raw)));
+    give_back(c);
+    m_open_until_ms = 0;
+    return std::move(done.replies);
   }
-  give_back(c);
-  m_open_until_ms = 0;
-  return replies;
 }
 
 Result<std::vector<Reply>> RedisClient::pipeline(const std::vector<Args>& commands) {

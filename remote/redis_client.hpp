@@ -9,7 +9,9 @@
 // broken connection) opens the breaker for `breaker`: every command fails at once with
 // ErrorCode::unavailable, without touching the network. The first command after that
 // period tries again; one success closes the breaker. An error *reply* (READONLY, OOM,
-// WRONGTYPE) is the server answering: it fails that command only.
+// WRONGTYPE) is the server answering: it fails that command only, except NOAUTH and
+// WRONGPASS, which every command would get. A pooled connection that fails at once (the
+// server restarted since) is retried once on a fresh connection before the breaker opens.
 //
 // Replies are read whole by hiredis; callers bound what they ask for (GETRANGE) so that
 // a hostile value cannot make a node allocate without limit.
@@ -71,7 +73,8 @@ class RedisClient {
   const RedisOptions& options() const { return m_options; }
 
  private:
-  Result<redisContext*> take();
+  // A pooled connection (pooled = true) or a new one.
+  Result<redisContext*> take(bool& pooled);
   void give_back(redisContext* context);
   Error transport_failure(const std::string& what);
   Result<std::vector<Reply>> run(const std::vector<Args>& commands);

@@ -25,4 +25,9 @@ Result<std::optional<std::string>> load_fleet_key();
 Result<std::optional<RemoteTierOptions>> remote_options(const std::optional<std::string>& url,
                                                         std::string_view source = "--remote");
 
+// The same without the fleet key (fleet_key left empty) and without its warning: for
+// `jitcache remote status`, which reaches the server and reports a missing key itself.
+Result<std::optional<RemoteTierOptions>> remote_settings(const std::optional<std::string>& url,
+                                                         std::string_view source = "--remote");
+
 }  // namespace jitcache::remote

@@ -40,6 +40,16 @@ std::string random_token() {
   return token;
 }
 
+// SCAN's MATCH is a glob: a prefix holding *, ?, [ or \\ would otherwise match more than itself.
+std::string glob_escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 // Renews the lease while its holder produces, and gives it up when destroyed.
 class RedisLease final : public cache::TierLease {
  public:
@@ -220,9 +230,16 @@ Status RemoteTier::remove(const cache::CacheKey& key) {
   return {};
 }
 
-Result<std::vector<std::string>> RemoteTier::list_entry_names() {
+std::string RemoteTier::entry_prefix() const { return m_options.prefix + std::string(k_entry_infix); }
+
+std::string RemoteTier::lease_prefix() const { return m_options.prefix + std::string(k_lease_infix); }
+
+Result<std::vector<std::string>> RemoteTier::list_entry_names() { return scan(glob_escaped(entry_prefix()) + "*"); }
+
+Result<std::vector<std::string>> RemoteTier::list_all_names() { return scan(glob_escaped(m_options.prefix) + "*"); }
+
+Result<std::vector<std::string>> RemoteTier::scan(const std::string& pattern) {
   std::vector<std::string> names;
-  const std::string pattern = m_options.prefix + std::string(k_entry_infix) + "*";
   std::string cursor = "0";
   do {
     Reply reply = JC_TRY(m_client.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}));

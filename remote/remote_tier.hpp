@@ -86,9 +86,15 @@ class RemoteTier final : public cache::StorageTier {
   const RemoteTierOptions& options() const { return m_options; }
   std::string entry_name(const cache::CacheKey& key) const;
   std::string lease_name(const cache::CacheKey& key) const;
+  // The start of every entry name and of every lease name under the prefix.
+  std::string entry_prefix() const;
+  std::string lease_prefix() const;
   // The Redis keys of every stored entry under the prefix (SCAN, not KEYS: the server
   // keeps serving others while it runs).
   Result<std::vector<std::string>> list_entry_names();
+  // Every Redis key under the prefix: entries, leases, and names this build does not write
+  // (another format version's, or not jitcache's), for the CLI's audit and clear.
+  Result<std::vector<std::string>> list_all_names();
   // Reads and checks the value stored under `name` (an entry name; its key comes from the
   // name) without counting anything. std::nullopt when nothing is stored there.
   Result<std::optional<RemoteRead>> read(std::string_view name);
@@ -97,6 +103,7 @@ class RemoteTier final : public cache::StorageTier {
 
  private:
   void count(std::uint64_t cache::Counters::*field);
+  Result<std::vector<std::string>> scan(const std::string& pattern);
   // Whether fetch() counts and warns about a rejected value, or only logs it at debug
   // level (claim's re-reads: the Store's get() just before has reported that value).
   enum class Report { rejections, quietly };

@@ -178,6 +178,7 @@ class RuntimeImpl final : public Runtime {
       info.registers = fetched.artifact->usage.registers;
       info.cubin_bytes = fetched.artifact->cubin.size();
       info.compiled_now = fetched.source == cache::Source::produced;
+      info.from_remote = fetched.source == cache::Source::remote;
       // Read from disk means stored; anything else is asked of the index (a compile whose
       // publish failed, or a memory-only or read-only cache, leaves nothing there).
       info.stored = fetched.source == cache::Source::disk || m_store.contains(fetched.key).value_or(false);
@@ -185,7 +186,7 @@ class RuntimeImpl final : public Runtime {
       if (m_options.progress) {
         std::lock_guard lock(progress_mutex);
         m_options.progress(PrepareProgress{++done, specs.size(), specs[i].label(), info.compiled_now,
-                                           ms_since(started)});
+                                           ms_since(started), info.from_remote});
       }
     };
 
@@ -226,6 +227,7 @@ class RuntimeImpl final : public Runtime {
     for (const auto& k : prepared.m_kernels) {
       (k->info.compiled_now ? prepared.m_stats.compiled : prepared.m_stats.cached)++;
       if (k->info.stored) ++prepared.m_stats.stored;
+      if (k->info.from_remote) ++prepared.m_stats.remote;
     }
     if (m_driver)
       for (auto& k : prepared.m_kernels) JC_TRY(load(*k));

@@ -1,12 +1,15 @@
 // `jitcache audit`: finds stale identity kernels and every other bad entry in a cache;
-// with --checkpoint, the per-layer binding report. Exit 0 clean, 1 findings, 2 error.
+// with --checkpoint, the per-layer binding report; with --remote, the shared remote tier
+// instead of this machine's cache. Exit 0 clean, 1 findings, 2 error.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/audit/audit.hpp"
+#include "runtime/audit/remote_audit.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "tools/cli.hpp"
+#include "tools/remote_cli.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -16,6 +19,7 @@ struct AuditArgs {
   std::string scales;
   std::string arch;
   std::string rope = "bf16";
+  bool remote = false;
   bool json = false;
 };
 
@@ -85,7 +89,49 @@ void print_human(const AuditReport& r) {
     }
 }
 
+nlohmann::json to_json(const RemoteAuditReport& r) {
+  nlohmann::json findings = nlohmann::json::array();
+  for (const RemoteFinding& f : r.findings)
+    findings.push_back({{"kind", to_string(f.kind)},
+                        {"name", f.name},
+                        {"key", f.key},
+                        {"reason", f.reason},
+                        {"kernel", f.kernel},
+                        {"target", f.target},
+                        {"explanation", f.explanation}});
+  return {{"remote", r.remote}, {"prefix", r.prefix},     {"clean", r.clean()},       {"names", r.names},
+          {"entries", r.entries}, {"leases", r.leases},   {"verified", r.verified},   {"findings", findings}};
+}
+
+void print_human(const RemoteAuditReport& r) {
+  std::printf("audited %zu entries of %s (prefix %s): %zu verified, %s\n", r.entries, r.remote.c_str(),
+              r.prefix.c_str(), r.verified,
+              r.findings.empty() ? "no findings" : (std::to_string(r.findings.size()) + " finding(s)").c_str());
+  for (const RemoteFinding& f : r.findings)
+    std::printf("%-15s %s (%s, %s): %s\n", to_string(f.kind), f.name.c_str(), f.kernel.c_str(), f.target.c_str(),
+                f.explanation.c_str());
+}
+
+int run_remote_audit(const AuditArgs& args, const GlobalOptions& global) {
+  if (!args.checkpoint.empty() || !args.scales.empty() || !args.arch.empty()) {
+    std::fprintf(stderr, "jitcache: error: audit --remote audits every remote entry; --checkpoint, --scales and "
+                         "--arch are for this machine's cache\n");
+    return k_exit_usage;
+  }
+  auto tier = open_remote_tier(global, "audit --remote");
+  if (!tier) return k_exit_usage;
+  auto r = audit_remote(*tier);
+  if (!r) {
+    std::fprintf(stderr, "jitcache: error: audit --remote: %s\n", r.error().to_string().c_str());
+    return k_exit_usage;
+  }
+  if (args.json) std::printf("%s\n", to_json(*r).dump(2).c_str());
+  else print_human(*r);
+  return r->clean() ? k_exit_ok : k_exit_findings;
+}
+
 int run_audit(const AuditArgs& args, const GlobalOptions& global) {
+  if (args.remote) return run_remote_audit(args, global);
   if (!args.checkpoint.empty() && args.arch.empty()) {
     std::fprintf(stderr, "jitcache: error: audit --checkpoint needs --arch\n");
     return k_exit_usage;
@@ -119,12 +165,15 @@ int run_audit(const AuditArgs& args, const GlobalOptions& global) {
 
 void register_audit(CLI::App& root, Context& context) {
   auto args = std::make_shared<AuditArgs>();
-  CLI::App* cmd = root.add_subcommand("audit", "Find stale identity kernels and every other bad cache entry");
+  CLI::App* cmd = root.add_subcommand("audit", "Find stale identity kernels and every other bad cache entry (--remote: in the shared remote tier)");
   cmd->add_option("--checkpoint", args->checkpoint, "Also report what each layer of this checkpoint needs");
   cmd->add_option("--scales", args->scales, "Explicit scales override file (with --checkpoint)");
   cmd->add_option("--arch", args->arch, "Target of the per-layer report (with --checkpoint)");
   cmd->add_option("--rope", args->rope, k_rope_formats.joined("|"))
       ->check(CLI::IsMember(k_rope_formats.names()));
+  cmd->add_flag("--remote", args->remote,
+                "Audit the shared remote tier (the global --remote URL, else JITCACHE_REMOTE) instead: every entry's "
+                "signature, digest, facts against its name, content, stale identity kernels, unknown schemas");
   cmd->add_flag("--json", args->json, "One JSON document on stdout");
   context.bind(cmd, [args, &context] { return run_audit(*args, context.global); });
 }

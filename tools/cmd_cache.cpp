@@ -13,8 +13,11 @@
 #include "cache/store.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/audit/audit.hpp"
+#include "runtime/audit/remote_audit.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "tools/cli.hpp"
+#include "tools/entry_filter.hpp"
+#include "tools/remote_cli.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -27,36 +30,6 @@ using cache::Store;
 constexpr std::string_view k_column_facts[] = {k_kernel_kinds.fact, k_targets.fact, k_latent_scales.fact,
                                                k_rope_formats.fact};
 constexpr std::size_t k_key_prefix_chars = 16;
-
-struct FilterArgs {
-  std::string key;
-  std::string kernel;
-  std::string arch;
-  std::string latent_scale;
-  std::string rope;
-
-  bool any() const {
-    return !key.empty() || !kernel.empty() || !arch.empty() || !latent_scale.empty() || !rope.empty();
-  }
-  EntryFilter filter() const {
-    EntryFilter f;
-    if (!key.empty()) f.key_prefix = key;
-    if (!kernel.empty()) f.facts.emplace_back(k_kernel_kinds.fact, kernel);
-    if (!arch.empty()) f.facts.emplace_back(k_targets.fact, arch);
-    if (!latent_scale.empty()) f.facts.emplace_back(k_latent_scales.fact, latent_scale);
-    if (!rope.empty()) f.facts.emplace_back(k_rope_formats.fact, rope);
-    return f;
-  }
-};
-
-void add_filter_options(CLI::App* command, FilterArgs& args) {
-  command->add_option("--kernel", args.kernel, "Only entries whose fact 'kernel' is K");
-  command->add_option("--arch", args.arch, "Only entries whose fact 'target' is A (exact: sm_120a != sm_120)");
-  command->add_option("--latent-scale", args.latent_scale, "Only entries built for identity or dynamic scales")
-      ->check(CLI::IsMember(k_latent_scales.names()));
-  command->add_option("--rope", args.rope, "Only entries whose fact 'rope' is R")
-      ->check(CLI::IsMember(k_rope_formats.names()));
-}
 
 CLI::Validator hex_prefix_validator() {
   return CLI::Validator(
@@ -216,6 +189,8 @@ struct ClearArgs {
   bool all = false;
   bool stale = false;
   bool dry_run = false;
+  bool remote = false;
+  bool json = false;
 };
 
 // --stale: exactly what `jitcache audit` flags (stale identity kernels, legacy keys, fact
@@ -263,7 +238,66 @@ int run_clear_all(const Context& context) {
   return k_exit_ok;
 }
 
+// --remote: the shared tier only; this machine's cache is left as it is.
+int run_clear_remote(const Context& context, const ClearArgs& args) {
+  if (int(args.all) + int(args.stale) != 1 || args.filter.any()) {
+    std::fprintf(stderr, "jitcache: error: clear --remote: give exactly one of --all or --stale\n");
+    return k_exit_usage;
+  }
+  auto tier = open_remote_tier(context.global, "clear --remote");
+  if (!tier) return k_exit_usage;
+  const cache::DryRun dry_run = args.dry_run ? cache::DryRun::yes : cache::DryRun::no;
+  const char* verb = args.dry_run ? "would remove" : "removed";
+  nlohmann::ordered_json removed_json = nlohmann::ordered_json::array();
+  std::size_t count = 0, audited = 0;
+  if (args.stale) {
+    auto audit = audit_remote(*tier);
+    if (!audit) return report(audit.error());
+    audited = audit->entries;
+    auto removed = clear_remote_flagged(*tier, *audit, dry_run);
+    if (!removed) return report(removed.error());
+    count = removed->size();
+    for (const RemoteFinding& f : *removed) {
+      if (args.json)
+        removed_json.push_back({{"name", f.name}, {"kind", to_string(f.kind)}, {"reason", f.reason},
+                                {"explanation", f.explanation}});
+      else
+        std::printf("%s %s %s (%s, %s): %s\n", verb, to_string(f.kind), f.name.c_str(), f.kernel.c_str(),
+                    f.target.c_str(), f.explanation.c_str());
+    }
+  } else {
+    auto removed = clear_remote_all(*tier, dry_run);
+    if (!removed) return report(removed.error());
+    count = removed->size();
+    for (const std::string& name : *removed) {
+      if (args.json) removed_json.push_back({{"name", name}});
+      else if (args.dry_run) std::printf("would remove %s\n", name.c_str());
+    }
+  }
+  if (args.json) {
+    std::cout << nlohmann::ordered_json{{"remote", tier->client().display()},
+                                        {"prefix", tier->options().prefix},
+                                        {"mode", args.stale ? "stale" : "all"},
+                                        {"dry_run", args.dry_run},
+                                        {"removed", removed_json}}
+                     .dump(2)
+              << "\n";
+  } else if (args.stale) {
+    std::printf("%s %zu flagged name(s) of %zu remote entries from %s\n", verb, count, audited,
+                tier->client().display().c_str());
+  } else {
+    std::printf("%s %zu name(s) under %s from %s\n", verb, count, tier->options().prefix.c_str(),
+                tier->client().display().c_str());
+  }
+  return k_exit_ok;
+}
+
 int run_clear(const Context& context, const ClearArgs& args) {
+  if (args.remote) return run_clear_remote(context, args);
+  if (args.json) {
+    std::fprintf(stderr, "jitcache: error: clear: --json is for clear --remote\n");
+    return k_exit_usage;
+  }
   if (int(args.all) + int(args.stale) + int(args.filter.any()) != 1) {
     std::fprintf(stderr, "jitcache: error: clear: give exactly one of --all, --stale or filters (KEY, --kernel, "
                          "--arch, --latent-scale, --rope)\n");
@@ -365,12 +399,17 @@ void register_cache(CLI::App& root, Context& context) {
 
   auto clear_args = std::make_shared<ClearArgs>();
   CLI::App* clear =
-      root.add_subcommand("clear", "Remove every entry (--all), what the audit flags (--stale) or matching entries");
+      root.add_subcommand("clear", "Remove every entry (--all), what the audit flags (--stale) or matching entries; "
+                                 "with --remote, from the shared remote tier");
   clear->add_option("KEY", clear_args->filter.key, "A key or a key prefix")->check(hex_prefix_validator());
   clear->add_flag("--all", clear_args->all, "Remove every entry");
   clear->add_flag("--stale", clear_args->stale, "Remove exactly what `jitcache audit` flags");
   add_filter_options(clear, clear_args->filter);
   clear->add_flag("--dry-run", clear_args->dry_run, "Show what would be removed; remove nothing");
+  clear->add_flag("--remote", clear_args->remote,
+                  "Clear the shared remote tier instead (with --all: every name under jitcache's prefix, leases "
+                  "included; with --stale: what `jitcache audit --remote` flags); this machine's cache is untouched");
+  clear->add_flag("--json", clear_args->json, "One JSON document on stdout (with --remote)");
   context.bind(clear, [&context, clear_args] { return run_clear(context, *clear_args); });
 
   auto verify_args = std::make_shared<VerifyArgs>();

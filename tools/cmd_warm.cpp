@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "jitcache/runtime.hpp"
@@ -23,7 +24,7 @@ struct WarmArgs {
 
 // One line per variant when stderr is not a terminal; a redrawn bar when it is.
 void show_progress(const PrepareProgress& p, bool tty) {
-  const char* how = p.compiled ? "compiled" : "cached";
+  const char* how = p.compiled ? "compiled" : p.from_remote ? "remote" : "cached";
   if (!tty) {
     std::fprintf(stderr, "[%zu/%zu] %s %s (%.0f ms)\n", p.done, p.total, p.variant.c_str(), how, p.ms);
     return;
@@ -79,6 +80,7 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
                           {"target", k.target},
                           {"key", k.key},
                           {"compiled", k.compiled_now},
+                          {"from_remote", k.from_remote},
                           {"stored", k.stored},
                           {"registers", k.registers},
                           {"cubin_bytes", k.cubin_bytes}});
@@ -91,6 +93,7 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
                                 {"dynamic_layers", m.scales().count(ScaleMode::dynamic)},
                                 {"variants_needed", s.variants},
                                 {"already_cached", s.cached},
+                                {"from_remote", s.remote},
                                 {"compiled", s.compiled},
                                 {"stored", s.stored},
                                 {"cache_mode", to_string((*runtime)->cache_status().mode)},
@@ -102,8 +105,10 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
   std::printf("warm %s for %s (%s RoPE): %zu layers (%d dynamic, %d identity)\n", args.checkpoint.c_str(),
               m.target().c_str(), args.rope.c_str(), m.layers().size(), m.scales().count(ScaleMode::dynamic),
               m.scales().count(ScaleMode::identity));
-  std::printf("variants needed %zu, already cached %zu, compiled %zu, stored %zu of %zu, wall time %.1f ms\n",
-              s.variants, s.cached, s.compiled, s.stored, s.variants, s.wall_ms);
+  // The remote's share only when it had one: a node without a remote reads as before.
+  const std::string remote = s.remote ? " (" + std::to_string(s.remote) + " from the remote)" : "";
+  std::printf("variants needed %zu, already cached %zu%s, compiled %zu, stored %zu of %zu, wall time %.1f ms\n",
+              s.variants, s.cached, remote.c_str(), s.compiled, s.stored, s.variants, s.wall_ms);
   return unstored_exit(s, (*runtime)->cache_status());
 }
 

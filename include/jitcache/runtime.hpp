@@ -32,6 +32,7 @@ struct PrepareProgress {
   std::string variant;    // e.g. "writer/dynamic/bf16/sm_100a"
   bool compiled = false;  // compiled now (else found in the cache)
   double ms = 0.0;        // time this variant took
+  bool from_remote = false;  // found in the shared remote tier (and copied to the local cache)
 };
 
 // What Runtime::open does when the cache directory cannot be used (another owner, group-
@@ -98,6 +99,7 @@ struct KernelInfo {
   int registers = -1;
   std::size_t cubin_bytes = 0;
   bool compiled_now = false;  // compiled by this prepare() (else from the cache)
+  bool from_remote = false;   // from the cache's shared remote tier (a fleet peer compiled it)
   bool stored = false;        // in the persistent cache when prepare() returned
   bool loaded = false;        // loaded into the device (a GPU was present)
   bool ptx_fallback = false;  // loaded from PTX because the cubin cannot run on this device
@@ -151,7 +153,8 @@ struct GatherLaunch {
 
 struct PrepareStats {
   std::size_t variants = 0;  // distinct variants the layers need
-  std::size_t cached = 0;    // found in the cache (memory or disk)
+  std::size_t cached = 0;    // found in the cache (memory, disk or the remote tier)
+  std::size_t remote = 0;    // of `cached`, how many came from the remote tier
   std::size_t compiled = 0;  // compiled by this call
   std::size_t stored = 0;    // of `variants`, how many are in the persistent cache afterwards
   double wall_ms = 0.0;

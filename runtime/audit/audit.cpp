@@ -82,13 +82,13 @@ std::string fact_or(const cache::Facts& facts, std::string_view name, std::strin
   return v ? std::string(*v) : fallback;
 }
 
-bool is_legacy(const cache::EntryInfo& e, std::string& why) {
-  if (e.key_schema != cache::k_key_schema_version) {
-    why = "written under key schema " + std::to_string(e.key_schema) + " (this build: " +
+bool is_legacy(std::uint32_t key_schema, const cache::Facts& facts, std::string& why) {
+  if (key_schema != cache::k_key_schema_version) {
+    why = "written under key schema " + std::to_string(key_schema) + " (this build: " +
           std::to_string(cache::k_key_schema_version) + ")";
     return true;
   }
-  const auto schema = e.facts.get("facts_schema");
+  const auto schema = facts.get("facts_schema");
   if (!schema) {
     why = "its facts have no facts_schema (written before kernel facts were versioned)";
     return true;
@@ -97,7 +97,7 @@ bool is_legacy(const cache::EntryInfo& e, std::string& why) {
     why = "kernel facts schema " + std::string(*schema) + " (this build: " + std::to_string(k_kernel_facts_schema) + ")";
     return true;
   }
-  if (!e.facts.get(k_latent_scales.fact)) {
+  if (!facts.get(k_latent_scales.fact)) {
     why = "its facts do not record latent_scale";
     return true;
   }
@@ -105,17 +105,16 @@ bool is_legacy(const cache::EntryInfo& e, std::string& why) {
 }
 
 void audit_entry(cache::Store& store, const cache::EntryInfo& e, AuditReport& report) {
-  Finding f;
-  f.key = e.key.to_hex();
-  f.digest = e.digest.to_hex();
-  f.kernel = fact_or(e.facts, k_kernel_kinds.fact, "?");
-  f.target = fact_or(e.facts, k_targets.fact, "?");
   auto add = [&](FindingKind kind, std::string explanation) {
+    Finding f;
     f.kind = kind;
+    f.key = e.key.to_hex();
+    f.digest = e.digest.to_hex();
+    f.kernel = fact_or(e.facts, k_kernel_kinds.fact, "?");
+    f.target = fact_or(e.facts, k_targets.fact, "?");
     f.explanation = std::move(explanation);
-    report.findings.push_back(f);
+    report.findings.push_back(std::move(f));
   };
-
   auto read = store.read_blob(e.digest, e.size);
   ++report.blobs_checked;
   if (!read) {
@@ -128,12 +127,28 @@ void audit_entry(cache::Store& store, const cache::EntryInfo& e, AuditReport& re
         failure.detail);
     return;
   }
-  const cache::SharedBytes& bytes = **read;
-  const auto view = view_artifact(*bytes);
-  if (!view) {
-    add(FindingKind::corrupt, "the blob is not a kernel artifact (neither a bundle, a cubin nor PTX)");
-    return;
+  if (auto found = audit_artifact(e.key, e.key_schema, e.facts, ***read)) {
+    found->digest = e.digest.to_hex();
+    report.findings.push_back(std::move(*found));
   }
+}
+
+}  // namespace
+
+std::optional<Finding> audit_artifact(const cache::CacheKey& key, std::uint32_t key_schema, const cache::Facts& facts,
+                                      std::span<const std::byte> bytes) {
+  Finding f;
+  f.key = key.to_hex();
+  f.kernel = fact_or(facts, k_kernel_kinds.fact, "?");
+  f.target = fact_or(facts, k_targets.fact, "?");
+  auto found = [&](FindingKind kind, std::string explanation) {
+    f.kind = kind;
+    f.explanation = std::move(explanation);
+    return std::optional<Finding>(std::move(f));
+  };
+
+  const auto view = view_artifact(bytes);
+  if (!view) return found(FindingKind::corrupt, "the blob is not a kernel artifact (neither a bundle, a cubin nor PTX)");
   if (view->embedded) {
     auto embedded = [&](std::string_view name) {
       const auto it = view->embedded->find(std::string(name));
@@ -144,39 +159,29 @@ void audit_entry(cache::Store& store, const cache::EntryInfo& e, AuditReport& re
   }
 
   std::string legacy_why;
-  const bool legacy = is_legacy(e, legacy_why);
+  const bool legacy = is_legacy(key_schema, facts, legacy_why);
   const auto [built, evidence] = built_for(*view);
-  const auto indexed = e.facts.get(k_latent_scales.fact);
-  if (built == BuiltFor::identity && (!indexed || parse_latent_scale(*indexed) != LatentScale::identity)) {
-    add(FindingKind::stale_identity,
-        "identity kernel (by " + evidence + ") indexed as " +
-            (indexed ? "latent_scale=" + std::string(*indexed) : "no latent_scale (" + legacy_why + ")") +
-            ": serving it to a calibrated layer skips the restore multiply");
-    return;
-  }
-  if (legacy) {
-    add(FindingKind::legacy_key, legacy_why + "; never served");
-    return;
-  }
-  if (e.facts.key() != e.key) {
-    add(FindingKind::fact_mismatch, "the index's facts hash to " + e.facts.key().to_hex() + ", not to the entry's key");
-    return;
-  }
-  if (!view->embedded) {
-    add(FindingKind::fact_mismatch, "the artifact (" + view->form + ") carries no embedded facts to check the index against");
-    return;
-  }
+  const auto indexed = facts.get(k_latent_scales.fact);
+  if (built == BuiltFor::identity && (!indexed || parse_latent_scale(*indexed) != LatentScale::identity))
+    return found(FindingKind::stale_identity,
+                 "identity kernel (by " + evidence + ") indexed as " +
+                     (indexed ? "latent_scale=" + std::string(*indexed) : "no latent_scale (" + legacy_why + ")") +
+                     ": serving it to a calibrated layer skips the restore multiply");
+  if (legacy) return found(FindingKind::legacy_key, legacy_why + "; never served");
+  if (facts.key() != key)
+    return found(FindingKind::fact_mismatch, "the index's facts hash to " + facts.key().to_hex() + ", not to the entry's key");
+  if (!view->embedded)
+    return found(FindingKind::fact_mismatch,
+                 "the artifact (" + view->form + ") carries no embedded facts to check the index against");
   for (const auto& [name, value] : *view->embedded) {
-    const auto in_index = e.facts.get(name);
-    if (!in_index || *in_index != value) {
-      add(FindingKind::fact_mismatch, "index says " + name + "=" + (in_index ? std::string(*in_index) : "(absent)") +
-                                          ", the artifact says " + value);
-      return;
-    }
+    const auto in_index = facts.get(name);
+    if (!in_index || *in_index != value)
+      return found(FindingKind::fact_mismatch, "index says " + name + "=" +
+                                                   (in_index ? std::string(*in_index) : "(absent)") +
+                                                   ", the artifact says " + value);
   }
+  return std::nullopt;
 }
-
-}  // namespace
 
 const char* to_string(FindingKind kind) {
   switch (kind) {

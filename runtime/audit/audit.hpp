@@ -97,6 +97,12 @@ struct AuditOptions {
 
 Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, const AuditOptions& options = {});
 
+// The rules above for one artifact and the facts and key it is stored under, wherever it
+// comes from (a local blob, a remote value): the finding, or std::nullopt when it may be
+// served. The finding's digest is left for the caller.
+std::optional<Finding> audit_artifact(const cache::CacheKey& key, std::uint32_t key_schema, const cache::Facts& facts,
+                                      std::span<const std::byte> bytes);
+
 // Removes exactly the entries and blobs `report` flagged (or, dry run, says what it
 // would remove). Returns one line per removal.
 Result<std::vector<std::string>> clear_flagged(cache::Store& store, const AuditReport& report,

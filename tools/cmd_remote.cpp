@@ -1,0 +1,334 @@
+// `jitcache remote status | push`: the shared remote tier (remote/remote_tier.hpp) as an
+// operator sees it: is it there, is this node able to use it, and filling it from a cache
+// warmed before the fleet had one.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "remote/remote_config.hpp"
+#include "runtime/audit/audit.hpp"
+#include "runtime/compile/kernel_cache.hpp"
+#include "runtime/compile/open_kernel_cache.hpp"
+#include "support/env.hpp"
+#include "tools/cli.hpp"
+#include "tools/entry_filter.hpp"
+#include "tools/remote_cli.hpp"
+
+namespace jitcache::cli {
+
+std::string remote_source(const GlobalOptions& global) {
+  if (!global.remote.empty()) return "--remote";
+  const auto url = env::get(env::jitcache_remote);
+  return url && !url->empty() ? std::string(env::jitcache_remote.name) : std::string();
+}
+
+namespace {
+
+std::optional<std::string> explicit_url(const GlobalOptions& global) {
+  return global.remote.empty() ? std::nullopt : std::optional<std::string>(global.remote);
+}
+
+std::string no_remote_message() {
+  return "no remote cache configured (--remote URL or " + std::string(env::jitcache_remote.name) + ")";
+}
+
+std::string no_key_message() {
+  return "no fleet key (" + std::string(env::jitcache_remote_key_file.name) +
+         " is not set): remote entries are signed, and a node without the key can neither check nor sign them";
+}
+
+void print_error(std::string_view command, const std::string& message) {
+  std::fprintf(stderr, "jitcache: error: %.*s: %s\n", static_cast<int>(command.size()), command.data(),
+               message.c_str());
+}
+
+}  // namespace
+
+std::unique_ptr<remote::RemoteTier> open_remote_tier(const GlobalOptions& global, std::string_view command) {
+  auto settings = remote::remote_settings(explicit_url(global));
+  if (!settings) {
+    print_error(command, settings.error().to_string());
+    return nullptr;
+  }
+  if (!*settings) {
+    print_error(command, no_remote_message());
+    return nullptr;
+  }
+  auto key = remote::load_fleet_key();
+  if (!key) {
+    print_error(command, key.error().to_string());
+    return nullptr;
+  }
+  if (!*key) {
+    print_error(command, no_key_message());
+    return nullptr;
+  }
+  (*settings)->fleet_key = std::move(**key);
+  return std::make_unique<remote::RemoteTier>(std::move(**settings));
+}
+
+namespace {
+
+// ---- remote status ------------------------------------------------------------------------
+
+constexpr int k_pings = 5;
+
+struct StatusArgs {
+  bool json = false;
+};
+
+struct RemoteStatus {
+  std::optional<std::string> remote;  // display form; unset: none configured
+  std::string source;
+  std::string prefix;
+  bool key_configured = false;
+  std::optional<std::string> key_problem;
+  bool reachable = false;
+  std::optional<double> latency_ms;
+  std::optional<std::string> server_version;
+  std::optional<std::size_t> entries;
+  std::optional<std::size_t> leases;
+  std::optional<std::string> error;  // what stops this node from using the remote
+};
+
+std::optional<std::string> info_field(const std::string& info, std::string_view field) {
+  const std::string head = std::string(field) + ":";
+  std::size_t at = 0;
+  while (at < info.size()) {
+    std::size_t end = info.find('\n', at);
+    if (end == std::string::npos) end = info.size();
+    std::string_view line(info.data() + at, end - at);
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    if (line.starts_with(head)) return std::string(line.substr(head.size()));
+    at = end + 1;
+  }
+  return std::nullopt;
+}
+
+// Asks the server; fills reachable, latency, version and counts, or error.
+void probe(remote::RemoteTier& tier, RemoteStatus& status) {
+  using clock = std::chrono::steady_clock;
+  std::vector<double> round_trips;
+  for (int i = 0; i < k_pings; ++i) {
+    const auto start = clock::now();
+    auto pong = tier.client().command({"PING"});
+    if (!pong) {
+      status.error = "unreachable: " + pong.error().to_string();
+      return;
+    }
+    round_trips.push_back(std::chrono::duration<double, std::milli>(clock::now() - start).count());
+  }
+  status.reachable = true;
+  std::sort(round_trips.begin(), round_trips.end());
+  status.latency_ms = round_trips[round_trips.size() / 2];
+  // INFO is one of the commands a locked-down server may rename or refuse: then no version.
+  if (auto info = tier.client().command({"INFO", "server"}); info && info->type == remote::Reply::Type::string)
+    status.server_version = info_field(info->str, "redis_version");
+  auto names = tier.list_all_names();
+  if (!names) {
+    status.error = "listing " + status.prefix + "*: " + names.error().to_string();
+    return;
+  }
+  const std::string entry_prefix = tier.entry_prefix(), lease_prefix = tier.lease_prefix();
+  status.entries = static_cast<std::size_t>(std::count_if(
+      names->begin(), names->end(), [&](const std::string& n) { return tier.key_of(n).has_value(); }));
+  status.leases = static_cast<std::size_t>(
+      std::count_if(names->begin(), names->end(), [&](const std::string& n) { return n.starts_with(lease_prefix); }));
+}
+
+template <typename T>
+nlohmann::ordered_json or_null(const std::optional<T>& value) {
+  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
+}
+
+int run_status(const Context& context, const StatusArgs& args) {
+  RemoteStatus status;
+  status.source = remote_source(context.global);
+  auto settings = remote::remote_settings(explicit_url(context.global));
+  std::unique_ptr<remote::RemoteTier> tier;
+  if (!settings) {
+    status.error = settings.error().to_string();
+  } else if (!*settings) {
+    status.error = no_remote_message();
+  } else {
+    status.remote = (*settings)->redis.url.display();
+    status.prefix = (*settings)->prefix;
+    auto key = remote::load_fleet_key();
+    if (!key) status.key_problem = key.error().to_string();
+    else if (!*key) status.key_problem = no_key_message();
+    else {
+      status.key_configured = true;
+      (*settings)->fleet_key = std::move(**key);
+    }
+    // Reachability is worth knowing even without a key: listing and PING need none.
+    tier = std::make_unique<remote::RemoteTier>(std::move(**settings));
+    probe(*tier, status);
+    if (!status.error && status.key_problem) status.error = *status.key_problem;
+  }
+  const int code = status.error ? k_exit_usage : k_exit_ok;
+  if (args.json) {
+    nlohmann::ordered_json doc{{"configured", status.remote.has_value()},
+                               {"remote", or_null(status.remote)},
+                               {"source", status.source.empty() ? nlohmann::ordered_json(nullptr)
+                                                                : nlohmann::ordered_json(status.source)},
+                               {"prefix", status.remote ? nlohmann::ordered_json(status.prefix) : nlohmann::ordered_json(nullptr)},
+                               {"key_configured", status.key_configured},
+                               {"key_problem", or_null(status.key_problem)},
+                               {"reachable", status.reachable},
+                               {"latency_ms", or_null(status.latency_ms)},
+                               {"server_version", or_null(status.server_version)},
+                               {"entries", or_null(status.entries)},
+                               {"leases", or_null(status.leases)},
+                               {"usable", code == k_exit_ok},
+                               {"error", or_null(status.error)}};
+    std::cout << doc.dump(2) << "\n";
+  } else if (status.remote) {
+    auto row = [](const char* name, const std::string& value) { std::printf("%-10s %s\n", name, value.c_str()); };
+    row("remote", *status.remote + " (" + status.source + ")");
+    row("prefix", status.prefix);
+    row("fleet key", status.key_configured ? "configured (" + std::string(env::jitcache_remote_key_file.name) + ")"
+                                           : "NONE: " + *status.key_problem);
+    if (status.reachable) {
+      char latency[64];
+      std::snprintf(latency, sizeof latency, "yes, %.3f ms round trip (median of %d PINGs)", *status.latency_ms,
+                    k_pings);
+      row("reachable", latency);
+      row("server", "redis " + status.server_version.value_or("(version not reported)"));
+      if (status.entries)
+        row("entries", std::to_string(*status.entries) + " (compile leases held now: " +
+                           std::to_string(*status.leases) + ")");
+    } else {
+      row("reachable", "no");
+    }
+  }
+  if (status.error) print_error("remote status", *status.error);
+  return code;
+}
+
+// ---- remote push --------------------------------------------------------------------------
+
+struct PushArgs {
+  FilterArgs filter;
+  bool json = false;
+};
+
+struct Skipped {
+  std::string key;
+  std::string kernel;
+  std::string target;
+  std::string why;
+};
+
+// Why a local entry must not go to the fleet, or std::nullopt when it may.
+std::optional<std::string> unfit_for_fleet(cache::Store& store, const cache::EntryInfo& e,
+                                           cache::SharedBytes& bytes) {
+  auto read = store.read_blob(e.digest, e.size);
+  if (!read) return read.error().to_string();
+  if (!*read) return std::string(cache::to_string(read->error().problem)) + ": " + read->error().detail;
+  bytes = **read;
+  // The local audit's rules (legacy keys, stale identity kernels, fact mismatches), then
+  // the check every node runs on a remote value before loading it.
+  if (auto finding = audit_artifact(e.key, e.key_schema, e.facts, *bytes))
+    return std::string(to_string(finding->kind)) + ": " + finding->explanation;
+  if (auto usable = check_bundle_facts(e.facts, *bytes); !usable) return usable.error().message;
+  return std::nullopt;
+}
+
+int run_push(const Context& context, const PushArgs& args) {
+  KernelCacheOptions cache_options;
+  cache_options.remote = RemoteUse::off;  // the store is read; the tier below is written
+  cache_options.cache_dir = context.global.cache_dir;
+  auto opened = open_kernel_cache(cache_options);
+  if (!opened) {
+    print_error("remote push", opened.error().to_string());
+    return k_exit_usage;
+  }
+  auto tier = open_remote_tier(context.global, "remote push");
+  if (!tier) return k_exit_usage;
+  cache::Store& store = *opened->store;
+  auto entries = store.list(args.filter.filter());
+  if (!entries) return report(entries.error());
+
+  std::size_t uploaded = 0, present = 0;
+  std::vector<Skipped> skipped;
+  for (const cache::EntryInfo& e : *entries) {
+    auto fact = [&](std::string_view name) {
+      const auto v = e.facts.get(name);
+      return v ? std::string(*v) : std::string("?");
+    };
+    cache::SharedBytes bytes;
+    if (auto why = unfit_for_fleet(store, e, bytes)) {
+      skipped.push_back({e.key.to_hex(), fact(k_kernel_kinds.fact), fact(k_targets.fact), *why});
+      continue;
+    }
+    auto stored = tier->upload(e.key, e.facts, *bytes, e.compile_ms);
+    if (!stored) {
+      // Too large for the fleet's bound: this entry only. Anything else (down, refused,
+      // read-only) stops the push: the next entry would fail the same way.
+      if (stored.error().code == ErrorCode::invalid_argument) {
+        skipped.push_back({e.key.to_hex(), fact(k_kernel_kinds.fact), fact(k_targets.fact), stored.error().message});
+        continue;
+      }
+      print_error("remote push", stored.error().to_string() + " (after " + std::to_string(uploaded) +
+                                     " uploaded, " + std::to_string(present) + " already present)");
+      return k_exit_usage;
+    }
+    (*stored ? uploaded : present)++;
+  }
+
+  if (args.json) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const Skipped& s : skipped)
+      list.push_back({{"key", s.key}, {"kernel", s.kernel}, {"target", s.target}, {"why", s.why}});
+    std::cout << nlohmann::ordered_json{{"cache_dir", store.root().string()},
+                                        {"remote", tier->client().display()},
+                                        {"entries", entries->size()},
+                                        {"uploaded", uploaded},
+                                        {"already_present", present},
+                                        {"skipped", list}}
+                     .dump(2)
+              << "\n";
+  } else {
+    for (const Skipped& s : skipped)
+      std::printf("skipped %s (%s, %s): %s\n", s.key.c_str(), s.kernel.c_str(), s.target.c_str(), s.why.c_str());
+    std::printf("pushed %zu local entries to %s: %zu uploaded, %zu already present, %zu skipped\n", entries->size(),
+                tier->client().display().c_str(), uploaded, present, skipped.size());
+  }
+  // Skipped entries are findings, as in `jitcache audit`: the local cache holds bad ones.
+  return skipped.empty() ? k_exit_ok : k_exit_findings;
+}
+
+void register_remote(CLI::App& root, Context& context) {
+  CLI::App* remote = root.add_subcommand(
+      "remote", "The shared remote tier (Redis): status, and pushing local entries to it");
+  remote->require_subcommand(1);
+
+  auto status_args = std::make_shared<StatusArgs>();
+  CLI::App* status = remote->add_subcommand(
+      "status",
+      "The configured remote (--remote or JITCACHE_REMOTE): reachable, latency, entries under jitcache's prefix, "
+      "server version, whether a fleet key is configured (exit 2 when it cannot be used)");
+  status->add_flag("--json", status_args->json, "One JSON document on stdout");
+  context.bind(status, [&context, status_args] { return run_status(context, *status_args); });
+
+  auto push_args = std::make_shared<PushArgs>();
+  CLI::App* push = remote->add_subcommand(
+      "push",
+      "Upload every verified local entry the remote does not have (first writer wins); bad local entries are "
+      "skipped and named (exit 1)");
+  add_filter_options(push, push_args->filter);
+  push->add_flag("--json", push_args->json, "One JSON document on stdout");
+  context.bind(push, [&context, push_args] { return run_push(context, *push_args); });
+}
+
+const Registrar k_registrar(47, register_remote);
+
+}  // namespace
+}  // namespace jitcache::cli

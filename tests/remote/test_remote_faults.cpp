@@ -198,6 +198,22 @@ TEST_F(RemoteFaultTest, WrongPassword) {
   EXPECT_EQ(good.store->session_counters().remote_uploads, 1u);
 }
 
+// A server that wants a password the node does not send answers every command with
+// NOAUTH: the connection is failing, so the breaker opens as for a refused password.
+TEST_F(RemoteFaultTest, NoPasswordForAServerThatWantsOne) {
+  server.reset();
+  server = start_server({.password = "the-right-one"});
+  ASSERT_TRUE(server);
+  jitcache::testing::LogCapture log;
+  Node node = open_node(dir() / "n", fast_options(server->url(/*with_password=*/false), std::string(32, 'K')));
+  produce(node, 0, "no password");
+  for (int i = 1; i < 4; ++i) EXPECT_LT(produce(node, i, "breaker open"), k_breaker_open_max_ms) << i;
+  EXPECT_EQ(log.warnings(), 1u) << log.all();
+  EXPECT_NE(log.all().find("NOAUTH"), std::string::npos) << log.all();
+  EXPECT_EQ(node.store->session_counters().remote_uploads, 0u);
+  EXPECT_EQ(node.store->session_counters().produces, 4u);
+}
+
 TEST_F(RemoteFaultTest, NoServerAtAllCostsOneConnectTimeout) {
   const int port = server->port();
   server.reset();

@@ -1,9 +1,9 @@
 #include "remote/signed_entry.hpp"
 
-#include <bit>
 #include <cstring>
 
 #include "support/hmac.hpp"
+#include "support/little_endian.hpp"
 
 namespace jitcache::remote {
 namespace {
@@ -11,24 +11,9 @@ namespace {
 constexpr std::string_view k_magic = "JCREMOTE";
 constexpr std::string_view k_domain{"jitcache.remote.v1\0", 19};
 
-template <class T>
-void put_le(std::string& out, T value) {
-  static_assert(std::endian::native == std::endian::little, "jitcache assumes a little-endian host");
-  char bytes[sizeof(T)];
-  std::memcpy(bytes, &value, sizeof(T));
-  out.append(bytes, sizeof(T));
-}
-
-template <class T>
-T get_le(std::string_view data, std::size_t offset) {
-  T value;
-  std::memcpy(&value, data.data() + offset, sizeof(T));
-  return value;
-}
-
 Sha256Digest sign(std::string_view name, std::string_view key, std::string_view body) {
   std::string length;
-  put_le(length, static_cast<std::uint32_t>(name.size()));
+  append_le(length, static_cast<std::uint32_t>(name.size()));
   return hmac_sha256(key, {k_domain, length, name, body});
 }
 
@@ -59,10 +44,10 @@ std::string encode_signed_entry(std::string_view name, std::string_view fleet_ke
   std::string value;
   value.reserve(k_signed_entry_header_bytes + facts_json.size() + bytes.size() + k_signed_entry_mac_bytes);
   value.append(k_magic);
-  put_le(value, k_signed_entry_version);
-  put_le(value, static_cast<std::uint32_t>(facts_json.size()));
-  put_le(value, static_cast<std::uint64_t>(bytes.size()));
-  put_le(value, compile_ms);
+  append_le(value, k_signed_entry_version);
+  append_le(value, static_cast<std::uint32_t>(facts_json.size()));
+  append_le(value, static_cast<std::uint64_t>(bytes.size()));
+  append_le(value, compile_ms);
   const auto digest = cache::BlobDigest::of(bytes).bytes();
   value.append(reinterpret_cast<const char*>(digest.data()), digest.size());
   value.append(facts_json);
@@ -84,12 +69,12 @@ std::expected<Layout, Rejected> read_layout(std::string_view value) {
     return std::unexpected(Rejected{Rejection::bad_magic, "the value does not start with " + std::string(k_magic)});
   if (value.size() < k_signed_entry_header_bytes + k_signed_entry_mac_bytes)
     return std::unexpected(Rejected{Rejection::truncated, std::to_string(value.size()) + " bytes"});
-  const auto version = get_le<std::uint32_t>(value, 8);
+  const auto version = read_le<std::uint32_t>(value, 8);
   if (version != k_signed_entry_version)
     return std::unexpected(Rejected{Rejection::unknown_version, "version " + std::to_string(version) +
                                                                    ", this build reads " +
                                                                    std::to_string(k_signed_entry_version)});
-  Layout layout{get_le<std::uint32_t>(value, 12), get_le<std::uint64_t>(value, 16)};
+  Layout layout{read_le<std::uint32_t>(value, 12), read_le<std::uint64_t>(value, 16)};
   const std::uint64_t room = value.size() - k_signed_entry_header_bytes - k_signed_entry_mac_bytes;
   if (layout.facts_len > room || layout.blob_len != room - layout.facts_len)
     return std::unexpected(Rejected{Rejection::truncated, "the header promises " +
@@ -128,7 +113,7 @@ std::expected<SignedEntry, Rejected> decode_signed_entry(std::string_view name, 
   entry.facts = std::move(*facts);
   const auto* begin = reinterpret_cast<const std::byte*>(blob.data());
   entry.bytes.assign(begin, begin + blob.size());
-  entry.compile_ms = get_le<double>(value, 24);
+  entry.compile_ms = read_le<double>(value, 24);
   return entry;
 }
 

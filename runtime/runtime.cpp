@@ -2,10 +2,8 @@
 #include "jitcache/runtime.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <mutex>
-#include <thread>
 
 #include "cache/store.hpp"
 #include "kernel_templates/variant_plan.hpp"
@@ -164,7 +162,8 @@ class RuntimeImpl final : public Runtime {
     prepared.m_kernels.resize(specs.size());
     std::mutex progress_mutex;
     std::size_t done = 0;
-    auto record = [&](std::size_t i, const KernelFetch& fetched, std::chrono::steady_clock::time_point started) {
+    auto record = [&](std::size_t i, const KernelFetch& fetched, std::chrono::steady_clock::time_point started)
+        -> Status {
       auto kernel = std::make_unique<Kernel>();
       kernel->spec = specs[i];
       kernel->artifact = fetched.artifact;
@@ -188,40 +187,10 @@ class RuntimeImpl final : public Runtime {
         m_options.progress(PrepareProgress{++done, specs.size(), specs[i].label(), info.compiled_now,
                                            ms_since(started), info.from_remote});
       }
+      return {};
     };
 
-    std::vector<std::size_t> misses;
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      const auto started = std::chrono::steady_clock::now();
-      const auto found = JC_TRY(m_kernels.find(specs[i], BundleText::skip));
-      if (found) {
-        record(i, *found, started);
-      } else {
-        misses.push_back(i);
-      }
-    }
-
-    std::vector<std::optional<Error>> errors(misses.size());
-    std::atomic<std::size_t> next{0};
-    auto work = [&] {
-      for (std::size_t m; (m = next.fetch_add(1)) < misses.size();) {
-        const auto started = std::chrono::steady_clock::now();
-        auto fetched = m_kernels.get(specs[misses[m]], BundleText::skip);
-        if (fetched) {
-          record(misses[m], *fetched, started);
-        } else {
-          errors[m] = fetched.error();
-        }
-      }
-    };
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    const std::size_t jobs = std::min<std::size_t>(m_options.jobs ? m_options.jobs : cores, misses.size());
-    std::vector<std::thread> threads;
-    for (std::size_t t = 1; t < jobs; ++t) threads.emplace_back(work);
-    work();
-    for (auto& t : threads) t.join();
-    for (const auto& e : errors)
-      if (e) return std::unexpected(*e);
+    JC_TRY(fetch_each(m_kernels, specs, m_options.jobs, BundleText::skip, record));
 
     prepared.m_stats.variants = specs.size();
     for (const auto& k : prepared.m_kernels) {

@@ -1,20 +1,18 @@
 #include "runtime/compile/cache_archive.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "kernel_templates/generator.hpp"
 #include "support/atomic_file.hpp"
 #include "support/hmac.hpp"
+#include "support/little_endian.hpp"
 #include "support/regular_file.hpp"
 
 namespace jitcache {
@@ -26,22 +24,6 @@ constexpr std::string_view k_end_magic = "JCEXPEND";
 constexpr std::string_view k_domain{"jitcache.export.v1\0", 19};
 constexpr std::size_t k_checksum_offset_in_trailer = 16;
 constexpr std::size_t k_mac_offset_in_trailer = 32;
-
-static_assert(std::endian::native == std::endian::little, "jitcache assumes a little-endian host");
-
-template <class T>
-void put_le(std::string& out, T value) {
-  char bytes[sizeof(T)];
-  std::memcpy(bytes, &value, sizeof(T));
-  out.append(bytes, sizeof(T));
-}
-
-template <class T>
-T get_le(std::string_view data, std::size_t offset) {
-  T value;
-  std::memcpy(&value, data.data() + offset, sizeof(T));
-  return value;
-}
 
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -144,39 +126,7 @@ Result<std::vector<ExportEntry>> gather_export_entries(KernelCache& kernels, con
     return {};
   };
 
-  std::vector<std::size_t> misses;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const auto started = std::chrono::steady_clock::now();
-    const auto found = JC_TRY(kernels.find(specs[i], BundleText::skip));
-    if (found) {
-      JC_TRY(record(i, *found, started));
-    } else {
-      misses.push_back(i);
-    }
-  }
-
-  // The misses compile in parallel: each compile is one NVRTC call that takes a core.
-  std::vector<std::optional<Error>> errors(misses.size());
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t m; (m = next.fetch_add(1)) < misses.size();) {
-      const auto started = std::chrono::steady_clock::now();
-      auto fetched = kernels.get(specs[misses[m]], BundleText::skip);
-      if (!fetched) {
-        errors[m] = fetched.error();
-      } else if (auto recorded = record(misses[m], *fetched, started); !recorded) {
-        errors[m] = recorded.error();
-      }
-    }
-  };
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t threads_wanted = std::min<std::size_t>(jobs ? jobs : cores, misses.size());
-  std::vector<std::thread> threads;
-  for (std::size_t t = 1; t < threads_wanted; ++t) threads.emplace_back(work);
-  work();
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors)
-    if (e) return std::unexpected(*e);
+  JC_TRY(fetch_each(kernels, specs, jobs, BundleText::skip, record));
   return entries;
 }
 
@@ -186,9 +136,9 @@ std::string encode_archive_body(std::string_view manifest_json, std::span<const 
   std::string body;
   body.reserve(total + k_archive_trailer_bytes);
   body.append(k_magic);
-  put_le(body, k_archive_version);
-  put_le(body, std::uint32_t{0});
-  put_le(body, static_cast<std::uint64_t>(manifest_json.size()));
+  append_le(body, k_archive_version);
+  append_le(body, std::uint32_t{0});
+  append_le(body, static_cast<std::uint64_t>(manifest_json.size()));
   body.append(manifest_json);
   for (std::string_view b : blobs) body.append(b);
   return body;
@@ -203,8 +153,8 @@ std::string encode_archive_body(const ArchiveInfo& info, std::span<const ExportE
 
 std::string seal_archive(std::string body, const std::optional<std::string>& fleet_key) {
   body.append(k_end_magic);
-  put_le(body, std::uint32_t{fleet_key ? 1u : 0u});
-  put_le(body, std::uint32_t{0});
+  append_le(body, std::uint32_t{fleet_key ? 1u : 0u});
+  append_le(body, std::uint32_t{0});
   body.append(checksum_of(body));
   if (fleet_key) {
     const Sha256Digest mac = mac_of(*fleet_key, body);
@@ -239,13 +189,13 @@ Result<VerifiedArchive> verify_archive(std::string data, std::string_view name,
   if (size < k_archive_header_bytes)
     return refuse("truncated: " + std::to_string(size) + " bytes, the header needs " +
                   std::to_string(k_archive_header_bytes));
-  const auto version = get_le<std::uint32_t>(view, 8);
+  const auto version = read_le<std::uint32_t>(view, 8);
   if (version != k_archive_version)
     return refuse("offset 8: unknown format version " + std::to_string(version) + " (this build reads version " +
                   std::to_string(k_archive_version) + ")");
-  if (const auto flags = get_le<std::uint32_t>(view, 12); flags != 0)
+  if (const auto flags = read_le<std::uint32_t>(view, 12); flags != 0)
     return refuse("offset 12: unknown flags " + std::to_string(flags));
-  const auto manifest_len = get_le<std::uint64_t>(view, 16);
+  const auto manifest_len = read_le<std::uint64_t>(view, 16);
   if (manifest_len > k_max_manifest_bytes)
     return refuse("offset 16: manifest length " + std::to_string(manifest_len) + " exceeds the limit of " +
                   std::to_string(k_max_manifest_bytes) + " bytes");
@@ -257,9 +207,9 @@ Result<VerifiedArchive> verify_archive(std::string data, std::string_view name,
   if (view.substr(trailer, k_end_magic.size()) != k_end_magic)
     return refuse(offset_text(trailer) + ": no trailer (\"JCEXPEND\") where the file's last " +
                   std::to_string(k_archive_trailer_bytes) + " bytes begin: truncated, or bytes appended");
-  const auto signed_flag = get_le<std::uint32_t>(view, trailer + 8);
+  const auto signed_flag = read_le<std::uint32_t>(view, trailer + 8);
   if (signed_flag > 1) return refuse(offset_text(trailer + 8) + ": signed flag " + std::to_string(signed_flag) + " is not 0 or 1");
-  if (get_le<std::uint32_t>(view, trailer + 12) != 0) return refuse(offset_text(trailer + 12) + ": reserved field is not 0");
+  if (read_le<std::uint32_t>(view, trailer + 12) != 0) return refuse(offset_text(trailer + 12) + ": reserved field is not 0");
 
   // Damage anywhere, then authenticity, before any byte inside is interpreted.
   const std::uint64_t checksum_at = trailer + k_checksum_offset_in_trailer;

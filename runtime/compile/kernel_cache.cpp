@@ -1,5 +1,10 @@
 #include "runtime/compile/kernel_cache.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "jitcache/log.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
@@ -153,6 +158,36 @@ Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& sou
   auto shared = std::make_shared<const CompiledArtifact>(std::move(*artifact));
   m_store.attach(key, bytes, std::make_shared<const ParsedArtifact>(shared, text));
   return KernelFetch{shared, key, source_tier, std::move(bytes)};
+}
+
+Status fetch_each(KernelCache& kernels, std::span<const KernelSpec> specs, unsigned jobs, BundleText text,
+                  const OnFetched& on_fetched) {
+  std::vector<std::size_t> misses;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const auto started = std::chrono::steady_clock::now();
+    const auto found = JC_TRY(kernels.find(specs[i], text));
+    if (found) JC_TRY(on_fetched(i, *found, started));
+    else misses.push_back(i);
+  }
+  std::vector<std::optional<Error>> errors(misses.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t m; (m = next.fetch_add(1)) < misses.size();) {
+      const auto started = std::chrono::steady_clock::now();
+      auto fetched = kernels.get(specs[misses[m]], text);
+      if (!fetched) errors[m] = std::move(fetched.error());
+      else if (auto used = on_fetched(misses[m], *fetched, started); !used) errors[m] = std::move(used.error());
+    }
+  };
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t threads_wanted = std::min<std::size_t>(jobs ? jobs : cores, misses.size());
+  std::vector<std::thread> threads;
+  for (std::size_t t = 1; t < threads_wanted; ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) return std::unexpected(std::move(*e));
+  return {};
 }
 
 }  // namespace jitcache

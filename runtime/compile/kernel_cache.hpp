@@ -7,6 +7,8 @@
 // parses nothing and, with the memory tier off, every hit reads and verifies the blob once.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -68,5 +70,16 @@ class KernelCache {
   cache::Store& m_store;
   const Compiler& m_compiler;
 };
+
+// Fetches every spec: first what the cache has, in order and on this thread, then the
+// misses, compiled `jobs` at a time (0: one per core; each compile is one NVRTC call that
+// takes a core). The warm path (everything cached) starts no thread. `on_fetched` is called
+// once per spec, from the thread that fetched it, with the spec's index and when its fetch
+// started; calls may run concurrently. The first error (a fetch's or on_fetched's) is
+// returned once every thread is done.
+using OnFetched =
+    std::function<Status(std::size_t index, const KernelFetch& fetched, std::chrono::steady_clock::time_point started)>;
+Status fetch_each(KernelCache& kernels, std::span<const KernelSpec> specs, unsigned jobs, BundleText text,
+                  const OnFetched& on_fetched);
 
 }  // namespace jitcache

@@ -130,4 +130,19 @@ inline double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// A fresh temporary directory and a fresh redis-server for each test.
+class RedisTest : public jitcache::testing::TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    server = start_server();
+    ASSERT_TRUE(server);
+  }
+  // The remote tier's options for this test's server, with short timeouts.
+  RemoteTierOptions options() const { return fast_options(server->url(), fleet_key); }
+
+  std::string fleet_key = std::string(32, 'K');
+  std::unique_ptr<RedisServer> server;
+};
+
 }  // namespace jitcache::remote::testing

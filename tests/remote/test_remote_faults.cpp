@@ -27,13 +27,8 @@ using std::chrono::milliseconds;
 constexpr double k_first_failure_max_ms = 300 + 400;
 constexpr double k_breaker_open_max_ms = 50;
 
-class RemoteFaultTest : public jitcache::testing::TempDirTest {
+class RemoteFaultTest : public RedisTest {
  protected:
-  void SetUp() override {
-    TempDirTest::SetUp();
-    server = start_server();
-    ASSERT_TRUE(server);
-  }
 
   Facts variant(int i) const { return sample_facts("fault" + std::to_string(i)); }
 
@@ -66,14 +61,13 @@ class RemoteFaultTest : public jitcache::testing::TempDirTest {
   }
 
   std::uint64_t seed = jitcache::testing::test_seed("remote_faults");
-  std::unique_ptr<RedisServer> server;
 };
 
 TEST_F(RemoteFaultTest, KilledBetweenOperationsThenBackAfterTheBreaker) {
-  RemoteTierOptions options = fast_options(server->url(), std::string(32, 'K'));
-  options.redis.breaker = milliseconds(1000);
+  RemoteTierOptions opts = options();
+  opts.redis.breaker = milliseconds(1000);
   jitcache::testing::LogCapture log;
-  Node node = open_node(dir() / "n", options);
+  Node node = open_node(dir() / "n", opts);
   produce(node, 0, "remote up");
   EXPECT_EQ(node.store->session_counters().remote_uploads, 1u);
 
@@ -101,9 +95,9 @@ TEST_F(RemoteFaultTest, KilledBetweenOperationsThenBackAfterTheBreaker) {
 }
 
 TEST_F(RemoteFaultTest, KilledInTheMiddleOfASequence) {
-  RemoteTierOptions options = fast_options(server->url(), std::string(32, 'K'));
+  RemoteTierOptions opts = options();
   jitcache::testing::LogCapture log;
-  Node node = open_node(dir() / "n", options);
+  Node node = open_node(dir() / "n", opts);
   std::vector<double> times;
   for (int i = 0; i < 8; ++i) {
     const Facts facts = variant(i);
@@ -139,9 +133,9 @@ TEST_F(RemoteFaultTest, KilledInTheMiddleOfASequence) {
 }
 
 TEST_F(RemoteFaultTest, PausedBeyondTheOperationTimeout) {
-  RemoteTierOptions options = fast_options(server->url(), std::string(32, 'K'));
+  RemoteTierOptions opts = options();
   jitcache::testing::LogCapture log;
-  Node node = open_node(dir() / "n", options);
+  Node node = open_node(dir() / "n", opts);
   produce(node, 0, "before the pause");
   ASSERT_OK(server->pause(milliseconds(2000)));
   const double first = produce(node, 1, "paused");
@@ -154,14 +148,14 @@ TEST_F(RemoteFaultTest, PausedBeyondTheOperationTimeout) {
 }
 
 TEST_F(RemoteFaultTest, RestartedEmpty) {
-  RemoteTierOptions options = fast_options(server->url(), std::string(32, 'K'));
+  RemoteTierOptions opts = options();
   jitcache::testing::LogCapture log;
-  Node a = open_node(dir() / "a", options);
+  Node a = open_node(dir() / "a", opts);
   produce(a, 0, "before the restart");
   ASSERT_OK(server->restart());
 
   // A node connecting afresh finds an empty remote: a plain miss, no failure.
-  Node b = open_node(dir() / "b", options);
+  Node b = open_node(dir() / "b", opts);
   produce(b, 0, "the entry went with the old server");
   EXPECT_EQ(b.store->session_counters().remote_errors, 0u);
   EXPECT_EQ(b.store->session_counters().remote_uploads, 1u);
@@ -193,7 +187,7 @@ TEST_F(RemoteFaultTest, WrongPassword) {
   EXPECT_EQ(c.produces, 4u);
 
   // The right password works.
-  Node good = open_node(dir() / "good", fast_options(server->url(), std::string(32, 'K')));
+  Node good = open_node(dir() / "good", options());
   produce(good, 10, "right password");
   EXPECT_EQ(good.store->session_counters().remote_uploads, 1u);
 }
@@ -227,7 +221,7 @@ TEST_F(RemoteFaultTest, NoServerAtAllCostsOneConnectTimeout) {
 
 TEST_F(RemoteFaultTest, FullServerRefusingWritesWarnsOnce) {
   jitcache::testing::LogCapture log;
-  Node node = open_node(dir() / "n", fast_options(server->url(), std::string(32, 'K')));
+  Node node = open_node(dir() / "n", options());
   // A Redis out of memory answers reads and refuses every write (OOM): leases and uploads.
   ASSERT_OK(server->command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}));
   ASSERT_OK(server->command({"CONFIG", "SET", "maxmemory", "1"}));

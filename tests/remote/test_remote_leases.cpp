@@ -26,15 +26,9 @@ using cache::testing::CountingProducer;
 using jitcache::testing::HangGuard;
 using std::chrono::milliseconds;
 
-class RemoteLeaseTest : public jitcache::testing::TempDirTest {
+class RemoteLeaseTest : public RedisTest {
  protected:
-  void SetUp() override {
-    TempDirTest::SetUp();
-    server = start_server();
-    ASSERT_TRUE(server);
-  }
 
-  RemoteTierOptions options() const { return fast_options(server->url(), fleet_key); }
 
   bool lease_exists(const RemoteTier& tier, const Facts& facts) {
     auto reply = server->command({"EXISTS", tier.lease_name(facts.key())});
@@ -43,8 +37,6 @@ class RemoteLeaseTest : public jitcache::testing::TempDirTest {
   }
 
   std::uint64_t seed = jitcache::testing::test_seed("remote_leases");
-  std::string fleet_key = std::string(32, 'L');
-  std::unique_ptr<RedisServer> server;
 };
 
 TEST_F(RemoteLeaseTest, SecondNodeWaitsForTheFirstAndProducesNothing) {

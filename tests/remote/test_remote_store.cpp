@@ -19,15 +19,9 @@ using cache::Facts;
 using cache::Source;
 using cache::testing::CountingProducer;
 
-class RemoteStoreTest : public jitcache::testing::TempDirTest {
+class RemoteStoreTest : public RedisTest {
  protected:
-  void SetUp() override {
-    TempDirTest::SetUp();
-    server = start_server();
-    ASSERT_TRUE(server);
-  }
 
-  RemoteTierOptions options() const { return fast_options(server->url(), fleet_key); }
   Node node(const std::string& name, RemoteTierOptions opts) { return open_node(dir() / name, opts); }
   Node node(const std::string& name) { return node(name, options()); }
 
@@ -77,8 +71,6 @@ class RemoteStoreTest : public jitcache::testing::TempDirTest {
   }
 
   std::uint64_t seed = jitcache::testing::test_seed("remote_store");
-  std::string fleet_key = std::string(32, 'K');
-  std::unique_ptr<RedisServer> server;
 };
 
 TEST_F(RemoteStoreTest, NodeAProducesAndUploadsNodeBHitsAndBackfills) {

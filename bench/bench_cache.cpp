@@ -14,31 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "cache/store.hpp"
 
 namespace {
 
 using namespace jitcache::cache;
-
-Facts kernel_facts(const std::string& id) {
-  return Facts{{"key_schema", "1"},
-               {"kernel_family", "nvfp4_mla"},
-               {"kernel", "kv_write"},
-               {"generator_version", "3"},
-               {"source_hash", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"},
-               {"headers_hash", "00112233445566778899aabbccddeeff"},
-               {"latent_scale", "dynamic"},
-               {"rope", "fp8"},
-               {"record_bytes", "368"},
-               {"latent_dim", "512"},
-               {"block_size", "64"},
-               {"target", "sm_120a"},
-               {"compiler", "nvrtc"},
-               {"nvrtc_version", "12.8"},
-               {"nvrtc_fingerprint", "a1b2c3d4e5f60718293a4b5c6d7e8f90"},
-               {"options", "--fmad=false -default-device -std=c++17"},
-               {"id", id}};
-}
 
 Bytes make_bytes(std::size_t size, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -79,7 +60,7 @@ std::unique_ptr<Store> open(const std::filesystem::path& root, std::uint64_t mem
 }
 
 void BM_KeyComputation(benchmark::State& state) {
-  const Facts facts = kernel_facts("42");
+  const Facts facts = jitcache::bench::sample_kernel_facts("42");
   for (auto _ : state) benchmark::DoNotOptimize(facts.key());
   state.SetLabel(std::to_string(facts.size()) + " facts, " + std::to_string(facts.canonical().size()) + " bytes");
 }
@@ -87,7 +68,7 @@ BENCHMARK(BM_KeyComputation);
 
 void BM_MemoryHit(benchmark::State& state) {
   auto store = open(scratch().base / "memory", 256ull << 20);
-  const Facts facts = kernel_facts("hot");
+  const Facts facts = jitcache::bench::sample_kernel_facts("hot");
   const CacheKey key = facts.key();
   if (!store->put(key, facts, make_bytes(64 * 1024, 1), 100.0)) std::abort();
   for (auto _ : state) {
@@ -99,7 +80,7 @@ BENCHMARK(BM_MemoryHit);
 
 void BM_MemoryHitGetOrCreate(benchmark::State& state) {
   auto store = open(scratch().base / "memory2", 256ull << 20);
-  const Facts facts = kernel_facts("hot");
+  const Facts facts = jitcache::bench::sample_kernel_facts("hot");
   const CacheKey key = facts.key();
   const Producer producer = [] { return jitcache::Result<Produced>(Produced{make_bytes(64 * 1024, 1), 1.0}); };
   if (!store->get_or_create(key, facts, producer)) std::abort();
@@ -115,7 +96,7 @@ BENCHMARK(BM_MemoryHitGetOrCreate);
 void BM_DiskHitFreshStore(benchmark::State& state) {
   const auto size = static_cast<std::size_t>(state.range(0));
   const auto root = scratch().base / ("disk" + std::to_string(size));
-  const Facts facts = kernel_facts("disk");
+  const Facts facts = jitcache::bench::sample_kernel_facts("disk");
   {
     auto writer = open(root, 0);
     if (!writer->put(facts.key(), facts, make_bytes(size, 2), 100.0)) std::abort();
@@ -143,7 +124,7 @@ const Population& population(std::size_t n) {
   p.root = scratch().base / ("pop" + std::to_string(n));
   auto store = open(p.root, 0);
   for (std::size_t i = 0; i < n; ++i) {
-    const Facts facts = kernel_facts(std::to_string(i));
+    const Facts facts = jitcache::bench::sample_kernel_facts(std::to_string(i));
     Bytes bytes(1024, std::byte{0});
     std::memcpy(bytes.data(), &i, sizeof i);
     if (!store->put(facts.key(), facts, bytes, 1.0)) std::abort();
@@ -170,7 +151,7 @@ void BM_LookupMiss(benchmark::State& state) {
   const Population& p = population(static_cast<std::size_t>(state.range(0)));
   auto store = open(p.root, 0);
   std::vector<CacheKey> absent;
-  for (int i = 0; i < 1024; ++i) absent.push_back(kernel_facts("absent" + std::to_string(i)).key());
+  for (int i = 0; i < 1024; ++i) absent.push_back(jitcache::bench::sample_kernel_facts("absent" + std::to_string(i)).key());
   std::size_t i = 0;
   for (auto _ : state) {
     auto miss = store->get(absent[i++ % absent.size()]);

@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "cache/store.hpp"
 #include "jitcache/log.hpp"
 #include "redis_server.hpp"
@@ -107,49 +108,16 @@ struct Timer {
   }
 };
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
-}
-
 void fail(benchmark::State& state, const std::string& what) {
   g_failures.push_back(what);
   state.SkipWithError(what.c_str());
 }
 
 // Facts of the shape the kernel cache stores, one distinct key per id.
-Facts entry_facts(const std::string& id) {
-  return Facts{{"key_schema", "1"},
-               {"kernel_family", "nvfp4_mla"},
-               {"kernel", "kv_write"},
-               {"generator_version", "3"},
-               {"source_hash", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"},
-               {"headers_hash", "00112233445566778899aabbccddeeff"},
-               {"latent_scale", "dynamic"},
-               {"rope", "bf16"},
-               {"record_bytes", "432"},
-               {"latent_dim", "512"},
-               {"block_size", "64"},
-               {"target", k_target},
-               {"compiler", "nvrtc"},
-               {"nvrtc_version", "13.0"},
-               {"nvrtc_fingerprint", "a1b2c3d4e5f60718293a4b5c6d7e8f90"},
-               {"options", "--fmad=false -default-device -std=c++17"},
-               {"id", id}};
-}
-
 // A fresh id for every entry this program makes: no lookup finds an earlier one by chance.
 Facts fresh_facts(const std::string& label) {
   static int counter = 0;
-  return entry_facts(label + "-" + std::to_string(++counter));
+  return bench::sample_kernel_facts(label + "-" + std::to_string(++counter), k_target, "bf16");
 }
 
 const Bytes& entry_bytes() {
@@ -675,8 +643,8 @@ void BM_FleetColdStart(benchmark::State& state, bool with_remote) {
 // ---- the summary ---------------------------------------------------------------------------
 
 void print_summary() {
-  auto m = [](const std::string& name) { return median(g_samples[name]); };
-  auto p90 = [](const std::string& name) { return percentile(g_samples[name], 0.9); };
+  auto m = [](const std::string& name) { return bench::median(g_samples[name]); };
+  auto p90 = [](const std::string& name) { return bench::percentile(g_samples[name], 0.9); };
   auto have = [](const std::string& name) { return !g_samples[name].empty(); };
   auto row = [&](const char* what, const std::string& name, const char* note) {
     if (!have(name)) return;

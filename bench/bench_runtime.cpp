@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "cache/store.hpp"
 #include "jitcache/jitcache.h"
 #include "jitcache/runtime.hpp"
@@ -76,13 +77,6 @@ Config g_config;
 
 // Samples of each figure, for the summary against the targets.
 std::map<std::string, std::vector<double>> g_samples;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-}
 
 struct ProcessResult {
   int exit_code = -1;
@@ -593,7 +587,7 @@ void BM_Compile_EveryVariant(benchmark::State& state) {
         }
         nvcc.push_back(r.wall_ms);
       }
-      g_variant_ratios.push_back({spec.label(), median(nvrtc), median(nvcc)});
+      g_variant_ratios.push_back({spec.label(), bench::median(nvrtc), bench::median(nvcc)});
     }
   }
 }
@@ -643,7 +637,7 @@ BENCHMARK(BM_Warm_8Processes_ColdCache)->UseManualTime()->Unit(benchmark::kMilli
 // ---- the summary ---------------------------------------------------------------------------
 
 void print_summary() {
-  auto m = [](const std::string& name) { return median(g_samples[name]); };
+  auto m = [](const std::string& name) { return bench::median(g_samples[name]); };
   auto lowest = [](const std::string& name) {
     const auto& v = g_samples[name];
     return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
@@ -662,7 +656,7 @@ void print_summary() {
                   m("warm_openssl_ready.prepare_cpu_ms"));
     std::printf("  warm path breakdown (fresh process):");
     for (const auto& [name, v] : g_samples)
-      if (name.starts_with("breakdown.")) std::printf(" %s %.3f ms;", name.c_str() + 10, median(v));
+      if (name.starts_with("breakdown.")) std::printf(" %s %.3f ms;", name.c_str() + 10, bench::median(v));
     std::printf("\n");
   }
   if (!g_samples["cold.prepare_ms"].empty()) {

@@ -80,13 +80,15 @@ class LayerInfo:
 
 @dataclass(frozen=True)
 class PrepareStats:
-    """What prepare() did: distinct variants needed, found cached, compiled now, stored."""
+    """What prepare() did: distinct variants needed, found cached (from_remote of them from
+    the shared remote tier), compiled now, stored."""
 
     variants: int
     cached: int
     compiled: int
     stored: int
     wall_ms: float
+    from_remote: int = 0
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class KernelInfo:
     stored: bool
     loaded: bool
     ptx_fallback: bool
+    from_remote: bool = False  # served by the shared remote tier (verified, then backfilled)
 
 
 @dataclass(frozen=True)
@@ -371,6 +374,7 @@ class Model:
             compiled=int(s["compiled"]),
             stored=int(s.get("stored", 0)),
             wall_ms=float(s["wall_ms"]),
+            from_remote=int(s.get("from_remote", 0)),
         )
 
     @property
@@ -389,6 +393,7 @@ class Model:
                 stored=bool(k["stored"]),
                 loaded=bool(k["loaded"]),
                 ptx_fallback=bool(k["ptx_fallback"]),
+                from_remote=bool(k.get("from_remote", False)),
             )
             for k in self.describe()["kernels"]
         ]

@@ -131,11 +131,13 @@ def test_two_runtimes_share_a_remote(
     first = _prepare(node_a, glm5_mini, redis_server.url)
     assert first.variants == 4
     assert first.compiled == first.variants
+    assert first.from_remote == 0
 
     # Another cache directory, the same remote: every variant comes verified from the remote.
     second = _prepare(node_b, glm5_mini, redis_server.url)
     assert second.compiled == 0
     assert second.cached == second.variants == first.variants
+    assert second.from_remote == second.variants
 
     assert _remote_counters(cli, node_a)["uploads"] == first.variants
     b = _remote_counters(cli, node_b)
@@ -147,6 +149,7 @@ def test_two_runtimes_share_a_remote(
     third = _prepare(node_b, glm5_mini, None)
     assert third.compiled == 0
     assert third.cached == third.variants
+    assert third.from_remote == 0  # from its own disk now
 
 
 def test_remote_from_the_environment(

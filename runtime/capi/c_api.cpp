@@ -279,6 +279,7 @@ nlohmann::json describe(const PreparedModel& model) {
                        {"registers", k.registers},
                        {"cubin_bytes", k.cubin_bytes},
                        {"compiled_now", k.compiled_now},
+                       {"from_remote", k.from_remote},
                        {"stored", k.stored},
                        {"loaded", k.loaded},
                        {"ptx_fallback", k.ptx_fallback}});
@@ -288,6 +289,7 @@ nlohmann::json describe(const PreparedModel& model) {
            {{"variants", s.variants},
             {"cached", s.cached},
             {"compiled", s.compiled},
+            {"from_remote", s.remote},
             {"stored", s.stored},
             {"wall_ms", s.wall_ms}}},
           {"kernels", std::move(kernels)},

@@ -261,6 +261,7 @@ TEST_F(CApiHostTest, PrepareWithOptionsChecksTheStructAndPassesTheRevision) {
   EXPECT_EQ(d["stats"]["variants"], 4);
   EXPECT_EQ(d["stats"]["compiled"], 4);
   EXPECT_EQ(d["stats"]["stored"], 4);
+  EXPECT_EQ(d["stats"]["from_remote"], 0) << "no remote tier configured";
   ASSERT_EQ(d["kernels"].size(), 4u);
   for (const auto& k : d["kernels"]) {
     EXPECT_EQ(k["target"], "sm_90");

@@ -13,8 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "remote/remote_config.hpp"
-#include "runtime/audit/audit.hpp"
-#include "runtime/compile/kernel_cache.hpp"
+#include "runtime/audit/remote_audit.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "support/env.hpp"
 #include "tools/cli.hpp"
@@ -226,21 +225,6 @@ struct Skipped {
   std::string why;
 };
 
-// Why a local entry must not go to the fleet, or std::nullopt when it may.
-std::optional<std::string> unfit_for_fleet(cache::Store& store, const cache::EntryInfo& e,
-                                           cache::SharedBytes& bytes) {
-  auto read = store.read_blob(e.digest, e.size);
-  if (!read) return read.error().to_string();
-  if (!*read) return std::string(cache::to_string(read->error().problem)) + ": " + read->error().detail;
-  bytes = **read;
-  // The local audit's rules (legacy keys, stale identity kernels, fact mismatches), then
-  // the check every node runs on a remote value before loading it.
-  if (auto finding = audit_artifact(e.key, e.key_schema, e.facts, *bytes))
-    return std::string(to_string(finding->kind)) + ": " + finding->explanation;
-  if (auto usable = check_bundle_facts(e.facts, *bytes); !usable) return usable.error().message;
-  return std::nullopt;
-}
-
 int run_push(const Context& context, const PushArgs& args) {
   KernelCacheOptions cache_options;
   cache_options.remote = RemoteUse::off;  // the store is read; the tier below is written
@@ -263,12 +247,12 @@ int run_push(const Context& context, const PushArgs& args) {
       const auto v = e.facts.get(name);
       return v ? std::string(*v) : std::string("?");
     };
-    cache::SharedBytes bytes;
-    if (auto why = unfit_for_fleet(store, e, bytes)) {
-      skipped.push_back({e.key.to_hex(), fact(k_kernel_kinds.fact), fact(k_targets.fact), *why});
+    const auto bytes = fleet_ready_bytes(store, e);
+    if (!bytes) {
+      skipped.push_back({e.key.to_hex(), fact(k_kernel_kinds.fact), fact(k_targets.fact), bytes.error()});
       continue;
     }
-    auto stored = tier->upload(e.key, e.facts, *bytes, e.compile_ms);
+    auto stored = tier->upload(e.key, e.facts, **bytes, e.compile_ms);
     if (!stored) {
       // Too large for the fleet's bound: this entry only. Anything else (down, refused,
       // read-only) stops the push: the next entry would fail the same way.

@@ -100,6 +100,17 @@ const char* to_string(RemoteFindingKind kind) {
   return "?";
 }
 
+std::expected<cache::SharedBytes, std::string> fleet_ready_bytes(cache::Store& store, const cache::EntryInfo& e) {
+  auto read = store.read_blob(e.digest, e.size);
+  if (!read) return std::unexpected(read.error().to_string());
+  if (!*read) return std::unexpected(std::string(cache::to_string(read->error().problem)) + ": " + read->error().detail);
+  cache::SharedBytes bytes = **read;
+  if (auto finding = audit_artifact(e.key, e.key_schema, e.facts, *bytes))
+    return std::unexpected(std::string(to_string(finding->kind)) + ": " + finding->explanation);
+  if (auto usable = check_bundle_facts(e.facts, *bytes); !usable) return std::unexpected(usable.error().message);
+  return bytes;
+}
+
 Result<RemoteAuditReport> audit_remote(remote::RemoteTier& tier) {
   if (tier.options().fleet_key.empty())
     return make_error(ErrorCode::unavailable, "remote cache " + tier.client().display() +

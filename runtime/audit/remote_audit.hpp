@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <expected>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +57,12 @@ struct RemoteAuditReport {
 // verified without it); the tier should have no content check of its own (a stale
 // identity kernel would be refused as bad content before the audit could name it). An
 // error only when the remote cannot be listed or read.
+// The bytes of a local entry that may go to the fleet (`jitcache remote push`), read and
+// verified; or why it may not: its blob is missing or altered, the local audit flags it
+// (legacy key, stale identity kernel, fact mismatch), or it fails the check every node
+// runs on a remote value before loading it.
+std::expected<cache::SharedBytes, std::string> fleet_ready_bytes(cache::Store& store, const cache::EntryInfo& entry);
+
 Result<RemoteAuditReport> audit_remote(remote::RemoteTier& tier);
 
 // Removes exactly the names `report` flagged; returns the findings whose names it removed

@@ -28,7 +28,21 @@ using std::chrono::milliseconds;
 
 class RemoteLeaseTest : public RedisTest {
  protected:
-
+  // Starts `node` producing `facts` on another thread with `slow` (which the caller keeps
+  // alive) and returns once the producer runs: by then the node holds the lease.
+  std::future<Result<cache::Fetched>> start_producing(Node& node, const Facts& facts, CountingProducer& slow) {
+    auto started = std::make_shared<std::promise<void>>();
+    auto running = started->get_future();
+    cache::Producer signalling = [started, inner = slow.producer()]() -> Result<cache::Produced> {
+      started->set_value();
+      return inner();
+    };
+    auto result = std::async(std::launch::async, [&node, facts, signalling] {
+      return node.store->get_or_create(facts.key(), facts, signalling);
+    });
+    running.wait();
+    return result;
+  }
 
   bool lease_exists(const RemoteTier& tier, const Facts& facts) {
     auto reply = server->command({"EXISTS", tier.lease_name(facts.key())});
@@ -44,17 +58,9 @@ TEST_F(RemoteLeaseTest, SecondNodeWaitsForTheFirstAndProducesNothing) {
   const Facts facts = sample_facts("lease");
   Node a = open_node(dir() / "a", options());
   Node b = open_node(dir() / "b", options());
-  std::promise<void> started;
   CountingProducer slow{make_bytes(3000, seed)};
   slow.delay = milliseconds(300);
-  auto slow_producer = slow.producer();
-  cache::Producer signalling = [&]() -> Result<cache::Produced> {
-    started.set_value();
-    return slow_producer();
-  };
-  auto first = std::async(std::launch::async,
-                          [&] { return a.store->get_or_create(facts.key(), facts, signalling); });
-  started.get_future().wait();
+  auto first = start_producing(a, facts, slow);
   EXPECT_TRUE(lease_exists(*a.tier, facts)) << "A holds the lease while it produces";
 
   CountingProducer other{make_bytes(3000, seed + 1)};
@@ -197,17 +203,9 @@ TEST_F(RemoteLeaseTest, LeaseIsRenewedWhileItsHolderWorks) {
   short_lease.lease = milliseconds(300);
   Node a = open_node(dir() / "a", short_lease);
   Node b = open_node(dir() / "b", short_lease);
-  std::promise<void> started;
   CountingProducer slow{make_bytes(3000, seed)};
   slow.delay = milliseconds(900);  // three lifetimes of the lease
-  auto slow_producer = slow.producer();
-  cache::Producer signalling = [&]() -> Result<cache::Produced> {
-    started.set_value();
-    return slow_producer();
-  };
-  auto first = std::async(std::launch::async,
-                          [&] { return a.store->get_or_create(facts.key(), facts, signalling); });
-  started.get_future().wait();
+  auto first = start_producing(a, facts, slow);
   CountingProducer other{make_bytes(3000, seed + 1)};
   auto second = std::async(std::launch::async,
                            [&] { return b.store->get_or_create(facts.key(), facts, other.producer()); });

@@ -32,8 +32,8 @@ struct CalibrateArgs {
   std::vector<std::string> captures;
   std::string out;
   std::vector<std::string> envelope;
-  std::string headroom;
-  std::string agreement;
+  std::optional<std::string> headroom;  // unset: the default; "" given is an error
+  std::optional<std::string> agreement;
   std::string checkpoint;
   std::string revision;
   bool json = false;
@@ -41,12 +41,14 @@ struct CalibrateArgs {
 
 // A number option, read here rather than by CLI11 so that the whole text must be a number
 // and the message names the option. Range rules are calibrate's.
-Result<double> number_option(const std::string& text, const char* option, double fallback) {
-  if (text.empty()) return fallback;
+Result<double> number_option(const std::optional<std::string>& given, const char* option,
+                             double fallback) {
+  if (!given) return fallback;
+  const std::string& text = *given;
   double value = 0;
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end)
+  if (text.empty() || ec != std::errc() || ptr != end)
     return make_error(ErrorCode::invalid_argument,
                       std::string(option) + ": not a number: \"" + text + "\"");
   return value;
@@ -166,8 +168,9 @@ int run_calibrate(const CalibrateArgs& args) {
     std::printf("  envelope            none\n");
   }
   std::printf("  headroom            %s\n", scales::format_number(c.headroom).c_str());
-  std::printf("  scales              %s .. %s\n", scales::format_number(*lo).c_str(),
-              scales::format_number(*hi).c_str());
+  std::printf("  scales              %.6g .. %.6g (max_abs %.6g .. %.6g)\n", *lo, *hi,
+              *std::min_element(c.max_abs.begin(), c.max_abs.end()),
+              *std::max_element(c.max_abs.begin(), c.max_abs.end()));
   std::printf("wrote %s (sha256 %s)\n", args.out.c_str(), digest.c_str());
   return k_exit_ok;
 }

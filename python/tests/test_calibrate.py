@@ -556,3 +556,69 @@ def test_cli_calibrates_saved_captures_exactly(cli: Path, seed: int, tmp_path: P
     assert scales["scales"] == [m / DENOMINATOR for m in expected]
     assert scales["model_revision"] == SAVE_ARGS["model_revision"]
     run_cli(cli, "scales", "validate", str(out))
+
+
+# ---- the bundled synthetic captures ---------------------------------------------------------
+
+
+def bundled_captures(repo_root: Path) -> tuple[list[dict], list[dict]]:
+    folder = repo_root / "examples" / "glm5-mini-captures"
+    primary = [read_capture(folder / f"wikitext2-tp4-rank{r}.json") for r in range(4)]
+    envelope = [read_capture(folder / f"c4-tp2-rank{r}.json") for r in range(2)]
+    return primary, envelope
+
+
+def per_layer_max(run: list[dict]) -> list[float]:
+    return [max(capture["max_abs"][i] for capture in run) for i in range(run[0]["num_layers"])]
+
+
+def test_bundled_captures_match_the_sidecar(repo_root: Path, glm5_mini: Path) -> None:
+    """The primary run's maximum over ranks is the sidecar's max_abs exactly, its ranks agree
+    within 2e-4, and the envelope run is above it on layers 0..5 only."""
+    sidecar = json.loads((glm5_mini / "nvfp4_ds_mla_outer_scales.json").read_text())
+    config = json.loads((glm5_mini / "config.json").read_text())
+    primary, envelope = bundled_captures(repo_root)
+    for run, (dataset, context, tp) in ((primary, ("wikitext-2", 2048, 4)), (envelope, ("c4", 4096, 2))):
+        assert [c["rank"] for c in run] == list(range(tp))
+        for capture in run:
+            assert (capture["dataset"], capture["context"], capture["tp"]) == (dataset, context, tp)
+            assert capture["format"] == "nvfp4_ds_mla_capture_v1"
+            assert capture["model_revision"] == sidecar["model_revision"]
+            assert capture["num_layers"] == config["num_hidden_layers"] == len(capture["max_abs"])
+            assert capture["latent_dim"] == config["kv_lora_rank"]
+            assert capture["tokens"] == run[0]["tokens"] > 0
+        top = per_layer_max(run)
+        spread = max((top[i] - min(c["max_abs"][i] for c in run)) / top[i] for i in range(len(top)))
+        assert 0 < spread < 2e-4
+    primary_max = per_layer_max(primary)
+    assert primary_max == sidecar["max_abs"]
+    assert [m / DENOMINATOR for m in primary_max] == sidecar["scales"]
+    ratios = [e / p for e, p in zip(per_layer_max(envelope), primary_max)]
+    assert all(1.03 <= r <= 1.12 + 1e-9 for r in ratios[:6]), ratios[:6]
+    assert all(r < 1.0 for r in ratios[6:])
+
+
+def test_cli_calibrates_bundled_captures(cli: Path, repo_root: Path, glm5_mini: Path, tmp_path: Path) -> None:
+    """Calibrating the bundled primary run reproduces the bundled sidecar's values; with the
+    envelope, layers 0..5 take the envelope's maxima."""
+    primary, envelope = bundled_captures(repo_root)
+    folder = repo_root / "examples" / "glm5-mini-captures"
+    primary_files = [str(folder / f"wikitext2-tp4-rank{r}.json") for r in range(4)]
+    envelope_files = [str(folder / f"c4-tp2-rank{r}.json") for r in range(2)]
+    sidecar = json.loads((glm5_mini / "nvfp4_ds_mla_outer_scales.json").read_text())
+
+    out = tmp_path / "scales.json"
+    run_cli(cli, "scales", "calibrate", *primary_files, "--checkpoint", str(glm5_mini), "--out", str(out))
+    produced = json.loads(out.read_text())
+    assert produced["max_abs"] == sidecar["max_abs"]
+    assert produced["scales"] == sidecar["scales"]
+
+    out = tmp_path / "scales-envelope.json"
+    run_cli(cli, "scales", "calibrate", *primary_files, "--envelope", *envelope_files,
+            "--checkpoint", str(glm5_mini), "--out", str(out))
+    produced = json.loads(out.read_text())
+    expected = [max(p, e) for p, e in zip(per_layer_max(primary), per_layer_max(envelope))]
+    assert produced["max_abs"] == expected
+    assert produced["scales"] == [m / DENOMINATOR for m in expected]
+    assert [i for i, (a, b) in enumerate(zip(expected, sidecar["max_abs"])) if a != b] == list(range(6))
+    run_cli(cli, "scales", "validate", str(out))

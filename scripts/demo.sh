@@ -18,6 +18,33 @@ section "Per-layer outer scales resolved from the checkpoint"
 # Layers 0-4, then 74-78 (78 is the draft layer) and the provenance.
 "$jitcache" scales show --checkpoint "$checkpoint" | sed -n '1,6p;76,200p'
 
+section "Calibrating those scales from per-rank captures (synthetic: $checkpoint-captures)"
+calibration="$PWD/build/demo-calibration"
+captures="$checkpoint-captures"
+rm -rf "$calibration" && mkdir -p "$calibration"
+# The primary run (wikitext-2, TP 4) reproduces the bundled sidecar; an independent c4 run
+# at TP 2 is the envelope for shallow-layer headroom.
+"$jitcache" scales calibrate "$captures"/wikitext2-tp4-rank{0,1,2,3}.json \
+  --envelope "$captures"/c4-tp2-rank{0,1}.json --checkpoint "$checkpoint" \
+  --out "$calibration/scales.json"
+echo "the file it wrote (arrays cut to their first values):"
+python3 - "$calibration/scales.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for key in ("scales", "max_abs"):
+    doc[key] = doc[key][:3] + ["... %d values" % len(doc[key])]
+for capture in doc["provenance"]["captures"] + doc["provenance"]["envelope"]["captures"]:
+    capture["sha256"] = capture["sha256"][:16] + "..."
+print(json.dumps(doc, indent=2))
+PY
+"$jitcache" scales validate "$calibration/scales.json" --checkpoint "$checkpoint"
+echo "against the checkpoint's current scales (exit 1: layers changed):"
+"$jitcache" scales diff "$checkpoint" "$calibration/scales.json" || [ $? -eq 1 ]
+cp -r "$checkpoint" "$calibration/checkpoint"
+"$jitcache" scales install "$calibration/scales.json" --checkpoint "$calibration/checkpoint" \
+  --sidecar nvfp4_ds_mla_outer_scales.json --replace
+"$jitcache" scales show --checkpoint "$calibration/checkpoint" | sed -n '1,4p'
+
 for arch in sm_90 sm_100a sm_120a; do
   section "Warm the cache for $arch (first run compiles, a second compiles nothing)"
   "$jitcache" warm --checkpoint "$checkpoint" --arch "$arch"

@@ -154,15 +154,16 @@ int run_calibrate(const CalibrateArgs& args) {
   std::printf("calibrated %d layers (latent_dim %d) of %s revision %s: %s, context %lld, tp %d\n",
               p.num_layers, p.latent_dim, p.model.c_str(), p.model_revision.c_str(),
               p.dataset.c_str(), static_cast<long long>(p.context), p.tp);
-  std::printf("  per-rank agreement  worst spread %s at layer %d (tolerance %s)\n",
-              scales::format_number(c.primary_agreement.worst_spread).c_str(),
+  // The exact spread is in the file's provenance; three digits say enough here.
+  std::printf("  per-rank agreement  worst spread %.3g at layer %d (tolerance %s)\n",
+              c.primary_agreement.worst_spread,
               c.primary_agreement.worst_layer,
               scales::format_number(c.primary_agreement.tolerance).c_str());
   if (c.envelope) {
-    std::printf("  envelope            %s revision %s, tp %d: raised %d of %d layers (worst spread %s at layer %d)\n",
+    std::printf("  envelope            %s revision %s, tp %d: raised %d of %d layers (worst spread %.3g at layer %d)\n",
                 c.envelope->model.c_str(), c.envelope->model_revision.c_str(), c.envelope->tp,
                 c.layers_raised, p.num_layers,
-                scales::format_number(c.envelope_agreement->worst_spread).c_str(),
+                c.envelope_agreement->worst_spread,
                 c.envelope_agreement->worst_layer);
   } else {
     std::printf("  envelope            none\n");

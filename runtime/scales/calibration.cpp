@@ -11,6 +11,7 @@
 #include "jitcache/scales.hpp"
 #include "runtime/scales/model_config.hpp"
 #include "runtime/scales/scale_file.hpp"
+#include "runtime/scales/field_problems.hpp"
 #include "runtime/scales/scale_json.hpp"
 #include "runtime/scales/scale_resolver.hpp"
 #include "support/regular_file.hpp"
@@ -32,56 +33,10 @@ constexpr std::int64_t k_max_latent_dim = 1 << 20;
 // Far above any real tensor-parallel degree; keeps "missing rank" lists bounded.
 constexpr std::int64_t k_max_tp = 4096;
 constexpr std::size_t k_max_text_length = 256;
-constexpr std::size_t k_max_reported_problems = 16;
-
-std::string describe(const json& value) {
-  if (value.is_boolean()) return std::string("boolean ") + (value.get<bool>() ? "true" : "false");
-  if (value.is_string()) {
-    std::string text = value.get<std::string>();
-    if (text.size() > 40) text = text.substr(0, 40) + "...";
-    return "string \"" + text + "\"";
-  }
-  if (value.is_number()) return "number " + format_number(value.get<double>());
-  return value.type_name();
-}
-
-// Field problems of one file, collected like validate_scale_object's: the message names the
-// first and counts the rest, the detail lists them.
-class Problems {
- public:
-  explicit Problems(std::string prefix) : m_prefix(std::move(prefix)) {}
-
-  void add(std::string text) {
-    ++m_count;
-    if (m_texts.size() < k_max_reported_problems) m_texts.push_back(m_prefix + std::move(text));
-  }
-  void add_field(std::string_view field, std::string_view text) {
-    add("field '" + std::string(field) + "': " + std::string(text));
-  }
-  bool empty() const { return m_count == 0; }
-
-  std::unexpected<Error> error() const {
-    std::string message = m_texts.front();
-    std::string detail;
-    if (m_count > 1) {
-      message += " (and " + std::to_string(m_count - 1) + " more problem" +
-                 (m_count > 2 ? "s" : "") + ")";
-      for (const std::string& text : m_texts) detail += (detail.empty() ? "" : "\n") + text;
-      if (m_count > m_texts.size())
-        detail += "\n... " + std::to_string(m_count - m_texts.size()) + " more not shown";
-    }
-    return make_error(ErrorCode::invalid_input, std::move(message), std::move(detail));
-  }
-
- private:
-  std::string m_prefix;
-  std::vector<std::string> m_texts;
-  std::size_t m_count = 0;
-};
 
 // An integer field in [min, max]; nullopt (after recording why) when absent or unusable.
 std::optional<std::int64_t> integer_field(const json& object, std::string_view field,
-                                          std::int64_t min, std::int64_t max, Problems& problems) {
+                                          std::int64_t min, std::int64_t max, FieldProblems& problems) {
   const auto it = object.find(field);
   if (it == object.end()) {
     problems.add_field(field, "missing (required)");
@@ -89,7 +44,7 @@ std::optional<std::int64_t> integer_field(const json& object, std::string_view f
   }
   const std::string range = min == 1 ? "a positive integer" : "an integer >= " + std::to_string(min);
   if (!it->is_number_integer()) {
-    problems.add_field(field, "must be " + range + ", got " + describe(*it));
+    problems.add_field(field, "must be " + range + ", got " + describe_value(*it));
     return std::nullopt;
   }
   // nlohmann stores non-negative integers as unsigned, which may exceed int64's range.
@@ -104,14 +59,14 @@ std::optional<std::int64_t> integer_field(const json& object, std::string_view f
 }
 
 std::optional<std::string> text_field(const json& object, std::string_view field,
-                                      Problems& problems) {
+                                      FieldProblems& problems) {
   const auto it = object.find(field);
   if (it == object.end()) {
     problems.add_field(field, "missing (required)");
     return std::nullopt;
   }
   if (!it->is_string() || it->get<std::string>().empty()) {
-    problems.add_field(field, "must be a non-empty string, got " + describe(*it));
+    problems.add_field(field, "must be a non-empty string, got " + describe_value(*it));
     return std::nullopt;
   }
   if (it->get<std::string>().size() > k_max_text_length) {
@@ -179,7 +134,7 @@ Status check_option_values(const CalibrationOptions& options) {
 Status check_fits_checkpoint(const CaptureRun& run, const CalibrationOptions& options) {
   const Capture& first = run.captures.front();
   if (const auto& ckpt = options.checkpoint) {
-    Problems problems(ckpt->config_file + ": ");
+    FieldProblems problems(ckpt->config_file + ": ");
     if (ckpt->num_hidden_layers != run.num_layers)
       problems.add_field("num_hidden_layers",
                          "is " + std::to_string(ckpt->num_hidden_layers) + " but the captures have num_layers " +
@@ -208,11 +163,11 @@ Status check_fits_checkpoint(const CaptureRun& run, const CalibrationOptions& op
 
 Result<Capture> parse_capture(std::string_view text, const std::string& file) {
   const json object = JC_TRY(parse_json_strict(text, file));
-  Problems problems(file + ": ");
+  FieldProblems problems(file + ": ");
   if (!object.is_object())
     return make_error(ErrorCode::invalid_input, file + ": expected a JSON object (" +
                                                     std::string(k_capture_format_v1) + "), got " +
-                                                    describe(object));
+                                                    describe_value(object));
   // A wrong format means the other fields follow rules we do not know: report only that.
   const auto format = object.find("format");
   if (format == object.end() || !format->is_string() ||
@@ -221,7 +176,7 @@ Result<Capture> parse_capture(std::string_view text, const std::string& file) {
     if (format == object.end()) {
       problems.add_field("format", "missing (required: " + wanted + ")");
     } else {
-      std::string text = "must be " + wanted + ", got " + describe(*format);
+      std::string text = "must be " + wanted + ", got " + describe_value(*format);
       if (format->is_string() && format->get<std::string>() == k_scales_format_v1)
         text += " (a scales file, not a capture)";
       problems.add_field("format", text);
@@ -255,7 +210,7 @@ Result<Capture> parse_capture(std::string_view text, const std::string& file) {
   if (const auto it = object.find("max_abs"); it == object.end()) {
     problems.add_field("max_abs", "missing (required)");
   } else if (!it->is_array()) {
-    problems.add_field("max_abs", "must be an array of numbers, got " + describe(*it));
+    problems.add_field("max_abs", "must be an array of numbers, got " + describe_value(*it));
   } else {
     if (num_layers && it->size() != static_cast<std::size_t>(*num_layers)) {
       problems.add_field("max_abs", "has " + std::to_string(it->size()) + " entries, expected " +
@@ -265,7 +220,7 @@ Result<Capture> parse_capture(std::string_view text, const std::string& file) {
       const json& element = (*it)[i];
       const std::string where = "max_abs[" + std::to_string(i) + "]";
       if (!element.is_number()) {
-        problems.add_field(where, "must be a number, got " + describe(element));
+        problems.add_field(where, "must be a number, got " + describe_value(element));
         continue;
       }
       const double v = element.get<double>();
@@ -315,7 +270,7 @@ Result<CaptureRun> assemble_run(std::vector<Capture> captures, std::string_view 
   }
 
   const Capture& first = captures.front();
-  Problems problems("");
+  FieldProblems problems("");
   for (const Capture& c : captures) {
     const auto differs = [&](std::string_view field, const std::string& mine, const std::string& theirs) {
       if (mine != theirs)
@@ -443,7 +398,7 @@ Result<Calibration> calibrate(std::vector<Capture> primary, std::vector<Capture>
   if (!envelope.empty()) {
     CaptureRun env = JC_TRY(assemble_run(std::move(envelope), "envelope"));
     const Capture& e = env.captures.front();
-    Problems problems(e.file + ": ");
+    FieldProblems problems(e.file + ": ");
     if (env.num_layers != run.num_layers)
       problems.add_field("num_layers", "envelope has " + std::to_string(env.num_layers) +
                                            ", the primary run has " + std::to_string(run.num_layers) +
@@ -473,7 +428,7 @@ Result<Calibration> calibrate(std::vector<Capture> primary, std::vector<Capture>
     out.envelope_agreement = std::move(env_agreement);
   }
 
-  Problems problems("");
+  FieldProblems problems("");
   for (std::size_t i = 0; i < max_abs.size(); ++i) {
     const double m = max_abs[i] * options.headroom;
     const std::string layer = "layer " + std::to_string(i) + ": ";

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/scales/field_problems.hpp"
 #include "runtime/scales/scale_json.hpp"
 #include "support/sha256.hpp"
 
@@ -23,8 +24,6 @@ constexpr std::array<std::string_view, 8> k_v1_fields = {
 constexpr std::int64_t k_max_layers = 100000;
 constexpr std::int64_t k_max_latent_dim = 1 << 20;
 constexpr std::size_t k_max_revision_length = 256;
-// A file with thousands of bad entries should not produce a message of megabytes.
-constexpr std::size_t k_max_reported_problems = 16;
 
 std::string supported_formats() { return std::string(k_scales_format_v1); }
 
@@ -32,18 +31,6 @@ std::string known_v1_fields() {
   std::string list;
   for (std::string_view f : k_v1_fields) list += (list.empty() ? "" : ", ") + std::string(f);
   return list;
-}
-
-// "boolean true" reads better than "boolean" when the value is what was wrong.
-std::string describe(const json& value) {
-  if (value.is_boolean()) return std::string("boolean ") + (value.get<bool>() ? "true" : "false");
-  if (value.is_string()) {
-    std::string text = value.get<std::string>();
-    if (text.size() > 40) text = text.substr(0, 40) + "...";
-    return "string \"" + text + "\"";
-  }
-  if (value.is_number()) return "number " + format_number(value.get<double>());
-  return value.type_name();
 }
 
 std::string lower(std::string_view text) {
@@ -57,48 +44,17 @@ bool all_hex(std::string_view text) {
                      [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
-class Problems {
- public:
-  Problems(const std::string& file, const std::string& prefix) : m_file(file), m_prefix(prefix) {}
-
-  void add(std::string_view field, std::string_view text) {
-    ++m_count;
-    if (m_texts.size() < k_max_reported_problems)
-      m_texts.push_back(m_file + ": field '" + m_prefix + std::string(field) + "': " +
-                        std::string(text));
-  }
-  bool empty() const { return m_count == 0; }
-
-  std::unexpected<Error> error() const {
-    std::string message = m_texts.front();
-    std::string detail;
-    if (m_count > 1) {
-      message += " (and " + std::to_string(m_count - 1) + " more problem" +
-                 (m_count > 2 ? "s" : "") + ")";
-      for (const std::string& text : m_texts) detail += (detail.empty() ? "" : "\n") + text;
-      if (m_count > m_texts.size())
-        detail += "\n... " + std::to_string(m_count - m_texts.size()) + " more not shown";
-    }
-    return make_error(ErrorCode::invalid_input, std::move(message), std::move(detail));
-  }
-
- private:
-  const std::string& m_file;
-  const std::string& m_prefix;
-  std::vector<std::string> m_texts;
-  std::size_t m_count = 0;
-};
 
 // A positive integer field; nullopt (after recording why) when absent or unusable.
 std::optional<int> positive_int(const json& object, std::string_view field, std::int64_t max,
-                                Problems& problems) {
+                                FieldProblems& problems) {
   const auto it = object.find(field);
   if (it == object.end()) {
-    problems.add(field, "missing (required)");
+    problems.add_field(field, "missing (required)");
     return std::nullopt;
   }
   if (!it->is_number_integer()) {
-    problems.add(field, "must be a positive integer, got " + describe(*it));
+    problems.add_field(field, "must be a positive integer, got " + describe_value(*it));
     return std::nullopt;
   }
   // nlohmann stores non-negative integers as unsigned, which may exceed int64's range.
@@ -107,7 +63,7 @@ std::optional<int> positive_int(const json& object, std::string_view field, std:
           ? (it->get<std::uint64_t>() > 0 && it->get<std::uint64_t>() <= static_cast<std::uint64_t>(max))
           : (it->get<std::int64_t>() > 0 && it->get<std::int64_t>() <= max);
   if (!in_range) {
-    problems.add(field, "must be a positive integer no larger than " + std::to_string(max) +
+    problems.add_field(field, "must be a positive integer no larger than " + std::to_string(max) +
                             ", got " + it->dump());
     return std::nullopt;
   }
@@ -116,7 +72,7 @@ std::optional<int> positive_int(const json& object, std::string_view field, std:
 
 // Numbers of an array field; an element that is not a usable number is nullopt.
 std::vector<std::optional<double>> numbers(const json& array, std::string_view field,
-                                           bool strictly_positive, Problems& problems) {
+                                           bool strictly_positive, FieldProblems& problems) {
   std::vector<std::optional<double>> values;
   values.reserve(array.size());
   for (std::size_t i = 0; i < array.size(); ++i) {
@@ -124,21 +80,21 @@ std::vector<std::optional<double>> numbers(const json& array, std::string_view f
     const std::string where = std::string(field) + "[" + std::to_string(i) + "]";
     values.emplace_back();
     if (!element.is_number()) {
-      problems.add(where, "must be a number, got " + describe(element));
+      problems.add_field(where, "must be a number, got " + describe_value(element));
       continue;
     }
     const double v = element.get<double>();
     if (!std::isfinite(v)) {
-      problems.add(where, "must be finite, got " + format_number(v));
+      problems.add_field(where, "must be finite, got " + format_number(v));
       continue;
     }
     if (strictly_positive) {
       if (auto problem = latent_scale_problem(v)) {
-        problems.add(where, std::move(*problem));
+        problems.add_field(where, std::move(*problem));
         continue;
       }
     } else if (v < 0) {
-      problems.add(where, "must be >= 0, got " + format_number(v));
+      problems.add_field(where, "must be >= 0, got " + format_number(v));
       continue;
     }
     values.back() = v;
@@ -147,6 +103,17 @@ std::vector<std::optional<double>> numbers(const json& array, std::string_view f
 }
 
 }  // namespace
+
+std::string describe_value(const json& value) {
+  if (value.is_boolean()) return std::string("boolean ") + (value.get<bool>() ? "true" : "false");
+  if (value.is_string()) {
+    std::string text = value.get<std::string>();
+    if (text.size() > 40) text = text.substr(0, 40) + "...";
+    return "string \"" + text + "\"";
+  }
+  if (value.is_number()) return "number " + format_number(value.get<double>());
+  return value.type_name();
+}
 
 std::optional<std::string> latent_scale_problem(double value) {
   if (!std::isfinite(value)) return "must be finite, got " + format_number(value);
@@ -162,28 +129,28 @@ std::optional<std::string> latent_scale_problem(double value) {
 Result<ScaleFileContents> validate_scale_object(const json& object, const std::string& file,
                                                 const std::string& field_prefix,
                                                 const Expectations& expectations) {
-  Problems problems(file, field_prefix);
+  FieldProblems problems(file + ": ", field_prefix);
   if (!object.is_object()) {
     const std::string where =
         field_prefix.empty() ? std::string() : " field '" + field_prefix.substr(0, field_prefix.size() - 1) + "':";
     return make_error(ErrorCode::invalid_input,
                       file + ":" + where + " expected a JSON object (" + supported_formats() +
-                          "), got " + describe(object));
+                          "), got " + describe_value(object));
   }
 
   // A wrong format means the other fields follow rules we do not know: report only that.
   const auto format = object.find("format");
   if (format == object.end()) {
-    problems.add("format", "missing; supported formats: " + supported_formats());
+    problems.add_field("format", "missing; supported formats: " + supported_formats());
     return problems.error();
   }
   if (!format->is_string()) {
-    problems.add("format", "must be a string, got " + describe(*format) +
+    problems.add_field("format", "must be a string, got " + describe_value(*format) +
                                "; supported formats: " + supported_formats());
     return problems.error();
   }
   if (format->get<std::string>() != k_scales_format_v1) {
-    problems.add("format", "unsupported format \"" + format->get<std::string>() +
+    problems.add_field("format", "unsupported format \"" + format->get<std::string>() +
                                "\"; supported formats: " + supported_formats());
     return problems.error();
   }
@@ -193,29 +160,29 @@ Result<ScaleFileContents> validate_scale_object(const json& object, const std::s
 
   for (const auto& [key, value] : object.items()) {
     if (std::find(k_v1_fields.begin(), k_v1_fields.end(), key) == k_v1_fields.end())
-      problems.add(key, "unknown field; a v1 object has only " + known_v1_fields());
+      problems.add_field(key, "unknown field; a v1 object has only " + known_v1_fields());
   }
 
   const std::optional<int> num_layers = positive_int(object, "num_layers", k_max_layers, problems);
   if (num_layers && expectations.num_layers && *num_layers != *expectations.num_layers) {
-    problems.add("num_layers", "is " + std::to_string(*num_layers) + " but the model has " +
+    problems.add_field("num_layers", "is " + std::to_string(*num_layers) + " but the model has " +
                                    std::to_string(*expectations.num_layers) +
                                    " layers (num_hidden_layers)");
   }
   const std::optional<int> latent_dim =
       positive_int(object, "latent_dim", k_max_latent_dim, problems);
   if (latent_dim && expectations.latent_dim && *latent_dim != *expectations.latent_dim) {
-    problems.add("latent_dim", "is " + std::to_string(*latent_dim) + " but the model's kv_lora_rank is " +
+    problems.add_field("latent_dim", "is " + std::to_string(*latent_dim) + " but the model's kv_lora_rank is " +
                                    std::to_string(*expectations.latent_dim));
   }
 
   std::optional<double> denominator;
   if (const auto it = object.find("denominator"); it == object.end()) {
-    problems.add("denominator", "missing (required; must be 2688 = 6 * 448)");
+    problems.add_field("denominator", "missing (required; must be 2688 = 6 * 448)");
   } else if (!it->is_number()) {
-    problems.add("denominator", "must be the number 2688 (6 * 448), got " + describe(*it));
+    problems.add_field("denominator", "must be the number 2688 (6 * 448), got " + describe_value(*it));
   } else if (it->get<double>() != k_scales_denominator) {
-    problems.add("denominator", "must be exactly 2688 (6 * 448), got " + format_number(it->get<double>()));
+    problems.add_field("denominator", "must be exactly 2688 (6 * 448), got " + format_number(it->get<double>()));
   } else {
     denominator = k_scales_denominator;
   }
@@ -225,12 +192,12 @@ Result<ScaleFileContents> validate_scale_object(const json& object, const std::s
   std::vector<std::optional<double>> scales;
   bool have_scales = false;
   if (const auto it = object.find("scales"); it == object.end()) {
-    problems.add("scales", "missing (required)");
+    problems.add_field("scales", "missing (required)");
   } else if (!it->is_array()) {
-    problems.add("scales", "must be an array of numbers, got " + describe(*it));
+    problems.add_field("scales", "must be an array of numbers, got " + describe_value(*it));
   } else {
     if (expected_count && it->size() != static_cast<std::size_t>(*expected_count))
-      problems.add("scales", "has " + std::to_string(it->size()) + " entries, expected " +
+      problems.add_field("scales", "has " + std::to_string(it->size()) + " entries, expected " +
                                  std::to_string(*expected_count) + " (num_layers)");
     scales = numbers(*it, "scales", /*strictly_positive=*/true, problems);
     have_scales = true;
@@ -240,10 +207,10 @@ Result<ScaleFileContents> validate_scale_object(const json& object, const std::s
   const auto max_abs_it = object.find("max_abs");
   if (max_abs_it != object.end()) {
     if (!max_abs_it->is_array()) {
-      problems.add("max_abs", "must be an array of numbers, got " + describe(*max_abs_it));
+      problems.add_field("max_abs", "must be an array of numbers, got " + describe_value(*max_abs_it));
     } else {
       if (have_scales && max_abs_it->size() != scales.size())
-        problems.add("max_abs", "has " + std::to_string(max_abs_it->size()) +
+        problems.add_field("max_abs", "has " + std::to_string(max_abs_it->size()) +
                                     " entries, scales has " + std::to_string(scales.size()));
       max_abs = numbers(*max_abs_it, "max_abs", /*strictly_positive=*/false, problems);
       const std::size_t common = std::min(max_abs.size(), scales.size());
@@ -252,7 +219,7 @@ Result<ScaleFileContents> validate_scale_object(const json& object, const std::s
         const double expected = *max_abs[i] / *denominator;
         const double difference = std::fabs(*scales[i] - expected);
         if (!(difference <= k_max_abs_tolerance * std::fabs(expected))) {
-          problems.add("max_abs[" + std::to_string(i) + "]",
+          problems.add_field("max_abs[" + std::to_string(i) + "]",
                        format_number(*max_abs[i]) + " / 2688 = " + format_number(expected) +
                            " disagrees with scales[" + std::to_string(i) + "] = " +
                            format_number(*scales[i]) + " (more than 1e-6 relative)");
@@ -263,9 +230,9 @@ Result<ScaleFileContents> validate_scale_object(const json& object, const std::s
 
   if (const auto it = object.find("model_revision"); it != object.end()) {
     if (!it->is_string() || it->get<std::string>().empty()) {
-      problems.add("model_revision", "must be a non-empty string, got " + describe(*it));
+      problems.add_field("model_revision", "must be a non-empty string, got " + describe_value(*it));
     } else if (it->get<std::string>().size() > k_max_revision_length) {
-      problems.add("model_revision", "is longer than " + std::to_string(k_max_revision_length) +
+      problems.add_field("model_revision", "is longer than " + std::to_string(k_max_revision_length) +
                                          " characters");
     } else {
       contents.model_revision = it->get<std::string>();
@@ -274,7 +241,7 @@ Result<ScaleFileContents> validate_scale_object(const json& object, const std::s
 
   if (const auto it = object.find("provenance"); it != object.end()) {
     if (!it->is_object()) {
-      problems.add("provenance", "must be an object, got " + describe(*it));
+      problems.add_field("provenance", "must be an object, got " + describe_value(*it));
     } else {
       contents.provenance_json = it->dump(-1, ' ', false, json::error_handler_t::replace);
     }
@@ -309,7 +276,7 @@ Result<CheckpointScales> parse_checkpoint_field(const json& value, const std::st
   if (!value.is_object()) {
     return fail("", "expected an inline " + std::string(k_scales_format_v1) +
                         " object or a sidecar reference {\"file\": ..., \"sha256\": ...}, got " +
-                        describe(value));
+                        describe_value(value));
   }
   const bool has_file = value.contains("file");
   if (has_file && value.contains("format"))
@@ -323,14 +290,14 @@ Result<CheckpointScales> parse_checkpoint_field(const json& value, const std::st
   }
   const json& file = value.at("file");
   if (!file.is_string() || file.get<std::string>().empty())
-    return fail(".file", "must be a non-empty relative path, got " + describe(file));
+    return fail(".file", "must be a non-empty relative path, got " + describe_value(file));
   if (file.get<std::string>().find('\0') != std::string::npos)
     return fail(".file", "contains a NUL character");
   const auto sha = value.find("sha256");
   if (sha == value.end())
     return fail(".sha256", "missing; a sidecar reference must pin the file's SHA-256");
   if (!sha->is_string() || !is_sha256_hex(sha->get<std::string>()))
-    return fail(".sha256", "must be 64 hexadecimal digits, got " + describe(*sha));
+    return fail(".sha256", "must be 64 hexadecimal digits, got " + describe_value(*sha));
   return CheckpointScales(SidecarReference{file.get<std::string>(), lower(sha->get<std::string>())});
 }
 

@@ -174,6 +174,36 @@ TEST_P(ThreePaths, TheSameKernelGivesACubinForTheTargetHoldingTheEntry) {
 
 INSTANTIATE_TEST_SUITE_P(ProductTargets, ThreePaths, ::testing::Values("sm_90", "sm_100a", "sm_120a"));
 
+// golden/axpy_nvvm.bc is `llvm-as-14 golden/axpy_nvvm.ll`, and that .ll is axpy_ll():
+// libNVVM takes bitcode as it is, through the same call as text.
+std::string golden(const char* name) {
+  std::ifstream in(jitcache::testing::source_dir() / "tests" / "runtime" / "compile" / "golden" / name, std::ios::binary);
+  EXPECT_TRUE(in) << "missing golden file " << name;
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(SourceCompiler, NvvmBitcodeForEveryTarget) {
+  ASSERT_EQ(golden("axpy_nvvm.ll"), axpy_ll()) << "regenerate golden/axpy_nvvm.ll and .bc from axpy_ll()";
+  const std::string bitcode = golden("axpy_nvvm.bc");
+  ASSERT_EQ(bitcode.substr(0, 2), "BC");
+  for (const char* target : {"sm_90", "sm_100a", "sm_120a"}) {
+    auto out = compile_source(input(SourceKind::nvvm, bitcode, target));
+    ASSERT_OK(out);
+    auto info = read_cubin_info(out->cubin);
+    ASSERT_OK(info);
+    EXPECT_EQ(info->sm, target_sm(target));
+    EXPECT_EQ(info->functions, std::vector<std::string>{"axpy"});
+  }
+  // Cut short: a clean error from libNVVM, whatever its stage.
+  for (std::size_t n : {std::size_t{4}, bitcode.size() / 2, bitcode.size() - 1}) {
+    auto r = compile_source(input(SourceKind::nvvm, bitcode.substr(0, n), "sm_100a"));
+    ASSERT_FALSE(r) << n;
+    EXPECT_EQ(r.error().code, ErrorCode::compile) << r.error().to_string();
+    EXPECT_NE(r.error().message.find("libNVVM could not compile input.ll for sm_100a"), std::string::npos)
+        << r.error().to_string();
+  }
+}
+
 TEST(SourceCompiler, OptionsReachTheTool) {
   auto out = compile_source([] {
     auto in = input(SourceKind::ptx, axpy_ptx("sm_90"), "sm_90");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,23 @@ struct NvrtcOptions {
 };
 
 std::unique_ptr<Compiler> make_nvrtc_compiler(NvrtcOptions options = {});
+
+// One NVRTC compile of a translation unit with named headers: the building block of the
+// NVRTC back end and of compile_source (source_compiler.hpp). Errors are
+// ErrorCode::compile naming `what` and the failing call, with the options and the full
+// log in Error::detail.
+struct NvrtcHeader {
+  const char* name;  // as the source #includes it; NUL-terminated
+  const char* text;  // NUL-terminated
+};
+struct NvrtcOutput {
+  std::string ptx;
+  std::vector<std::uint8_t> cubin;
+  std::string log;
+};
+Result<NvrtcOutput> run_nvrtc(const std::string& program_name, const std::string& source,
+                              std::span<const NvrtcHeader> headers, const std::vector<std::string>& options,
+                              const std::string& what);
 
 // Parses ptxas' "-v" report in a compiler log for one entry function.
 ResourceUsage parse_ptxas_usage(const std::string& log, const std::string& entry);

@@ -3,8 +3,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
-
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -16,6 +14,7 @@
 
 #include "jitcache/log.hpp"
 #include "runtime/compile/compiler.hpp"
+#include "runtime/compile/toolkit_library.hpp"
 #include "support/atomic_file.hpp"
 #include "support/env.hpp"
 #include "support/regular_file.hpp"
@@ -47,16 +46,6 @@ std::string joined(const std::vector<std::string>& options) {
 constexpr const char* k_memo_format = "jitcache_compiler_fingerprints_v1";
 constexpr std::size_t k_memo_max_entries = 16;
 constexpr std::size_t k_memo_max_bytes = 64 * 1024;
-
-std::optional<std::string> describe_file(const std::filesystem::path& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  // ctime as well as mtime: restoring a file's mtime (cp -p, tar) still changes its ctime.
-  return path.string() + " size " + std::to_string(st.st_size) + " mtime " + std::to_string(st.st_mtim.tv_sec) +
-         "." + std::to_string(st.st_mtim.tv_nsec) + " ctime " + std::to_string(st.st_ctim.tv_sec) + "." +
-         std::to_string(st.st_ctim.tv_nsec) + " inode " + std::to_string(st.st_dev) + ":" +
-         std::to_string(st.st_ino);
-}
 
 // What identifies the NVRTC build this process runs, without compiling anything: the
 // loaded libnvrtc file and the libnvrtc-builtins it loads from its own directory. A
@@ -162,59 +151,21 @@ class NvrtcCompiler final : public Compiler {
 
   Result<CompiledArtifact> compile(const GeneratedSource& source) const override {
     const auto started = std::chrono::steady_clock::now();
-    std::vector<const char*> header_texts, header_names;
-    for (const auto& h : source.headers) {
-      // NVRTC wants NUL-terminated strings; the embedded views are literals, so they are.
-      header_texts.push_back(h.text.data());
-      header_names.push_back(h.include_name.data());
-    }
-    nvrtcProgram raw = nullptr;
-    nvrtcResult rc = nvrtcCreateProgram(&raw, source.source.c_str(), source.program_name.c_str(),
-                                        static_cast<int>(header_texts.size()), header_texts.data(),
-                                        header_names.data());
-    if (rc != NVRTC_SUCCESS)
-      return make_error(ErrorCode::compile, "nvrtcCreateProgram failed for " + source.spec.label() +
-                                                ": " + nvrtcGetErrorString(rc));
-    Program program(raw);
+    // NVRTC wants NUL-terminated strings; the embedded views are literals, so they are.
+    std::vector<NvrtcHeader> headers;
+    for (const auto& h : source.headers) headers.push_back({h.include_name.data(), h.text.data()});
 
     CompiledArtifact artifact;
     artifact.spec = source.spec;
     artifact.entry = source.entry;
     artifact.facts = source.facts;
     artifact.options = options(source.spec);
-    std::vector<const char*> argv;
-    for (const auto& o : artifact.options) argv.push_back(o.c_str());
-
-    rc = nvrtcCompileProgram(program.get(), static_cast<int>(argv.size()), argv.data());
-    std::size_t log_size = 0;
-    if (nvrtcGetProgramLogSize(program.get(), &log_size) == NVRTC_SUCCESS && log_size > 1) {
-      artifact.log.resize(log_size);
-      nvrtcGetProgramLog(program.get(), artifact.log.data());
-      artifact.log.resize(log_size - 1);
-    }
-    if (rc != NVRTC_SUCCESS) {
-      return make_error(ErrorCode::compile,
-                        "NVRTC could not compile " + source.program_name + " (" +
-                            source.spec.label() + "): " + nvrtcGetErrorString(rc),
-                        "options: " + joined(artifact.options) + "\nlog:\n" + artifact.log);
-    }
-
-    std::size_t ptx_size = 0;
-    if (nvrtcGetPTXSize(program.get(), &ptx_size) == NVRTC_SUCCESS && ptx_size > 0) {
-      artifact.ptx.resize(ptx_size);
-      nvrtcGetPTX(program.get(), artifact.ptx.data());
-      artifact.ptx.resize(ptx_size - 1);
-    }
-    std::size_t cubin_size = 0;
-    rc = nvrtcGetCUBINSize(program.get(), &cubin_size);
-    if (rc != NVRTC_SUCCESS || cubin_size == 0)
-      return make_error(ErrorCode::compile,
-                        "NVRTC produced no cubin for " + source.spec.label() +
-                            " (is the target a real architecture?)",
-                        "options: " + joined(artifact.options));
-    artifact.cubin.resize(cubin_size);
-    nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(artifact.cubin.data()));
-
+    auto compiled = run_nvrtc(source.program_name, source.source, headers, artifact.options,
+                              source.program_name + " (" + source.spec.label() + ")");
+    if (!compiled) return std::unexpected(std::move(compiled.error()));
+    artifact.ptx = std::move(compiled->ptx);
+    artifact.cubin = std::move(compiled->cubin);
+    artifact.log = std::move(compiled->log);
     artifact.usage = parse_ptxas_usage(artifact.log, artifact.entry);
     artifact.compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
@@ -268,11 +219,7 @@ class NvrtcCompiler final : public Compiler {
       nvrtcGetSupportedArchs(archs.data());
       for (int a : archs) text += " sm" + std::to_string(a);
     }
-    const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
-    char hex[33];
-    std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
-                  static_cast<unsigned long long>(h.low64));
-    return std::string(hex);
+    return fingerprint_digest(text);
   }
 
   NvrtcOptions m_options;
@@ -282,6 +229,52 @@ class NvrtcCompiler final : public Compiler {
 
 }  // namespace
 
+Result<NvrtcOutput> run_nvrtc(const std::string& program_name, const std::string& source,
+                              std::span<const NvrtcHeader> headers, const std::vector<std::string>& options,
+                              const std::string& what) {
+  std::vector<const char*> header_texts, header_names;
+  for (const NvrtcHeader& h : headers) {
+    header_texts.push_back(h.text);
+    header_names.push_back(h.name);
+  }
+  nvrtcProgram raw = nullptr;
+  nvrtcResult rc = nvrtcCreateProgram(&raw, source.c_str(), program_name.c_str(), static_cast<int>(header_texts.size()),
+                                      header_texts.data(), header_names.data());
+  if (rc != NVRTC_SUCCESS)
+    return make_error(ErrorCode::compile, "nvrtcCreateProgram failed for " + what + ": " + nvrtcGetErrorString(rc));
+  Program program(raw);
+
+  std::vector<const char*> argv;
+  for (const auto& o : options) argv.push_back(o.c_str());
+  NvrtcOutput out;
+  rc = nvrtcCompileProgram(program.get(), static_cast<int>(argv.size()), argv.data());
+  std::size_t log_size = 0;
+  if (nvrtcGetProgramLogSize(program.get(), &log_size) == NVRTC_SUCCESS && log_size > 1) {
+    out.log.resize(log_size);
+    nvrtcGetProgramLog(program.get(), out.log.data());
+    out.log.resize(log_size - 1);
+  }
+  if (rc != NVRTC_SUCCESS)
+    return make_error(ErrorCode::compile,
+                      "NVRTC could not compile " + what + " at nvrtcCompileProgram: " + nvrtcGetErrorString(rc),
+                      "options: " + joined(options) + "\nlog:\n" + out.log);
+
+  std::size_t ptx_size = 0;
+  if (nvrtcGetPTXSize(program.get(), &ptx_size) == NVRTC_SUCCESS && ptx_size > 0) {
+    out.ptx.resize(ptx_size);
+    nvrtcGetPTX(program.get(), out.ptx.data());
+    out.ptx.resize(ptx_size - 1);
+  }
+  std::size_t cubin_size = 0;
+  rc = nvrtcGetCUBINSize(program.get(), &cubin_size);
+  if (rc != NVRTC_SUCCESS || cubin_size == 0)
+    return make_error(ErrorCode::compile, "NVRTC produced no cubin for " + what + " (is the target a real architecture?)",
+                      "options: " + joined(options));
+  out.cubin.resize(cubin_size);
+  nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(out.cubin.data()));
+  return out;
+}
+
 std::unique_ptr<Compiler> make_nvrtc_compiler(NvrtcOptions options) {
   return std::make_unique<NvrtcCompiler>(std::move(options));
 }
@@ -289,7 +282,15 @@ std::unique_ptr<Compiler> make_nvrtc_compiler(NvrtcOptions options) {
 ResourceUsage parse_ptxas_usage(const std::string& log, const std::string& entry) {
   ResourceUsage usage;
   const std::string marker = "Function properties for " + entry;
-  const auto at = log.find(marker);
+  // The marker ends its line: the report of `axpy` is not the one of `axpy2`. (nvJitLink's
+  // -verbose adds a summary line "info : Function properties for 'axpy':" after ptxas'
+  // own report, which this does not read.)
+  std::size_t at = log.find(marker);
+  while (at != std::string::npos) {
+    const std::size_t after = at + marker.size();
+    if (after == log.size() || log[after] == '\n' || log[after] == '\r') break;
+    at = log.find(marker, after);
+  }
   if (at == std::string::npos) return usage;
   // The entry's block ends at the next "Function properties" (or the end of the log).
   const auto end = log.find("Function properties for ", at + marker.size());

@@ -1,0 +1,154 @@
+// The same small kernel (axpy) through the three compile paths of compile_source, for
+// each product target: CUDA C++ -> NVRTC, NVVM IR -> libNVVM -> nvJitLink, PTX ->
+// nvJitLink. Prints the median of N in-process compiles per cell, the first compile of
+// each path, and the one-time load of libNVVM and nvJitLink (which this process has not
+// loaded before: it is measured first). No GPU needed.
+//
+//   bench_compile_paths [--reps N]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench_support.hpp"
+#include "runtime/compile/nvjitlink_library.hpp"
+#include "runtime/compile/nvvm_library.hpp"
+#include "runtime/compile/source_compiler.hpp"
+
+namespace {
+
+using namespace jitcache;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+constexpr const char* k_axpy_cu = R"(extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+)";
+
+// The same kernel as LLVM 7 typed-pointer NVVM IR, which libNVVM reads for every target.
+constexpr const char* k_axpy_ll = R"(target datalayout = "e-p:64:64:64-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-i128:128:128-f32:32:32-f64:64:64-v16:16:16-v32:32:32-v64:64:64-v128:128:128-n16:32:64"
+target triple = "nvptx64-nvidia-cuda"
+
+define void @axpy(float %a, float* %x, float* %y, i32 %n) {
+entry:
+  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %base = mul i32 %ctaid, %ntid
+  %i = add i32 %base, %tid
+  %inside = icmp slt i32 %i, %n
+  br i1 %inside, label %body, label %done
+body:
+  %i64 = sext i32 %i to i64
+  %px = getelementptr float, float* %x, i64 %i64
+  %py = getelementptr float, float* %y, i64 %i64
+  %vx = load float, float* %px
+  %vy = load float, float* %py
+  %ax = fmul float %a, %vx
+  %r = fadd float %ax, %vy
+  store float %r, float* %py
+  br label %done
+done:
+  ret void
+}
+
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() nounwind readnone
+declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x() nounwind readnone
+declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x() nounwind readnone
+
+!nvvm.annotations = !{!0}
+!0 = !{void (float, float*, float*, i32)* @axpy, !"kernel", i32 1}
+!nvvmir.version = !{!1}
+!1 = !{i32 2, i32 0}
+)";
+
+Result<SourceOutput> compile(SourceKind kind, const std::string& text, const std::string& target) {
+  SourceInput in;
+  in.kind = kind;
+  in.text = text;
+  in.entry = "axpy";
+  in.target = target;
+  return compile_source(in);
+}
+
+// Wall time of one compile_source call; exits on a failed compile (a figure of a failure
+// would be meaningless).
+double timed(SourceKind kind, const std::string& text, const std::string& target) {
+  const auto t = Clock::now();
+  auto out = compile(kind, text, target);
+  const double ms = ms_since(t);
+  if (!out) {
+    std::fprintf(stderr, "%s for %s failed: %s\n", to_string(kind), target.c_str(), out.error().to_string().c_str());
+    std::exit(1);
+  }
+  return ms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 7;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: bench_compile_paths [--reps N]\n");
+      return 2;
+    }
+  }
+  if (reps < 1) reps = 1;
+
+  // First: nothing has loaded them yet in this process.
+  auto t = Clock::now();
+  auto jl = nvjitlink_library();
+  const double jl_load_ms = ms_since(t);
+  t = Clock::now();
+  auto nvvm = nvvm_library();
+  const double nvvm_load_ms = ms_since(t);
+  if (!jl || !nvvm) {
+    std::fprintf(stderr, "%s\n", (!jl ? jl.error() : nvvm.error()).to_string().c_str());
+    return 1;
+  }
+  std::printf("nvJitLink %s  %s\nlibNVVM   %s  %s\n", (*jl)->version().c_str(), (*jl)->library.file.c_str(),
+              (*nvvm)->version().c_str(), (*nvvm)->library.file.c_str());
+  std::printf("one-time load (first use in this process): nvJitLink %.1f ms, libNVVM %.1f ms\n\n", jl_load_ms,
+              nvvm_load_ms);
+
+  const std::vector<std::string> targets = {"sm_90", "sm_100a", "sm_120a"};
+  const std::vector<SourceKind> kinds = {SourceKind::cuda, SourceKind::nvvm, SourceKind::ptx};
+  std::vector<std::string> ptx;
+  for (const auto& target : targets) {
+    auto out = compile(SourceKind::cuda, k_axpy_cu, target);
+    if (!out) {
+      std::fprintf(stderr, "%s\n", out.error().to_string().c_str());
+      return 1;
+    }
+    ptx.push_back(out->ptx);
+  }
+
+  std::printf("compile_source, ms: median of %d in-process compiles (the first compile of each cell in brackets)\n\n",
+              reps);
+  std::printf("| path | %s | %s | %s |\n|---|---|---|---|\n", targets[0].c_str(), targets[1].c_str(),
+              targets[2].c_str());
+  const char* labels[] = {"CUDA C++ -> NVRTC -> cubin", "NVVM IR -> libNVVM -> PTX -> nvJitLink -> cubin",
+                          "PTX -> nvJitLink -> cubin"};
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    std::printf("| %s |", labels[k]);
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      const std::string& text = kinds[k] == SourceKind::cuda ? std::string(k_axpy_cu)
+                                : kinds[k] == SourceKind::nvvm ? std::string(k_axpy_ll)
+                                                               : ptx[i];
+      const double first = timed(kinds[k], text, targets[i]);
+      std::vector<double> samples;
+      for (int r = 0; r < reps; ++r) samples.push_back(timed(kinds[k], text, targets[i]));
+      std::printf(" %.1f (%.1f) |", jitcache::bench::median(samples), first);
+    }
+    std::printf("\n");
+  }
+  return 0;
+}

@@ -1,0 +1,332 @@
+#include "runtime/compile/source_compiler.hpp"
+
+#include <nvrtc.h>
+
+#include <chrono>
+
+#include "kernel_templates/kernel_spec.hpp"
+#include "runtime/compile/cubin_elf.hpp"
+#include "runtime/compile/nvjitlink_library.hpp"
+#include "runtime/compile/nvvm_library.hpp"
+
+namespace jitcache {
+namespace {
+
+std::string joined(const std::vector<std::string>& options) {
+  std::string text;
+  for (const auto& o : options) text += (text.empty() ? "" : " ") + o;
+  return text;
+}
+
+std::vector<const char*> argv_of(const std::vector<std::string>& options) {
+  std::vector<const char*> argv;
+  for (const auto& o : options) argv.push_back(o.c_str());
+  return argv;
+}
+
+// Drops the NUL terminators the C APIs count in their sizes.
+void strip_nuls(std::string& text) {
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+}
+
+// The target field owns the architecture: an option naming another one would make the
+// binary disagree with the key that the target is part of.
+Status check_options(const SourceInput& input) {
+  for (const std::string& o : input.options) {
+    for (const char* arch : {"-arch", "--gpu-architecture", "-gpu-name", "--gpu-name"})
+      if (o.rfind(arch, 0) == 0)
+        return make_error(ErrorCode::invalid_argument, "option '" + o + "' sets the architecture; the target ('" +
+                                                           input.target + "') does that");
+    // libNVVM would emit LTO IR instead of the PTX the link step reads.
+    if (input.kind == SourceKind::nvvm && o.rfind("-gen-lto", 0) == 0)
+      return make_error(ErrorCode::invalid_argument, "option '" + o + "' is not supported for nvvm sources (LTO IR output)");
+  }
+  return {};
+}
+
+// ---- NVRTC --------------------------------------------------------------------------
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+Result<SourceOutput> compile_cuda(const SourceInput& input, const std::string& name) {
+  std::vector<NvrtcHeader> headers;
+  for (const auto& [include_name, text] : input.headers) headers.push_back({include_name.c_str(), text.c_str()});
+  // -v: ptxas' report of the entry's resources, which changes nothing in the binary.
+  std::vector<std::string> options = {"--gpu-architecture=" + input.target, "--ptxas-options=-v"};
+  options.insert(options.end(), input.options.begin(), input.options.end());
+  auto compiled = run_nvrtc(name, input.text, headers, options, name + " for " + input.target);
+  if (!compiled) return std::unexpected(std::move(compiled.error()));
+  SourceOutput out;
+  out.cubin = std::move(compiled->cubin);
+  out.ptx = std::move(compiled->ptx);
+  out.usage = parse_ptxas_usage(compiled->log, input.entry);
+  out.log = "== NVRTC ==\n" + compiled->log;
+  out.tools["nvrtc"] = nvrtc_version();
+  for (const auto& o : options) out.effective_options.push_back("nvrtc: " + o);
+  return out;
+}
+
+// ---- libNVVM ------------------------------------------------------------------------
+
+// Owns an nvvmProgram: destroyed on every path out.
+class NvvmProgram {
+ public:
+  explicit NvvmProgram(const NvvmLibrary& nvvm) : m_nvvm(nvvm) {}
+  ~NvvmProgram() {
+    if (m_program != nullptr) m_nvvm.destroy_program(&m_program);
+  }
+  NvvmProgram(const NvvmProgram&) = delete;
+  NvvmProgram& operator=(const NvvmProgram&) = delete;
+  nvvm::Program* out() { return &m_program; }
+  nvvm::Program get() const { return m_program; }
+
+  std::string log() const {
+    std::size_t size = 0;
+    if (m_nvvm.get_program_log_size(m_program, &size) != nvvm::k_success || size == 0) return {};
+    std::string text(size, '\0');
+    if (m_nvvm.get_program_log(m_program, text.data()) != nvvm::k_success) return {};
+    strip_nuls(text);
+    return text;
+  }
+
+ private:
+  const NvvmLibrary& m_nvvm;
+  nvvm::Program m_program = nullptr;
+};
+
+struct NvvmPtx {
+  std::string ptx;
+  std::string log;
+  std::vector<std::string> options;
+};
+
+Result<NvvmPtx> nvvm_to_ptx(const NvvmLibrary& nvvm, const SourceInput& input, const std::string& name) {
+  // libNVVM takes the virtual architecture; the "a" suffix carries over (compute_100a).
+  // It also picks the IR dialect: LLVM 7 typed pointers up to compute_90a, modern LLVM
+  // from compute_100.
+  const std::string arch = "compute_" + input.target.substr(3);
+  NvvmPtx out;
+  out.options = {"-arch=" + arch};
+  out.options.insert(out.options.end(), input.options.begin(), input.options.end());
+  auto argv = argv_of(out.options);
+  const std::string what = name + " for " + input.target + " (" + arch + ")";
+
+  NvvmProgram program(nvvm);
+  auto failed = [&](const char* stage, nvvm::Result rc) {
+    return make_error(ErrorCode::compile,
+                      "libNVVM could not compile " + what + " at " + stage + ": " + nvvm::result_name(rc),
+                      "options: " + joined(out.options) + "\nlog:\n" + program.log());
+  };
+  if (const auto rc = nvvm.create_program(program.out()); rc != nvvm::k_success)
+    return failed("nvvmCreateProgram", rc);
+  if (const auto rc = nvvm.add_module(program.get(), input.text.data(), input.text.size(), name.c_str());
+      rc != nvvm::k_success)
+    return failed("nvvmAddModuleToProgram", rc);
+  // Verify first: nvvmCompileProgram accepts some invalid modules (a 32-bit data layout)
+  // and leaves the failure to ptxas, with a message far from its cause.
+  if (const auto rc = nvvm.verify_program(program.get(), static_cast<int>(argv.size()), argv.data());
+      rc != nvvm::k_success)
+    return failed("nvvmVerifyProgram", rc);
+  if (const auto rc = nvvm.compile_program(program.get(), static_cast<int>(argv.size()), argv.data());
+      rc != nvvm::k_success)
+    return failed("nvvmCompileProgram", rc);
+  std::size_t size = 0;
+  if (const auto rc = nvvm.get_compiled_result_size(program.get(), &size); rc != nvvm::k_success)
+    return failed("nvvmGetCompiledResultSize", rc);
+  out.ptx.assign(size, '\0');
+  if (const auto rc = nvvm.get_compiled_result(program.get(), out.ptx.data()); rc != nvvm::k_success)
+    return failed("nvvmGetCompiledResult", rc);
+  strip_nuls(out.ptx);
+  out.log = program.log();
+  return out;
+}
+
+// ---- nvJitLink ----------------------------------------------------------------------
+
+// Owns an nvJitLinkHandle: destroyed on every path out. A failed nvJitLinkCreate still
+// hands back a handle, whose error log says why.
+class JitLinkHandle {
+ public:
+  explicit JitLinkHandle(const NvJitLinkLibrary& jl) : m_jl(jl) {}
+  ~JitLinkHandle() {
+    if (m_handle != nullptr) m_jl.destroy(&m_handle);
+  }
+  JitLinkHandle(const JitLinkHandle&) = delete;
+  JitLinkHandle& operator=(const JitLinkHandle&) = delete;
+  nvjitlink::Handle* out() { return &m_handle; }
+  nvjitlink::Handle get() const { return m_handle; }
+
+  std::string error_log() const { return read(m_jl.get_error_log_size, m_jl.get_error_log); }
+  std::string info_log() const { return read(m_jl.get_info_log_size, m_jl.get_info_log); }
+
+ private:
+  template <class SizeFn, class ReadFn>
+  std::string read(SizeFn size_of, ReadFn read_into) const {
+    if (m_handle == nullptr) return {};
+    std::size_t size = 0;
+    if (size_of(m_handle, &size) != nvjitlink::k_success || size == 0) return {};
+    std::string text(size, '\0');
+    if (read_into(m_handle, text.data()) != nvjitlink::k_success) return {};
+    strip_nuls(text);
+    return text;
+  }
+
+  const NvJitLinkLibrary& m_jl;
+  nvjitlink::Handle m_handle = nullptr;
+};
+
+struct Linked {
+  std::vector<std::uint8_t> cubin;
+  std::string info_log;
+  std::vector<std::string> options;
+};
+
+Result<Linked> link_ptx(const NvJitLinkLibrary& jl, const std::string& ptx, const std::string& name,
+                        const std::string& target, const std::vector<std::string>& extra) {
+  Linked out;
+  // -verbose: ptxas' resource report in the info log; it changes nothing in the binary.
+  out.options = {"-arch=" + target, "-verbose"};
+  out.options.insert(out.options.end(), extra.begin(), extra.end());
+  auto argv = argv_of(out.options);
+
+  JitLinkHandle link(jl);
+  auto failed = [&](const char* stage, nvjitlink::Result rc) {
+    return make_error(ErrorCode::compile,
+                      "nvJitLink could not link " + name + " for " + target + " at " + stage + ": " +
+                          nvjitlink::result_name(rc),
+                      "options: " + joined(out.options) + "\nerror log:\n" + link.error_log() + "\ninfo log:\n" +
+                          link.info_log());
+  };
+  if (const auto rc = jl.create(link.out(), static_cast<std::uint32_t>(argv.size()), argv.data());
+      rc != nvjitlink::k_success)
+    return failed("nvJitLinkCreate", rc);
+  // For PTX the assembly happens here, so ptxas' errors come from this call.
+  if (const auto rc = jl.add_data(link.get(), nvjitlink::k_input_ptx, ptx.data(), ptx.size(), name.c_str());
+      rc != nvjitlink::k_success)
+    return failed("nvJitLinkAddData", rc);
+  if (const auto rc = jl.complete(link.get()); rc != nvjitlink::k_success) return failed("nvJitLinkComplete", rc);
+  std::size_t size = 0;
+  if (const auto rc = jl.get_linked_cubin_size(link.get(), &size); rc != nvjitlink::k_success)
+    return failed("nvJitLinkGetLinkedCubinSize", rc);
+  out.cubin.resize(size);
+  if (const auto rc = jl.get_linked_cubin(link.get(), out.cubin.data()); rc != nvjitlink::k_success)
+    return failed("nvJitLinkGetLinkedCubin", rc);
+  out.info_log = link.info_log();
+  return out;
+}
+
+Result<SourceOutput> compile_nvvm(const SourceInput& input, const std::string& name, const NvvmLibrary& nvvm,
+                                  const NvJitLinkLibrary& jl) {
+  auto ptx = nvvm_to_ptx(nvvm, input, name);
+  if (!ptx) return std::unexpected(std::move(ptx.error()));
+  auto linked = link_ptx(jl, ptx->ptx, name + ".ptx", input.target, {});
+  if (!linked) return std::unexpected(std::move(linked.error()));
+  SourceOutput out;
+  out.cubin = std::move(linked->cubin);
+  out.usage = parse_ptxas_usage(linked->info_log, input.entry);
+  out.ptx = std::move(ptx->ptx);
+  out.log = "== libNVVM ==\n" + ptx->log + "\n== nvJitLink ==\n" + linked->info_log;
+  out.tools["libnvvm"] = nvvm.version();
+  out.tools["nvjitlink"] = jl.version();
+  for (const auto& o : ptx->options) out.effective_options.push_back("libnvvm: " + o);
+  for (const auto& o : linked->options) out.effective_options.push_back("nvjitlink: " + o);
+  return out;
+}
+
+Result<SourceOutput> compile_ptx(const SourceInput& input, const std::string& name, const NvJitLinkLibrary& jl) {
+  auto linked = link_ptx(jl, input.text, name, input.target, input.options);
+  if (!linked) return std::unexpected(std::move(linked.error()));
+  SourceOutput out;
+  out.cubin = std::move(linked->cubin);
+  out.usage = parse_ptxas_usage(linked->info_log, input.entry);
+  out.ptx = input.text;
+  out.log = "== nvJitLink ==\n" + linked->info_log;
+  out.tools["nvjitlink"] = jl.version();
+  for (const auto& o : linked->options) out.effective_options.push_back("nvjitlink: " + o);
+  return out;
+}
+
+const char* default_name(SourceKind kind) {
+  switch (kind) {
+    case SourceKind::cuda: return "input.cu";
+    case SourceKind::nvvm: return "input.ll";
+    case SourceKind::ptx: return "input.ptx";
+  }
+  return "input";
+}
+
+const char* tool_of(SourceKind kind) {
+  switch (kind) {
+    case SourceKind::cuda: return "NVRTC";
+    case SourceKind::nvvm: return "libNVVM";
+    case SourceKind::ptx: return "nvJitLink";
+  }
+  return "?";
+}
+
+}  // namespace
+
+const char* to_string(SourceKind kind) {
+  switch (kind) {
+    case SourceKind::cuda: return "cuda";
+    case SourceKind::nvvm: return "nvvm";
+    case SourceKind::ptx: return "ptx";
+  }
+  return "?";
+}
+
+std::optional<SourceKind> parse_source_kind(std::string_view text) {
+  for (SourceKind kind : {SourceKind::cuda, SourceKind::nvvm, SourceKind::ptx})
+    if (text == to_string(kind)) return kind;
+  return std::nullopt;
+}
+
+Result<SourceOutput> compile_source(const SourceInput& input) {
+  const std::string name = input.name.empty() ? default_name(input.kind) : input.name;
+  // Everything a request can get wrong is refused before a library is loaded or a tool runs.
+  if (auto target = parse_target(input.target); !target)
+    return make_error(ErrorCode::invalid_argument, name + ": " + target.error().message);
+  if (input.text.empty())
+    return make_error(ErrorCode::invalid_argument,
+                      name + ": the " + std::string(to_string(input.kind)) + " source is empty; " + tool_of(input.kind) +
+                          " was not run");
+  if (input.entry.empty()) return make_error(ErrorCode::invalid_argument, name + ": no entry symbol given");
+  if (input.kind != SourceKind::cuda && !input.headers.empty())
+    return make_error(ErrorCode::invalid_argument,
+                      name + ": headers are for cuda sources only, not " + std::string(to_string(input.kind)));
+  JC_TRY(check_options(input));
+
+  // Loaded before the clock starts: compile_ms is the compile, not the one-time load.
+  const NvvmLibrary* nvvm = nullptr;
+  const NvJitLinkLibrary* jl = nullptr;
+  if (input.kind == SourceKind::nvvm) nvvm = JC_TRY(nvvm_library());
+  if (input.kind != SourceKind::cuda) jl = JC_TRY(nvjitlink_library());
+
+  const auto started = std::chrono::steady_clock::now();
+  Result<SourceOutput> out = make_error(ErrorCode::internal, "unhandled source kind");
+  switch (input.kind) {
+    case SourceKind::cuda: out = compile_cuda(input, name); break;
+    case SourceKind::nvvm: out = compile_nvvm(input, name, *nvvm, *jl); break;
+    case SourceKind::ptx: out = compile_ptx(input, name, *jl); break;
+  }
+  if (!out) return out;
+
+  const std::string what = std::string(input.kind == SourceKind::cuda ? "NVRTC" : "nvJitLink") + "'s cubin of " +
+                           name + " for " + input.target;
+  auto info = read_cubin_info(out->cubin);
+  if (!info)
+    return make_error(ErrorCode::compile, what + " is unreadable: " + info.error().message, out->log);
+  if (info->sm != target_sm(input.target))
+    return make_error(ErrorCode::compile,
+                      what + " is for sm " + std::to_string(info->sm) + ", not " + input.target, out->log);
+  if (auto entry = check_entry(*info, input.entry, what); !entry)
+    return make_error(ErrorCode::compile, entry.error().message, out->log);
+  out->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  return out;
+}
+
+}  // namespace jitcache

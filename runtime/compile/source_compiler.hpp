@@ -1,0 +1,82 @@
+// Kernels from outside: one entry point that turns engine-supplied source into a cubin
+// for an exact target, through one of three paths.
+//
+//   cuda  CUDA C++ (+ named headers) -> NVRTC -> PTX and cubin
+//   nvvm  NVVM IR, text or bitcode   -> libNVVM (verify, then compile) -> PTX -> nvJitLink -> cubin
+//   ptx   PTX                        -> nvJitLink -> cubin
+//
+// libNVVM and nvJitLink are opened at their first use (nvvm_library.hpp,
+// nvjitlink_library.hpp): a process that only compiles CUDA C++ never loads them, and a
+// toolkit without them fails only the requests that need them, with ErrorCode::unavailable.
+//
+// What every path guarantees:
+// - The target is checked before any tool runs: one of supported_targets()
+//   (kernel_templates/kernel_spec.hpp); an option that sets the architecture is refused,
+//   the target owns it.
+// - Neither libNVVM nor nvJitLink knows about entries, and LTO drops kernels silently, so
+//   the linked cubin's ELF symbol table must hold `entry` as a function (cubin_elf.hpp);
+//   else an error lists the functions that are there.
+// - Every tool failure is ErrorCode::compile whose message names the tool, the stage (the
+//   failing call) and the target, and whose detail holds the options and the tool's full
+//   log (libNVVM's program log; nvJitLink's error and info logs). Tool handles are
+//   destroyed on every path out.
+// - Resources come from ptxas' report (NVRTC's --ptxas-options=-v, nvJitLink's -verbose),
+//   parsed by parse_ptxas_usage.
+//
+// This is the compile step only: it knows no cache key, no family and no spec. A caller
+// that caches the result keys it on the input (kind, text, headers, entry, target,
+// options) and on the fingerprints of the tools in SourceOutput::tools:
+// Compiler::fingerprint() for NVRTC, nvvm_fingerprint() and nvjitlink_fingerprint().
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "jitcache/error.hpp"
+#include "runtime/compile/compiler.hpp"  // ResourceUsage
+
+namespace jitcache {
+
+enum class SourceKind { cuda, nvvm, ptx };
+
+const char* to_string(SourceKind kind);  // "cuda", "nvvm", "ptx"
+std::optional<SourceKind> parse_source_kind(std::string_view text);
+
+struct SourceInput {
+  SourceKind kind = SourceKind::cuda;
+  // CUDA C++, NVVM IR (text, or bitcode bytes as they are), or PTX text.
+  std::string text;
+  // Named headers (include name, text) the CUDA source may #include; cuda only.
+  std::vector<std::pair<std::string, std::string>> headers;
+  // The kernel's symbol (extern "C" name, or the mangled one).
+  std::string entry;
+  // An exact target: "sm_90", "sm_100a", "sm_120a", ...
+  std::string target;
+  // Extra options for the tool that reads the source: NVRTC (cuda), libNVVM's verify and
+  // compile (nvvm), nvJitLink (ptx). No architecture option.
+  std::vector<std::string> options;
+  // For messages and the tools' logs; empty: "input.cu", "input.ll" or "input.ptx".
+  std::string name;
+};
+
+struct SourceOutput {
+  std::vector<std::uint8_t> cubin;
+  std::string ptx;  // the PTX the cubin was assembled from (the input itself for ptx)
+  ResourceUsage usage;
+  // Every tool's log, in order, each under a "== tool ==" line.
+  std::string log;
+  double compile_ms = 0.0;
+  // Each tool that touched the binary -> its version: "nvrtc", "libnvvm", "nvjitlink".
+  std::map<std::string, std::string> tools;
+  // The options each tool was given, in the order it ran, as "tool: option".
+  std::vector<std::string> effective_options;
+};
+
+Result<SourceOutput> compile_source(const SourceInput& input);
+
+}  // namespace jitcache

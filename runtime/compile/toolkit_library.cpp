@@ -1,0 +1,80 @@
+#include "runtime/compile/toolkit_library.hpp"
+
+#include <nvrtc.h>
+#include <sys/stat.h>
+
+#include <xxhash.h>
+
+#include <cstdio>
+
+namespace jitcache {
+
+std::optional<std::filesystem::path> nvrtc_library_dir() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) == 0 || info.dli_fname == nullptr)
+    return std::nullopt;
+  // A non-PIE program's PLT stub resolves to the program itself, not to libnvrtc.
+  if (std::string_view(info.dli_fname).find("nvrtc") == std::string_view::npos) return std::nullopt;
+  std::error_code ec;
+  const auto file = std::filesystem::canonical(info.dli_fname, ec);
+  if (ec) return std::nullopt;
+  return file.parent_path();
+}
+
+int nvrtc_major_version() {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
+  return major;
+}
+
+Result<ToolkitLibrary> open_toolkit_library(const std::string& what, const std::vector<std::string>& candidates) {
+  std::string tried, last_complaint;
+  for (const std::string& candidate : candidates) {
+    // A path that does not exist is skipped quietly: the loader's complaint about the
+    // soname search is the informative one.
+    const bool is_path = candidate.find('/') != std::string::npos;
+    std::error_code ec;
+    tried += (tried.empty() ? "" : ", ") + candidate;
+    if (is_path && !std::filesystem::exists(candidate, ec)) continue;
+    // RTLD_LOCAL: the libraries' symbols stay out of the global namespace, where they
+    // could bind another copy of the toolkit that an engine's Python wheels load.
+    void* handle = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* complaint = ::dlerror();
+      last_complaint = complaint != nullptr ? complaint : "unknown dlopen error";
+      continue;
+    }
+    ToolkitLibrary library{handle, candidate};
+    // The file the loader actually mapped: for a soname, where its search found it.
+    char origin[4096] = {};
+    if (!is_path && ::dlinfo(handle, RTLD_DI_ORIGIN, origin) == 0) {
+      const std::string base = std::filesystem::path(candidate).filename().string();
+      library.file = std::filesystem::path(origin) / base;
+    }
+    if (auto canonical = std::filesystem::canonical(library.file, ec); !ec) library.file = canonical;
+    return library;
+  }
+  return make_error(ErrorCode::unavailable,
+                    what + " is not available: no candidate loaded (looked for " + tried + ")",
+                    last_complaint.empty() ? std::string() : "last dlopen error: " + last_complaint);
+}
+
+std::optional<std::string> describe_file(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  // ctime as well as mtime: restoring a file's mtime (cp -p, tar) still changes its ctime.
+  return path.string() + " size " + std::to_string(st.st_size) + " mtime " + std::to_string(st.st_mtim.tv_sec) +
+         "." + std::to_string(st.st_mtim.tv_nsec) + " ctime " + std::to_string(st.st_ctim.tv_sec) + "." +
+         std::to_string(st.st_ctim.tv_nsec) + " inode " + std::to_string(st.st_dev) + ":" +
+         std::to_string(st.st_ino);
+}
+
+std::string fingerprint_digest(const std::string& text) {
+  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return std::string(hex);
+}
+
+}  // namespace jitcache

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -24,48 +26,17 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-constexpr const char* k_axpy_cu = R"(extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + y[i];
+// The kernels are the compile tests' golden files (tests/runtime/compile/golden), so the
+// figures are for exactly what the tests check.
+std::string golden(const char* name) {
+  const std::string path = std::string(JITCACHE_SOURCE_DIR) + "/tests/runtime/compile/golden/" + name;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "bench_compile_paths: cannot read %s\n", path.c_str());
+    std::exit(2);
+  }
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
-)";
-
-// The same kernel as LLVM 7 typed-pointer NVVM IR, which libNVVM reads for every target.
-constexpr const char* k_axpy_ll = R"(target datalayout = "e-p:64:64:64-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-i128:128:128-f32:32:32-f64:64:64-v16:16:16-v32:32:32-v64:64:64-v128:128:128-n16:32:64"
-target triple = "nvptx64-nvidia-cuda"
-
-define void @axpy(float %a, float* %x, float* %y, i32 %n) {
-entry:
-  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
-  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
-  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
-  %base = mul i32 %ctaid, %ntid
-  %i = add i32 %base, %tid
-  %inside = icmp slt i32 %i, %n
-  br i1 %inside, label %body, label %done
-body:
-  %i64 = sext i32 %i to i64
-  %px = getelementptr float, float* %x, i64 %i64
-  %py = getelementptr float, float* %y, i64 %i64
-  %vx = load float, float* %px
-  %vy = load float, float* %py
-  %ax = fmul float %a, %vx
-  %r = fadd float %ax, %vy
-  store float %r, float* %py
-  br label %done
-done:
-  ret void
-}
-
-declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() nounwind readnone
-declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x() nounwind readnone
-declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x() nounwind readnone
-
-!nvvm.annotations = !{!0}
-!0 = !{void (float, float*, float*, i32)* @axpy, !"kernel", i32 1}
-!nvvmir.version = !{!1}
-!1 = !{i32 2, i32 0}
-)";
 
 Result<SourceOutput> compile(SourceKind kind, const std::string& text, const std::string& target) {
   SourceInput in;
@@ -122,8 +93,10 @@ int main(int argc, char** argv) {
   const std::vector<std::string> targets = {"sm_90", "sm_100a", "sm_120a"};
   const std::vector<SourceKind> kinds = {SourceKind::cuda, SourceKind::nvvm, SourceKind::ptx};
   std::vector<std::string> ptx;
+  const std::string axpy_cu = golden("axpy.cu");
+  const std::string axpy_ll = golden("axpy_nvvm.ll");
   for (const auto& target : targets) {
-    auto out = compile(SourceKind::cuda, k_axpy_cu, target);
+    auto out = compile(SourceKind::cuda, axpy_cu, target);
     if (!out) {
       std::fprintf(stderr, "%s\n", out.error().to_string().c_str());
       return 1;
@@ -140,8 +113,8 @@ int main(int argc, char** argv) {
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     std::printf("| %s |", labels[k]);
     for (std::size_t i = 0; i < targets.size(); ++i) {
-      const std::string& text = kinds[k] == SourceKind::cuda ? std::string(k_axpy_cu)
-                                : kinds[k] == SourceKind::nvvm ? std::string(k_axpy_ll)
+      const std::string& text = kinds[k] == SourceKind::cuda   ? axpy_cu
+                                : kinds[k] == SourceKind::nvvm ? axpy_ll
                                                                : ptx[i];
       const double first = timed(kinds[k], text, targets[i]);
       std::vector<double> samples;

@@ -184,6 +184,8 @@ std::string golden(const char* name) {
 
 TEST(SourceCompiler, NvvmBitcodeForEveryTarget) {
   ASSERT_EQ(golden("axpy_nvvm.ll"), axpy_ll()) << "regenerate golden/axpy_nvvm.ll and .bc from axpy_ll()";
+  // bench_compile_paths compiles these files: they must stay the kernel the tests check.
+  ASSERT_EQ(golden("axpy.cu"), k_axpy_cu) << "golden/axpy.cu must be k_axpy_cu";
   const std::string bitcode = golden("axpy_nvvm.bc");
   ASSERT_EQ(bitcode.substr(0, 2), "BC");
   for (const char* target : {"sm_90", "sm_100a", "sm_120a"}) {

@@ -98,21 +98,41 @@ class Scanner {
 
 // The indent of a member whose lead (the bytes between the '{' or ',' and its key) starts a
 // new line; nullopt for a member on the same line as what precedes it.
-std::optional<std::string> line_indent(std::string_view lead) {
+// How a member sits in a file laid out one member per line: the line break before it
+// ("\n", or "\r\n" in a file written on Windows) and its indent, which for a top-level
+// member is also the file's indent step (two spaces, four, a tab).
+struct LineLayout {
+  std::string newline;
+  std::string indent;
+};
+
+std::optional<LineLayout> line_layout(std::string_view lead) {
   const std::size_t newline = lead.rfind('\n');
   if (newline == std::string_view::npos) return std::nullopt;
-  return std::string(lead.substr(newline + 1));
+  const bool crlf = newline > 0 && lead[newline - 1] == '\r';
+  return LineLayout{crlf ? "\r\n" : "\n", std::string(lead.substr(newline + 1))};
 }
 
-std::string value_text(const ordered_json& value, const std::optional<std::string>& indent) {
-  if (!indent) return value.dump(-1, ' ', false, ordered_json::error_handler_t::strict);
-  const std::string pretty = value.dump(2, ' ', false, ordered_json::error_handler_t::strict);
+// The value as the file would have written it: compact in a one-line file, else printed
+// with the file's indent step and line breaks and shifted to the member's indent.
+std::string value_text(const ordered_json& value, const std::optional<LineLayout>& layout) {
+  if (!layout) return value.dump(-1, ' ', false, ordered_json::error_handler_t::strict);
+  const std::string& indent = layout->indent;
+  const bool tabs = !indent.empty() && indent.find_first_not_of('\t') == std::string::npos;
+  const bool spaces = !indent.empty() && indent.find_first_not_of(' ') == std::string::npos;
+  const int step = tabs || spaces ? static_cast<int>(indent.size()) : 2;
+  const std::string pretty =
+      value.dump(step, tabs ? '\t' : ' ', false, ordered_json::error_handler_t::strict);
   // A JSON text has no raw newline inside a string, so every '\n' is a line break.
   std::string out;
   out.reserve(pretty.size());
   for (const char c : pretty) {
-    out += c;
-    if (c == '\n') out += *indent;
+    if (c != '\n') {
+      out += c;
+      continue;
+    }
+    out += layout->newline;
+    out += indent;
   }
   return out;
 }
@@ -306,14 +326,14 @@ Result<std::string> splice_top_level_member(std::string_view text, const std::st
   for (const TopLevelMember& m : object.members) {
     if (m.key != key) continue;
     std::string out(text.substr(0, m.value_begin));
-    out += value_text(value, line_indent(lead_of(m)));
+    out += value_text(value, line_layout(lead_of(m)));
     out += text.substr(m.value_end);
     return out;
   }
   const std::string key_text = json(std::string(key)).dump();
   if (object.members.empty()) {
     std::string out(text.substr(0, object.open + 1));
-    out += "\n  " + key_text + ": " + value_text(value, std::string("  ")) + "\n";
+    out += "\n  " + key_text + ": " + value_text(value, LineLayout{"\n", "  "}) + "\n";
     out += text.substr(object.open + 1);
     return out;
   }
@@ -326,7 +346,7 @@ Result<std::string> splice_top_level_member(std::string_view text, const std::st
   out += lead;
   out += key_text;
   out += separator;
-  out += value_text(value, line_indent(lead));
+  out += value_text(value, line_layout(lead));
   out += text.substr(last.value_end);
   return out;
 }

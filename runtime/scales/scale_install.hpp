@@ -47,8 +47,9 @@ Result<TopLevelObject> scan_top_level_object(std::string_view text, const std::s
 // `text` with the top-level member `key` set to `value`, every other byte unchanged. An
 // existing member keeps its key and separators and gets the new value in place; a missing
 // one is added after the last member, spaced like it. In a file laid out one member per
-// line, the value is printed with a 2-space indent and shifted to the member's indent;
-// in a one-line file it is printed compactly.
+// line, the value is printed with the member's indent as its step and the member's line
+// break ("\n" or "\r\n"), shifted to the member's indent; in a one-line file it is
+// printed compactly.
 Result<std::string> splice_top_level_member(std::string_view text, const std::string& file,
                                             std::string_view key,
                                             const nlohmann::ordered_json& value);

@@ -76,16 +76,33 @@ TEST(ScaleSplice, InsertsAfterTheLastMemberWithItsIndent) {
   const auto after = scales::splice_top_level_member(before, "config.json", k_key, small_value());
   ASSERT_OK(after);
   expect_only_the_value_changed(before, *after);
+  // The file's own indent step (4 here) inside the new value too.
   EXPECT_EQ(*after, "{\n    \"a\": [1, 2],\n    \"num_hidden_layers\": 78,\n    \"nvfp4_ds_mla_outer_scales\": {\n"
-                    "      \"file\": \"s.json\",\n      \"sha256\": \"" + std::string(64, 'a') +
+                    "        \"file\": \"s.json\",\n        \"sha256\": \"" + std::string(64, 'a') +
                         "\"\n    }\n}");
+}
+
+TEST(ScaleSplice, KeepsWindowsLineBreaks) {
+  const std::string before = "{\r\n  \"a\": 1,\r\n  \"num_hidden_layers\": 78\r\n}\r\n";
+  const auto after = scales::splice_top_level_member(before, "config.json", k_key, small_value());
+  ASSERT_OK(after);
+  expect_only_the_value_changed(before, *after);
+  EXPECT_EQ(*after, "{\r\n  \"a\": 1,\r\n  \"num_hidden_layers\": 78,\r\n  \"nvfp4_ds_mla_outer_scales\": {\r\n"
+                    "    \"file\": \"s.json\",\r\n    \"sha256\": \"" + std::string(64, 'a') +
+                        "\"\r\n  }\r\n}\r\n");
+  // No bare line feed anywhere: every break is the file's own.
+  for (std::size_t i = 0; i < after->size(); ++i) {
+    if ((*after)[i] == '\n') {
+      ASSERT_TRUE(i > 0 && (*after)[i - 1] == '\r') << "bare LF at " << i;
+    }
+  }
 }
 
 TEST(ScaleSplice, KeepsTabIndentsAndCompactFilesInTheirStyle) {
   const std::string tabs = "{\n\t\"a\": 1\n}\n";
   auto after = scales::splice_top_level_member(tabs, "config.json", k_key, ordered_json{{"k", {1, 2}}});
   ASSERT_OK(after);
-  EXPECT_EQ(*after, "{\n\t\"a\": 1,\n\t\"nvfp4_ds_mla_outer_scales\": {\n\t  \"k\": [\n\t    1,\n\t    2\n\t  ]\n\t}\n}\n");
+  EXPECT_EQ(*after, "{\n\t\"a\": 1,\n\t\"nvfp4_ds_mla_outer_scales\": {\n\t\t\"k\": [\n\t\t\t1,\n\t\t\t2\n\t\t]\n\t}\n}\n");
 
   const std::string compact = R"({"a":1,"b":{"c":[1,2]},"nvfp4_ds_mla_outer_scales":{"file":"x","sha256":"y"},"d":"e"})";
   after = scales::splice_top_level_member(compact, "config.json", k_key, small_value());

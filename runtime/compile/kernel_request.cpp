@@ -185,8 +185,14 @@ std::string normalized_options(const std::vector<std::string>& options) {
   return out;
 }
 
+bool is_request_facts(const cache::Facts& facts) {
+  const auto record = facts.get("record");
+  return record && (*record == k_record_source_bundle || *record == k_record_spec_index);
+}
+
 Result<cache::Facts> request_facts(const KernelRequest& request, const ToolFacts& tools) {
   cache::Facts facts = JC_TRY(common_facts(request, tools));
+  facts.set("record", std::string(k_record_source_bundle));
   facts.set("source_xxh3", hash_hex(request.text));
   for (const auto& [name, text] : request.headers) facts.set(header_fact_name(name), hash_hex(text));
   JC_TRY(facts.validate());
@@ -195,7 +201,7 @@ Result<cache::Facts> request_facts(const KernelRequest& request, const ToolFacts
 
 Result<cache::Facts> spec_facts(const KernelRequest& request, const ToolFacts& tools) {
   cache::Facts facts = JC_TRY(common_facts(request, tools));
-  facts.set("record", "spec_index");
+  facts.set("record", std::string(k_record_spec_index));
   JC_TRY(facts.validate());
   return facts;
 }

@@ -4,7 +4,8 @@
 // request's facts and key are derived here, for the source cache (source_cache.hpp).
 //
 // Two keys per request:
-//   key       every fact that changes the binary: the facts schema version, family,
+//   key       record=source_bundle and every fact that changes the binary: the facts
+//             schema version, family,
 //             spec.<name> for each spec fact, kind, source_xxh3, header.<name>, entry,
 //             target (exact), options (normalised), and for each tool that touches the
 //             binary for this kind tool.<name>.version and tool.<name>.fingerprint
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -99,6 +101,13 @@ Result<ToolFacts> probe_tools(SourceKind kind);
 // The options as they enter the key: each trimmed of surrounding white space, empty ones
 // dropped, order kept (it can matter to the tools), joined by newlines.
 std::string normalized_options(const std::vector<std::string>& options);
+
+// The `record` fact of the two kinds of entry; jitcache's own kernels have no such fact.
+inline constexpr std::string_view k_record_source_bundle = "source_bundle";
+inline constexpr std::string_view k_record_spec_index = "spec_index";
+
+// Whether an entry's facts are a source cache entry's (either record), not a KernelCache one's.
+bool is_request_facts(const cache::Facts& facts);
 
 // The request's facts (key = facts.key()). `tools` must hold every tool of tools_for(kind).
 Result<cache::Facts> request_facts(const KernelRequest& request, const ToolFacts& tools);

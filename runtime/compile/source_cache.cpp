@@ -4,6 +4,8 @@
 
 #include "jitcache/log.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
+#include "runtime/compile/cubin_elf.hpp"
+#include "runtime/compile/kernel_cache.hpp"
 
 namespace jitcache {
 namespace {
@@ -26,7 +28,45 @@ std::span<const std::byte> as_bytes(const std::string& text) {
   return std::as_bytes(std::span(text.data(), text.size()));
 }
 
+// Every fact of the key, and nothing else, is the bundle's; so is its entry.
+Status check_source_artifact(const cache::Facts& facts, const CompiledArtifact& artifact, const std::string& what) {
+  for (const auto& [name, value] : facts.fields()) {
+    auto it = artifact.facts.find(name);
+    const std::string found = it == artifact.facts.end() ? "(absent)" : it->second;
+    if (found != value)
+      return make_error(ErrorCode::invalid_input, what + " has fact " + name + "=" + found + ", expected " + value);
+  }
+  if (artifact.facts.size() != facts.size())
+    return make_error(ErrorCode::invalid_input, what + " records facts its key does not have");
+  const auto entry = facts.get("entry");
+  if (!entry || artifact.entry != *entry)
+    return make_error(ErrorCode::invalid_input, what + " holds entry " + artifact.entry);
+  return {};
+}
+
 }  // namespace
+
+Status check_source_content(const cache::Facts& facts, std::span<const std::byte> bytes) {
+  const auto record = facts.get("record");
+  if (record == k_record_source_bundle) {
+    const CompiledArtifact artifact = JC_TRY(parse_source_bundle(bytes, BundleText::skip));
+    return check_source_artifact(facts, artifact, "source bundle");
+  }
+  if (record == k_record_spec_index) {
+    const auto json = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                                            nullptr, false);
+    if (!json.is_object() || json.value("format", 0) != k_spec_record_format || !json.contains("key") ||
+        !json["key"].is_string() || !json.contains("source_xxh3") || !json["source_xxh3"].is_string() ||
+        !json.contains("headers") || !json["headers"].is_object())
+      return make_error(ErrorCode::invalid_input, "not a spec record of format " + std::to_string(k_spec_record_format));
+    return {};
+  }
+  return make_error(ErrorCode::invalid_input, "not a source cache entry (no record fact)");
+}
+
+Status check_stored_content(const cache::Facts& facts, std::span<const std::byte> bytes) {
+  return is_request_facts(facts) ? check_source_content(facts, bytes) : check_bundle_facts(facts, bytes);
+}
 
 SourceCache::SourceCache(cache::Store& store, SourceCacheOptions options)
     : m_store(store), m_options(std::move(options)) {
@@ -151,18 +191,13 @@ Result<SourceResult> SourceCache::decode(const cache::Facts& facts, const cache:
   const std::string key = facts.key().to_hex();
   auto artifact = parse_source_bundle(*bytes);
   if (!artifact) return make_error(ErrorCode::invalid_input, "source cache entry " + key + ": " + artifact.error().message);
-  // Every fact of the key, and nothing else, must be the bundle's.
-  for (const auto& [name, value] : facts.fields()) {
-    auto it = artifact->facts.find(name);
-    const std::string found = it == artifact->facts.end() ? "(absent)" : it->second;
-    if (found != value)
-      return make_error(ErrorCode::invalid_input,
-                        "source cache entry " + key + " has fact " + name + "=" + found + ", expected " + value);
+  JC_TRY(check_source_artifact(facts, *artifact, "source cache entry " + key));
+  if (m_options.check_cubin) {
+    auto info = read_cubin_info(artifact->cubin);
+    if (!info) return make_error(ErrorCode::invalid_input, "source cache entry " + key + ": " + info.error().message);
+    if (auto has = check_entry(*info, artifact->entry, "source cache entry " + key); !has)
+      return make_error(ErrorCode::invalid_input, has.error().message);
   }
-  if (artifact->facts.size() != facts.size())
-    return make_error(ErrorCode::invalid_input, "source cache entry " + key + " records facts its key does not have");
-  if (artifact->entry != *facts.get("entry"))
-    return make_error(ErrorCode::invalid_input, "source cache entry " + key + " holds entry " + artifact->entry);
   SourceResult result;
   result.cubin = std::move(artifact->cubin);
   result.ptx = std::move(artifact->ptx);
@@ -195,6 +230,7 @@ Result<std::optional<SourceResult>> SourceCache::lookup(const std::string& famil
   cache::Facts facts;
   for (const auto& [name, value] : spec.fields())
     if (name != "record") facts.set(name, value);
+  facts.set("record", std::string(k_record_source_bundle));
   facts.set("source_xxh3", record->source_xxh3);
   for (const auto& [name, value] : record->headers) facts.set(name, value);
   JC_TRY(facts.validate());

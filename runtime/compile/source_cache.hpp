@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,19 @@ struct SourceCacheOptions {
   SourceCompileFn compile;
   // The tools' versions and fingerprints; empty: probe_tools.
   ToolProbe tools;
+  // Whether a read also checks that the cubin is an ELF image holding the entry as a
+  // function (cubin_elf.hpp). Off only for tests whose compile step is a fake.
+  bool check_cubin = true;
 };
+
+// The check of a source cache entry's bytes against its facts, for tiers that are not this
+// machine's (RemoteTierOptions::check_content): a source bundle whose facts and entry are
+// exactly the key's, or a well-formed spec record.
+Status check_source_content(const cache::Facts& facts, std::span<const std::byte> bytes);
+
+// The content check of a store that holds both kinds of entry: check_source_content for a
+// source cache entry (is_request_facts), check_bundle_facts for one of jitcache's own kernels.
+Status check_stored_content(const cache::Facts& facts, std::span<const std::byte> bytes);
 
 class SourceCache {
  public:

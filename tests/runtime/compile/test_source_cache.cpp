@@ -14,6 +14,7 @@
 
 #include "cache/store.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
+#include "runtime/compile/cubin_elf.hpp"
 #include "runtime/compile/kernel_request.hpp"
 #include "runtime/compile/source_cache.hpp"
 #include "test_support.hpp"
@@ -80,6 +81,7 @@ class SourceCacheTest : public jitcache::testing::TempDirTest {
       return fake_output(input);
     };
     options.tools = [](SourceKind kind) -> Result<ToolFacts> { return fake_tools(kind); };
+    options.check_cubin = false;  // the fake cubin is no ELF image
     cache = std::make_unique<SourceCache>(*store, options);
   }
 
@@ -393,6 +395,7 @@ TEST_F(SourceCacheTest, EightProcessesOneCompile) {
             return fake_output(input);
           };
           options.tools = [](SourceKind kind) -> Result<ToolFacts> { return fake_tools(kind); };
+          options.check_cubin = false;
           SourceCache child(**opened, options);
           auto got = child.compile(r);
           if (got && got->cubin == fake_output(SourceInput{r.kind, r.text, {}, r.entry, r.target, {}, {}}).cubin)
@@ -414,6 +417,82 @@ TEST_F(SourceCacheTest, EightProcessesOneCompile) {
   int lines = 0;
   while (std::getline(in, line)) ++lines;
   EXPECT_EQ(lines, 1);
+}
+
+TEST_F(SourceCacheTest, StoredEntriesPassTheContentCheckForeignTiersUse) {
+  const KernelRequest r = sample_request();
+  ASSERT_TRUE(cache->compile(r));
+  auto entries = store->list();
+  ASSERT_TRUE(entries);
+  ASSERT_EQ(entries->size(), 2u);  // the bundle and the spec record
+  for (const auto& e : *entries) {
+    EXPECT_TRUE(is_request_facts(e.facts));
+    auto hit = store->get(e.key);
+    ASSERT_TRUE(hit && *hit);
+    const auto& bytes = *(*hit)->bytes;
+    auto checked = check_stored_content(e.facts, bytes);
+    EXPECT_TRUE(checked) << checked.error().to_string();
+    // Under other facts the same bytes are refused.
+    cache::Facts other = e.facts;
+    other.set(e.facts.get("record") == k_record_spec_index ? "record" : "entry", "other");
+    EXPECT_FALSE(check_stored_content(other, bytes));
+  }
+  // Facts without a record fact go to the kernel bundle check, which refuses these.
+  const auto facts = request_facts(r, fake_tools(r.kind));
+  cache::Facts no_record;
+  for (const auto& [name, value] : facts->fields())
+    if (name != "record") no_record.set(name, value);
+  auto hit = store->get(facts->key());
+  ASSERT_TRUE(hit && *hit);
+  EXPECT_FALSE(check_stored_content(no_record, *(*hit)->bytes));
+}
+
+class SourceCacheNvrtc : public jitcache::testing::TempDirTest {};
+
+TEST_F(SourceCacheNvrtc, RealCompileIsCachedAndItsCubinChecked) {
+  auto tools = probe_tools(SourceKind::cuda);
+  if (!tools) GTEST_SKIP() << tools.error().to_string();
+  const auto root = dir() / "cache";
+  SpecRegistry registry;
+  ASSERT_TRUE(registry.add(sample_schema()));
+  KernelRequest r = sample_request();
+  r.headers.clear();
+  r.options = {"--use_fast_math"};
+  std::atomic<int> compiles{0};
+  {
+    auto store = cache::Store::open(root);
+    ASSERT_TRUE(store);
+    SourceCacheOptions options;
+    options.registry = &registry;
+    options.compile = [&](const SourceInput& input) {
+      ++compiles;
+      return compile_source(input);
+    };
+    SourceCache cache(**store, options);
+    auto first = cache.compile(r);
+    ASSERT_TRUE(first) << first.error().to_string();
+    EXPECT_FALSE(first->from_cache);
+    auto info = read_cubin_info(first->cubin);
+    ASSERT_TRUE(info);
+    EXPECT_TRUE(check_entry(*info, "scale", "test"));
+  }
+  {
+    auto store = cache::Store::open(root);
+    ASSERT_TRUE(store);
+    SourceCacheOptions options;
+    options.registry = &registry;
+    options.compile = [&](const SourceInput& input) {
+      ++compiles;
+      return compile_source(input);
+    };
+    SourceCache cache(**store, options);
+    auto again = cache.compile(r);
+    ASSERT_TRUE(again) << again.error().to_string();
+    EXPECT_TRUE(again->from_cache);
+    auto found = cache.lookup(r.family, r.spec, r.kind, r.entry, r.target, r.options);
+    ASSERT_TRUE(found && *found);
+  }
+  EXPECT_EQ(compiles.load(), 1);
 }
 
 }  // namespace

@@ -206,4 +206,16 @@ Result<cache::Facts> spec_facts(const KernelRequest& request, const ToolFacts& t
   return facts;
 }
 
+Result<cache::Facts> spec_facts_of(const cache::Facts& bundle_facts) {
+  if (bundle_facts.get("record") != k_record_source_bundle)
+    return make_error(ErrorCode::invalid_input, "not the facts of a source bundle (record=" +
+                                                    std::string(bundle_facts.get("record").value_or("(absent)")) + ")");
+  cache::Facts facts;
+  for (const auto& [name, value] : bundle_facts.fields())
+    if (name != "source_xxh3" && !name.starts_with("header.")) facts.set(name, value);
+  facts.set("record", std::string(k_record_spec_index));
+  JC_TRY(facts.validate());
+  return facts;
+}
+
 }  // namespace jitcache

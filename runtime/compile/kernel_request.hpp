@@ -115,4 +115,8 @@ Result<cache::Facts> request_facts(const KernelRequest& request, const ToolFacts
 // The spec key's facts: request_facts without source_xxh3 and header.*, plus record=spec_index.
 Result<cache::Facts> spec_facts(const KernelRequest& request, const ToolFacts& tools);
 
+// The same from a stored source bundle's facts (record=source_bundle): what an audit groups
+// entries by to find one spec built from two sources. invalid_input for other facts.
+Result<cache::Facts> spec_facts_of(const cache::Facts& bundle_facts);
+
 }  // namespace jitcache

@@ -156,6 +156,11 @@ TEST(KernelRequestFacts, SpecKeyIgnoresTheSource) {
   KernelRequest c = a;
   c.spec["dtype"] = "bf16";
   EXPECT_NE(spec_facts(c, tools)->key(), sa->key());
+  // From a stored bundle's facts, the same spec key; other facts are refused.
+  const auto from_bundle = spec_facts_of(*request_facts(b, tools));
+  ASSERT_TRUE(from_bundle) << from_bundle.error().to_string();
+  EXPECT_EQ(from_bundle->key(), sa->key());
+  EXPECT_FALSE(spec_facts_of(*sa));
 }
 
 // ---- schemas ----------------------------------------------------------------------------
@@ -245,6 +250,29 @@ TEST_F(SourceCacheTest, CompilesOnceThenServesFromCacheAndAFreshStore) {
   EXPECT_TRUE(third->from_cache);
   EXPECT_EQ(third->source, cache::Source::disk);
   EXPECT_EQ(third->cubin, first->cubin);
+  EXPECT_EQ(compiles.load(), 1);
+}
+
+TEST_F(SourceCacheTest, EightThreadsOneCompile) {
+  SourceCacheOptions options;
+  options.registry = &registry;
+  options.compile = [this](const SourceInput& input) -> Result<SourceOutput> {
+    ++compiles;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return fake_output(input);
+  };
+  options.tools = [](SourceKind kind) -> Result<ToolFacts> { return fake_tools(kind); };
+  options.check_cubin = false;
+  SourceCache shared(*store, options);
+  const KernelRequest r = sample_request();
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i)
+    threads.emplace_back([&] {
+      if (auto got = shared.compile(r); got && !got->cubin.empty()) ++ok;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 8);
   EXPECT_EQ(compiles.load(), 1);
 }
 

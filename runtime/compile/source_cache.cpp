@@ -59,6 +59,8 @@ Status check_source_content(const cache::Facts& facts, std::span<const std::byte
         !json["key"].is_string() || !json.contains("source_xxh3") || !json["source_xxh3"].is_string() ||
         !json.contains("headers") || !json["headers"].is_object())
       return make_error(ErrorCode::invalid_input, "not a spec record of format " + std::to_string(k_spec_record_format));
+    for (const auto& [name, value] : json["headers"].items())
+      if (!value.is_string()) return make_error(ErrorCode::invalid_input, "spec record: header digest " + name + " is not a string");
     return {};
   }
   return make_error(ErrorCode::invalid_input, "not a source cache entry (no record fact)");
@@ -83,22 +85,23 @@ Result<ToolFacts> SourceCache::tools(SourceKind kind) const { return m_options.t
 Result<std::optional<SourceCache::SpecRecord>> SourceCache::read_record(const cache::Facts& spec) {
   auto hit = JC_TRY(m_store.get(spec.key(), cache::CountMiss::no));
   if (!hit) return std::optional<SpecRecord>();
-  const std::string text(reinterpret_cast<const char*>(hit->bytes->data()), hit->bytes->size());
-  const auto json = nlohmann::json::parse(text, nullptr, false);
-  auto bad = [&](const std::string& why) {
-    return make_error(ErrorCode::invalid_input, "spec record " + spec.key().to_hex() + ": " + why);
-  };
-  if (!json.is_object() || json.value("format", 0) != k_spec_record_format) return bad("not a spec record of format " + std::to_string(k_spec_record_format));
-  if (!json.contains("key") || !json["key"].is_string() || !json.contains("source_xxh3") ||
-      !json["source_xxh3"].is_string() || !json.contains("headers") || !json["headers"].is_object())
-    return bad("missing key, source_xxh3 or headers");
+  const std::span<const std::byte> bytes(*hit->bytes);
+  if (auto usable = check_source_content(spec, bytes); !usable) {
+    // Verified against its digest but not a spec record (a foreign or buggy writer): it
+    // cannot vouch for anything, so drop it; the next compile records the spec again.
+    log_warning("source cache: dropping unusable spec record " + spec.key().to_hex() + ": " + usable.error().message);
+    if (m_store.mode() == cache::StoreMode::read_write) {
+      cache::EntryFilter only;
+      only.key_prefix = spec.key().to_hex();
+      JC_TRY(m_store.remove(only, cache::DryRun::no));
+    }
+    return std::optional<SpecRecord>();
+  }
+  const auto json = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   SpecRecord record;
   record.key = json["key"].get<std::string>();
   record.source_xxh3 = json["source_xxh3"].get<std::string>();
-  for (const auto& [name, value] : json["headers"].items()) {
-    if (!value.is_string()) return bad("header digest " + name + " is not a string");
-    record.headers[name] = value.get<std::string>();
-  }
+  for (const auto& [name, value] : json["headers"].items()) record.headers[name] = value.get<std::string>();
   return std::optional<SpecRecord>(std::move(record));
 }
 

@@ -332,6 +332,23 @@ TEST_F(SourceCacheTest, ABundleWithOtherFactsIsNotServed) {
   EXPECT_EQ(compiles.load(), 1);
 }
 
+TEST_F(SourceCacheTest, AnUnusableSpecRecordIsDroppedAndWrittenAgain) {
+  const KernelRequest r = sample_request();
+  const auto spec = spec_facts(r, fake_tools(r.kind));
+  ASSERT_TRUE(spec);
+  const std::string junk = "{\"format\": 99}";
+  ASSERT_TRUE(store->put(spec->key(), *spec, std::as_bytes(std::span(junk.data(), junk.size())), 0));
+  auto missing = cache->lookup(r.family, r.spec, r.kind, r.entry, r.target, r.options);
+  ASSERT_TRUE(missing) << missing.error().to_string();
+  EXPECT_FALSE(*missing);
+  ASSERT_TRUE(store->put(spec->key(), *spec, std::as_bytes(std::span(junk.data(), junk.size())), 0));
+  auto compiled = cache->compile(r);
+  ASSERT_TRUE(compiled) << compiled.error().to_string();
+  auto found = cache->lookup(r.family, r.spec, r.kind, r.entry, r.target, r.options);
+  ASSERT_TRUE(found && *found);
+  EXPECT_EQ((*found)->key, compiled->key);
+}
+
 TEST_F(SourceCacheTest, ForgettingFamilyIsCaughtByShadowVerification) {
   // The family's source depends on a latent scale that is not one of its spec facts.
   ASSERT_TRUE(registry.add(SpecSchema{"forgetful", {{"dtype", FactDomain{{"f32"}}}}}));

@@ -2,6 +2,7 @@
 // the facts and keys of a request, spec schemas, verified reads and single compiles,
 // shadow verification of an incomplete spec, lookup by spec alone. The compile step and
 // the tools' fingerprints are fakes (fast, no toolkit needed); the bundle is the real one.
+// The real tools: test_source_tools_cache.cpp.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -490,54 +491,6 @@ TEST_F(SourceCacheTest, StoredEntriesPassTheContentCheckForeignTiersUse) {
   auto hit = store->get(facts->key());
   ASSERT_TRUE(hit && *hit);
   EXPECT_FALSE(check_stored_content(no_record, *(*hit)->bytes));
-}
-
-class SourceCacheNvrtc : public jitcache::testing::TempDirTest {};
-
-TEST_F(SourceCacheNvrtc, RealCompileIsCachedAndItsCubinChecked) {
-  auto tools = probe_tools(SourceKind::cuda);
-  if (!tools) GTEST_SKIP() << tools.error().to_string();
-  const auto root = dir() / "cache";
-  SpecRegistry registry;
-  ASSERT_TRUE(registry.add(sample_schema()));
-  KernelRequest r = sample_request();
-  r.headers.clear();
-  r.options = {"--use_fast_math"};
-  std::atomic<int> compiles{0};
-  {
-    auto store = cache::Store::open(root);
-    ASSERT_TRUE(store);
-    SourceCacheOptions options;
-    options.registry = &registry;
-    options.compile = [&](const SourceInput& input) {
-      ++compiles;
-      return compile_source(input);
-    };
-    SourceCache cache(**store, options);
-    auto first = cache.compile(r);
-    ASSERT_TRUE(first) << first.error().to_string();
-    EXPECT_FALSE(first->from_cache);
-    auto info = read_cubin_info(first->cubin);
-    ASSERT_TRUE(info);
-    EXPECT_TRUE(check_entry(*info, "scale", "test"));
-  }
-  {
-    auto store = cache::Store::open(root);
-    ASSERT_TRUE(store);
-    SourceCacheOptions options;
-    options.registry = &registry;
-    options.compile = [&](const SourceInput& input) {
-      ++compiles;
-      return compile_source(input);
-    };
-    SourceCache cache(**store, options);
-    auto again = cache.compile(r);
-    ASSERT_TRUE(again) << again.error().to_string();
-    EXPECT_TRUE(again->from_cache);
-    auto found = cache.lookup(r.family, r.spec, r.kind, r.entry, r.target, r.options);
-    ASSERT_TRUE(found && *found);
-  }
-  EXPECT_EQ(compiles.load(), 1);
 }
 
 }  // namespace

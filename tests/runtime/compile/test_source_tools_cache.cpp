@@ -116,5 +116,27 @@ TEST_F(SourceCacheNvrtc, PtxThroughNvJitLinkIsKeyedOnItsToolAndCached) {
   EXPECT_EQ(compiles.load(), 1);
 }
 
+TEST(SourceCacheTools, EachKindIsKeyedOnTheToolsItRuns) {
+  for (SourceKind kind : {SourceKind::cuda, SourceKind::nvvm, SourceKind::ptx}) {
+    auto tools = probe_tools(kind);
+    if (!tools) {
+      EXPECT_EQ(tools.error().code, ErrorCode::unavailable) << tools.error().to_string();
+      continue;
+    }
+    ASSERT_EQ(tools->size(), tools_for(kind).size()) << to_string(kind);
+    for (const auto& name : tools_for(kind)) {
+      ASSERT_TRUE(tools->contains(name)) << name;
+      EXPECT_FALSE(tools->at(name).version.empty()) << name;
+      EXPECT_FALSE(tools->at(name).fingerprint.empty()) << name;
+    }
+    KernelRequest r = sample_request();
+    r.kind = kind;
+    auto facts = request_facts(r, *tools);
+    ASSERT_TRUE(facts) << facts.error().to_string();
+    for (const auto& name : tools_for(kind))
+      EXPECT_EQ(facts->get("tool." + name + ".fingerprint"), tools->at(name).fingerprint);
+  }
+}
+
 }  // namespace
 }  // namespace jitcache

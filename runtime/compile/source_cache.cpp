@@ -55,12 +55,18 @@ Status check_source_content(const cache::Facts& facts, std::span<const std::byte
   if (record == k_record_spec_index) {
     const auto json = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
                                             nullptr, false);
-    if (!json.is_object() || json.value("format", 0) != k_spec_record_format || !json.contains("key") ||
-        !json["key"].is_string() || !json.contains("source_xxh3") || !json["source_xxh3"].is_string() ||
-        !json.contains("headers") || !json["headers"].is_object())
-      return make_error(ErrorCode::invalid_input, "not a spec record of format " + std::to_string(k_spec_record_format));
+    // Field by field, never value(): a foreign writer's types must not throw.
+    auto has = [&](const char* name, bool (nlohmann::json::*is)() const noexcept) {
+      return json.contains(name) && (json[name].*is)();
+    };
+    if (!json.is_object() || !has("format", &nlohmann::json::is_number_integer) ||
+        json["format"].get<std::int64_t>() != k_spec_record_format || !has("key", &nlohmann::json::is_string) ||
+        !has("source_xxh3", &nlohmann::json::is_string) || !has("headers", &nlohmann::json::is_object))
+      return make_error(ErrorCode::invalid_input,
+                        "not a spec record of format " + std::to_string(k_spec_record_format));
     for (const auto& [name, value] : json["headers"].items())
-      if (!value.is_string()) return make_error(ErrorCode::invalid_input, "spec record: header digest " + name + " is not a string");
+      if (!value.is_string())
+        return make_error(ErrorCode::invalid_input, "spec record: header digest " + name + " is not a string");
     return {};
   }
   return make_error(ErrorCode::invalid_input, "not a source cache entry (no record fact)");
@@ -193,7 +199,8 @@ Result<SourceResult> SourceCache::decode(const cache::Facts& facts, const cache:
                                          cache::Source source) const {
   const std::string key = facts.key().to_hex();
   auto artifact = parse_source_bundle(*bytes);
-  if (!artifact) return make_error(ErrorCode::invalid_input, "source cache entry " + key + ": " + artifact.error().message);
+  if (!artifact)
+    return make_error(ErrorCode::invalid_input, "source cache entry " + key + ": " + artifact.error().message);
   JC_TRY(check_source_artifact(facts, *artifact, "source cache entry " + key));
   if (m_options.check_cubin) {
     auto info = read_cubin_info(artifact->cubin);

@@ -337,7 +337,7 @@ TEST_F(SourceCacheTest, AnUnusableSpecRecordIsDroppedAndWrittenAgain) {
   const KernelRequest r = sample_request();
   const auto spec = spec_facts(r, fake_tools(r.kind));
   ASSERT_TRUE(spec);
-  const std::string junk = "{\"format\": 99}";
+  const std::string junk = "{\"format\": \"1\", \"key\": 7}";
   ASSERT_TRUE(store->put(spec->key(), *spec, std::as_bytes(std::span(junk.data(), junk.size())), 0));
   auto missing = cache->lookup(r.family, r.spec, r.kind, r.entry, r.target, r.options);
   ASSERT_TRUE(missing) << missing.error().to_string();
@@ -345,6 +345,8 @@ TEST_F(SourceCacheTest, AnUnusableSpecRecordIsDroppedAndWrittenAgain) {
   ASSERT_TRUE(store->put(spec->key(), *spec, std::as_bytes(std::span(junk.data(), junk.size())), 0));
   auto compiled = cache->compile(r);
   ASSERT_TRUE(compiled) << compiled.error().to_string();
+  const std::string not_json = "\x01not json";
+  EXPECT_FALSE(check_source_content(*spec, std::as_bytes(std::span(not_json.data(), not_json.size()))));
   auto found = cache->lookup(r.family, r.spec, r.kind, r.entry, r.target, r.options);
   ASSERT_TRUE(found && *found);
   EXPECT_EQ((*found)->key, compiled->key);

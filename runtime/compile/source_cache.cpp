@@ -44,6 +44,12 @@ Status check_source_artifact(const cache::Facts& facts, const CompiledArtifact& 
   return {};
 }
 
+// A decoded, checked entry kept beside its bundle in the store's memory tier.
+struct DecodedSource final : cache::Decoded {
+  explicit DecodedSource(SourceResult r) : result(std::move(r)) {}
+  SourceResult result;
+};
+
 }  // namespace
 
 Status check_source_content(const cache::Facts& facts, std::span<const std::byte> bytes) {
@@ -192,7 +198,16 @@ Result<SourceResult> SourceCache::fetch(const KernelRequest& request, const cach
     return cache::Produced{serialize_bundle(artifact), out.compile_ms};
   };
   cache::Fetched fetched = JC_TRY(m_store.get_or_create(facts.key(), facts, producer, label_of(request)));
-  return decode(facts, fetched.bytes, fetched.source);
+  // Decoded and checked already by an earlier fetch of this memory entry (same key, so same facts).
+  if (auto done = std::dynamic_pointer_cast<const DecodedSource>(fetched.decoded)) {
+    SourceResult result = done->result;
+    result.source = fetched.source;
+    result.from_cache = fetched.source != cache::Source::produced;
+    return result;
+  }
+  auto result = decode(facts, fetched.bytes, fetched.source);
+  if (result) m_store.attach(facts.key(), fetched.bytes, std::make_shared<const DecodedSource>(*result));
+  return result;
 }
 
 Result<SourceResult> SourceCache::decode(const cache::Facts& facts, const cache::SharedBytes& bytes,

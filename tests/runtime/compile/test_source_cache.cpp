@@ -241,6 +241,12 @@ TEST_F(SourceCacheTest, CompilesOnceThenServesFromCacheAndAFreshStore) {
   auto second = cache->compile(r);
   ASSERT_TRUE(second) << second.error().to_string();
   EXPECT_TRUE(second->from_cache);
+  EXPECT_EQ(second->source, cache::Source::memory);
+  auto third_memory = cache->compile(r);  // served from the decoded result attached to the memory entry
+  ASSERT_TRUE(third_memory);
+  EXPECT_EQ(third_memory->source, cache::Source::memory);
+  EXPECT_EQ(third_memory->cubin, first->cubin);
+  EXPECT_EQ(third_memory->log, first->log);
   EXPECT_EQ(second->key, first->key);
   EXPECT_EQ(second->cubin, first->cubin);
   EXPECT_EQ(compiles.load(), 1);

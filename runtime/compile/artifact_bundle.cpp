@@ -114,7 +114,9 @@ std::vector<std::byte> serialize_bundle(const CompiledArtifact& a) {
   return out;
 }
 
-Result<CompiledArtifact> parse_bundle(std::span<const std::byte> bytes, BundleText text) {
+namespace {
+
+Result<CompiledArtifact> parse_sections(std::span<const std::byte> bytes, BundleText text) {
   const bool keep_text = text == BundleText::load;
   if (bytes.size() < sizeof k_magic + 8 + 8 || std::memcmp(bytes.data(), k_magic, sizeof k_magic) != 0)
     return std::unexpected(bad("bad magic (not a jitcache kernel bundle)"));
@@ -185,7 +187,17 @@ Result<CompiledArtifact> parse_bundle(std::span<const std::byte> bytes, BundleTe
   if (r.at() != body) return std::unexpected(bad("trailing bytes after the last section"));
   for (std::uint32_t tag : {k_tag_facts, k_tag_entry, k_tag_cubin, k_tag_ptx, k_tag_usage})
     if (!have[tag]) return std::unexpected(bad(std::string("missing section '") + tag_name(tag) + "'"));
+  return a;
+}
 
+}  // namespace
+
+Result<CompiledArtifact> parse_source_bundle(std::span<const std::byte> bytes, BundleText text) {
+  return parse_sections(bytes, text);
+}
+
+Result<CompiledArtifact> parse_bundle(std::span<const std::byte> bytes, BundleText text) {
+  CompiledArtifact a = JC_TRY(parse_sections(bytes, text));
   auto fact = [&](const char* name) -> std::string {
     auto it = a.facts.find(name);
     return it == a.facts.end() ? std::string() : it->second;

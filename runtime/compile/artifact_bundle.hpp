@@ -46,4 +46,10 @@ enum class BundleText { load, skip };
 // rope, target); a bundle whose facts do not name a valid spec is an error.
 Result<CompiledArtifact> parse_bundle(std::span<const std::byte> bytes, BundleText text = BundleText::load);
 
+// The same bundle format for a kernel that is not one of jitcache's own (an engine's
+// source, runtime/compile/source_cache.hpp): every check of parse_bundle except that the
+// facts need not name a KernelSpec; `artifact.spec` is left default and means nothing.
+// The caller checks the facts against its own key.
+Result<CompiledArtifact> parse_source_bundle(std::span<const std::byte> bytes, BundleText text = BundleText::load);
+
 }  // namespace jitcache

@@ -1,4 +1,5 @@
 #include "runtime/compile/cache_archive.hpp"
+#include "runtime/compile/source_cache.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -83,7 +84,7 @@ Status check_entry_blob(const ArchiveItem& item, std::span<const std::byte> blob
   if (digest != item.digest)
     return refuse(where + ": digest mismatch: the blob at " + offset_text(item.offset) + " hashes to " +
                   digest.to_hex() + ", the manifest says " + item.digest.to_hex());
-  if (auto checked = check_bundle_facts(item.facts, blob); !checked)
+  if (auto checked = check_stored_content(item.facts, blob); !checked)
     return refuse(where + ": the bundle does not match its key: " + checked.error().message);
   return {};
 }

@@ -3,6 +3,7 @@
 #include "jitcache/log.hpp"
 #include "remote/remote_config.hpp"
 #include "runtime/compile/cache_dir.hpp"
+#include "runtime/compile/source_cache.hpp"
 
 namespace jitcache {
 
@@ -19,7 +20,7 @@ Result<std::shared_ptr<remote::RemoteTier>> open_remote(const KernelCacheOptions
     return nullptr;
   }
   if (!*settings) return nullptr;
-  (*settings)->check_content = check_bundle_facts;
+  (*settings)->check_content = check_stored_content;  // own kernels and source cache entries
   return std::make_shared<remote::RemoteTier>(std::move(**settings));
 }
 

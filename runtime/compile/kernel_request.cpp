@@ -1,0 +1,221 @@
+#include "runtime/compile/kernel_request.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <set>
+
+#include "cache/hash.hpp"
+#include "runtime/compile/compiler.hpp"
+#include "runtime/compile/nvjitlink_library.hpp"
+#include "runtime/compile/nvvm_library.hpp"
+
+namespace jitcache {
+namespace {
+
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+           c == '-';
+  });
+}
+
+std::string describe_domain(const FactDomain& domain) {
+  if (domain.any()) return "any non-empty string";
+  std::string out = "one of {";
+  for (std::size_t i = 0; i < domain.allowed.size(); ++i) out += (i ? ", " : "") + domain.allowed[i];
+  return out + "}";
+}
+
+std::string hash_hex(std::string_view text) { return cache::BlobDigest::of(text).to_hex(); }
+
+// Fact names allow [A-Za-z0-9_.-]; include names may hold '/'.
+std::string header_fact_name(std::string_view include_name) {
+  std::string name = "header.";
+  for (char c : include_name) name += (c == '/') ? '.' : c;
+  return name;
+}
+
+Result<cache::Facts> common_facts(const KernelRequest& request, const ToolFacts& tools) {
+  cache::Facts facts;
+  facts.set("facts_schema", std::to_string(k_request_facts_schema));
+  if (request.family.empty()) return make_error(ErrorCode::invalid_argument, "kernel request: no family");
+  facts.set("family", request.family);
+  for (const auto& [name, value] : request.spec) facts.set("spec." + name, value);
+  facts.set("kind", to_string(request.kind));
+  if (request.entry.empty())
+    return make_error(ErrorCode::invalid_argument, "kernel request of family " + request.family + ": no entry");
+  facts.set("entry", request.entry);
+  if (request.target.empty())
+    return make_error(ErrorCode::invalid_argument, "kernel request of family " + request.family + ": no target");
+  facts.set("target", request.target);
+  facts.set("options", normalized_options(request.options));
+  for (const std::string& tool : tools_for(request.kind)) {
+    auto it = tools.find(tool);
+    if (it == tools.end() || it->second.version.empty() || it->second.fingerprint.empty())
+      return make_error(ErrorCode::internal, "kernel request of family " + request.family + ": no version or "
+                                             "fingerprint for tool " + tool + " (a " +
+                                             to_string(request.kind) + " request needs it)");
+    facts.set("tool." + tool + ".version", it->second.version);
+    facts.set("tool." + tool + ".fingerprint", it->second.fingerprint);
+  }
+  return facts;
+}
+
+}  // namespace
+
+bool operator==(const FactDomain& a, const FactDomain& b) {
+  auto x = a.allowed, y = b.allowed;
+  std::sort(x.begin(), x.end());
+  std::sort(y.begin(), y.end());
+  return x == y;
+}
+
+Status check_schema(const SpecSchema& schema) {
+  if (!valid_name(schema.family))
+    return make_error(ErrorCode::invalid_argument,
+                      "spec schema: family name '" + schema.family + "' is not 1 to 64 of [A-Za-z0-9_.-]");
+  for (const auto& [name, domain] : schema.facts) {
+    if (!valid_name(name))
+      return make_error(ErrorCode::invalid_argument, "spec schema of family " + schema.family + ": fact name '" +
+                                                         name + "' is not 1 to 64 of [A-Za-z0-9_.-]");
+    std::set<std::string> seen;
+    for (const auto& value : domain.allowed) {
+      if (value.empty())
+        return make_error(ErrorCode::invalid_argument,
+                          "spec schema of family " + schema.family + ": fact " + name + " allows an empty value");
+      if (!seen.insert(value).second)
+        return make_error(ErrorCode::invalid_argument, "spec schema of family " + schema.family + ": fact " + name +
+                                                           " lists '" + value + "' twice");
+    }
+  }
+  return {};
+}
+
+Status validate_spec(const SpecSchema& schema, const std::map<std::string, std::string>& spec) {
+  for (const auto& [name, domain] : schema.facts) {
+    auto it = spec.find(name);
+    if (it == spec.end())
+      return make_error(ErrorCode::invalid_argument, "spec of family " + schema.family + " is missing fact " +
+                                                         name + " (" + describe_domain(domain) + ")");
+    const std::string& value = it->second;
+    const bool ok = domain.any() ? !value.empty()
+                                 : std::find(domain.allowed.begin(), domain.allowed.end(), value) !=
+                                       domain.allowed.end();
+    if (!ok)
+      return make_error(ErrorCode::invalid_argument, "spec of family " + schema.family + ": fact " + name + "='" +
+                                                         value + "' is out of range (" + describe_domain(domain) +
+                                                         ")");
+  }
+  for (const auto& [name, value] : spec) {
+    if (schema.facts.contains(name)) continue;
+    std::string known;
+    for (const auto& [n, d] : schema.facts) known += (known.empty() ? "" : ", ") + n;
+    return make_error(ErrorCode::invalid_argument, "spec of family " + schema.family + " has unknown fact " + name +
+                                                       " (the family declares: " +
+                                                       (known.empty() ? "none" : known) + ")");
+  }
+  return {};
+}
+
+Status SpecRegistry::add(SpecSchema schema) {
+  JC_TRY(check_schema(schema));
+  std::lock_guard lock(m_mutex);
+  auto [it, inserted] = m_schemas.try_emplace(schema.family, schema);
+  if (!inserted && !(it->second == schema))
+    return make_error(ErrorCode::invalid_argument,
+                      "spec schema of family " + schema.family + " is already registered with different facts");
+  return {};
+}
+
+std::optional<SpecSchema> SpecRegistry::find(const std::string& family) const {
+  std::lock_guard lock(m_mutex);
+  auto it = m_schemas.find(family);
+  if (it == m_schemas.end()) return std::nullopt;
+  return it->second;
+}
+
+Status SpecRegistry::validate(const KernelRequest& request) const {
+  const auto schema = find(request.family);
+  if (!schema)
+    return make_error(ErrorCode::not_found, "kernel family " + request.family + " has no registered spec schema");
+  return validate_spec(*schema, request.spec);
+}
+
+SpecRegistry& SpecRegistry::global() {
+  static SpecRegistry registry;
+  return registry;
+}
+
+std::vector<std::string> tools_for(SourceKind kind) {
+  switch (kind) {
+    case SourceKind::cuda: return {"nvrtc"};
+    case SourceKind::nvvm: return {"libnvvm", "nvjitlink"};
+    case SourceKind::ptx: return {"nvjitlink"};
+  }
+  return {};
+}
+
+Result<ToolFacts> probe_tools(SourceKind kind) {
+  ToolFacts tools;
+  for (const std::string& tool : tools_for(kind)) {
+    if (tool == "nvrtc") {
+      // One compiler object per process: its fingerprint is computed once.
+      static const std::unique_ptr<Compiler> nvrtc = make_nvrtc_compiler();
+      tools[tool] = ToolFact{nvrtc->version(), JC_TRY(nvrtc->fingerprint())};
+    } else if (tool == "libnvvm") {
+      const NvvmLibrary* lib = JC_TRY(nvvm_library());
+      tools[tool] = ToolFact{lib->version(), JC_TRY(nvvm_fingerprint())};
+    } else if (tool == "nvjitlink") {
+      const NvJitLinkLibrary* lib = JC_TRY(nvjitlink_library());
+      tools[tool] = ToolFact{lib->version(), JC_TRY(nvjitlink_fingerprint())};
+    }
+  }
+  return tools;
+}
+
+std::string normalized_options(const std::vector<std::string>& options) {
+  std::string out;
+  for (const auto& option : options) {
+    const auto first = option.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) continue;
+    const auto last = option.find_last_not_of(" \t\r\n");
+    out += (out.empty() ? "" : "\n") + option.substr(first, last - first + 1);
+  }
+  return out;
+}
+
+bool is_request_facts(const cache::Facts& facts) {
+  const auto record = facts.get("record");
+  return record && (*record == k_record_source_bundle || *record == k_record_spec_index);
+}
+
+Result<cache::Facts> request_facts(const KernelRequest& request, const ToolFacts& tools) {
+  cache::Facts facts = JC_TRY(common_facts(request, tools));
+  facts.set("record", std::string(k_record_source_bundle));
+  facts.set("source_xxh3", hash_hex(request.text));
+  for (const auto& [name, text] : request.headers) facts.set(header_fact_name(name), hash_hex(text));
+  JC_TRY(facts.validate());
+  return facts;
+}
+
+Result<cache::Facts> spec_facts(const KernelRequest& request, const ToolFacts& tools) {
+  cache::Facts facts = JC_TRY(common_facts(request, tools));
+  facts.set("record", std::string(k_record_spec_index));
+  JC_TRY(facts.validate());
+  return facts;
+}
+
+Result<cache::Facts> spec_facts_of(const cache::Facts& bundle_facts) {
+  if (bundle_facts.get("record") != k_record_source_bundle)
+    return make_error(ErrorCode::invalid_input, "not the facts of a source bundle (record=" +
+                                                    std::string(bundle_facts.get("record").value_or("(absent)")) + ")");
+  cache::Facts facts;
+  for (const auto& [name, value] : bundle_facts.fields())
+    if (name != "source_xxh3" && !name.starts_with("header.")) facts.set(name, value);
+  facts.set("record", std::string(k_record_spec_index));
+  JC_TRY(facts.validate());
+  return facts;
+}
+
+}  // namespace jitcache

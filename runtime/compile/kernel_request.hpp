@@ -1,0 +1,122 @@
+// A kernel request from outside jitcache: an engine's source (CUDA C++, NVVM IR or PTX)
+// for one entry and an exact target, tagged with the family it belongs to and the spec
+// facts that select its variant. The family declares those facts once (SpecSchema); the
+// request's facts and key are derived here, for the source cache (source_cache.hpp).
+//
+// Two keys per request:
+//   key       record=source_bundle and every fact that changes the binary: the facts
+//             schema version, family,
+//             spec.<name> for each spec fact, kind, source_xxh3, header.<name>, entry,
+//             target (exact), options (normalised), and for each tool that touches the
+//             binary for this kind tool.<name>.version and tool.<name>.fingerprint
+//             (nvrtc for cuda; libnvvm and nvjitlink for nvvm; nvjitlink for ptx).
+//   spec key  the same without the source and header digests, plus record=spec_index:
+//             what a lookup by spec alone (no source) uses. A spec is complete when it
+//             determines the source; shadow verification (SourceCache) checks that.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cache/facts.hpp"
+#include "jitcache/error.hpp"
+#include "runtime/compile/source_compiler.hpp"
+
+namespace jitcache {
+
+// Bump when the set or meaning of the request facts changes: old entries become
+// unreachable instead of being misread.
+inline constexpr int k_request_facts_schema = 1;
+
+struct KernelRequest {
+  std::string family;
+  std::map<std::string, std::string> spec;  // spec fact name -> value
+  SourceKind kind = SourceKind::cuda;
+  std::string text;
+  std::vector<std::pair<std::string, std::string>> headers;  // include name, text (cuda only)
+  std::string entry;
+  std::string target;
+  std::vector<std::string> options;
+};
+
+// The values one spec fact may take: the listed strings, or (empty list) any non-empty string.
+struct FactDomain {
+  std::vector<std::string> allowed;
+  bool any() const { return allowed.empty(); }
+  // The same values, in any order.
+  friend bool operator==(const FactDomain& a, const FactDomain& b);
+};
+
+struct SpecSchema {
+  std::string family;
+  std::map<std::string, FactDomain> facts;
+  friend bool operator==(const SpecSchema&, const SpecSchema&) = default;
+};
+
+// A schema that can be used: a family name and fact names from [A-Za-z0-9_.-] (1 to 64
+// characters), no empty allowed value, no value listed twice.
+Status check_schema(const SpecSchema& schema);
+
+// Refuses a missing, unknown or out-of-range fact (ErrorCode::invalid_argument), naming
+// the family, the fact and the allowed values.
+Status validate_spec(const SpecSchema& schema, const std::map<std::string, std::string>& spec);
+
+// The schemas by family; thread-safe. Registering a family twice with a different schema
+// is an error; an identical re-registration is fine.
+class SpecRegistry {
+ public:
+  Status add(SpecSchema schema);
+  std::optional<SpecSchema> find(const std::string& family) const;
+  // The schema of the request's family (not_found when unregistered), and the request's
+  // spec checked against it.
+  Status validate(const KernelRequest& request) const;
+  // The process's registry.
+  static SpecRegistry& global();
+
+ private:
+  mutable std::mutex m_mutex;
+  std::map<std::string, SpecSchema> m_schemas;
+};
+
+// One tool that touches the binary: its version and its fingerprint (a digest of the
+// loaded build, see Compiler::fingerprint, nvvm_fingerprint, nvjitlink_fingerprint).
+struct ToolFact {
+  std::string version;
+  std::string fingerprint;
+};
+using ToolFacts = std::map<std::string, ToolFact>;  // "nvrtc", "libnvvm", "nvjitlink"
+
+// The tools a kind runs, in order.
+std::vector<std::string> tools_for(SourceKind kind);
+
+// The process's tools for `kind`: loads them (unavailable when one is missing).
+Result<ToolFacts> probe_tools(SourceKind kind);
+
+// The options as they enter the key: each trimmed of surrounding white space, empty ones
+// dropped, order kept (it can matter to the tools), joined by newlines.
+std::string normalized_options(const std::vector<std::string>& options);
+
+// The `record` fact of the two kinds of entry; jitcache's own kernels have no such fact.
+inline constexpr std::string_view k_record_source_bundle = "source_bundle";
+inline constexpr std::string_view k_record_spec_index = "spec_index";
+
+// Whether an entry's facts are a source cache entry's (either record), not a KernelCache one's.
+bool is_request_facts(const cache::Facts& facts);
+
+// The request's facts (key = facts.key()). `tools` must hold every tool of tools_for(kind).
+Result<cache::Facts> request_facts(const KernelRequest& request, const ToolFacts& tools);
+
+// The spec key's facts: request_facts without source_xxh3 and header.*, plus record=spec_index.
+Result<cache::Facts> spec_facts(const KernelRequest& request, const ToolFacts& tools);
+
+// The same from a stored source bundle's facts (record=source_bundle): what an audit groups
+// entries by to find one spec built from two sources. invalid_input for other facts.
+Result<cache::Facts> spec_facts_of(const cache::Facts& bundle_facts);
+
+}  // namespace jitcache

@@ -1,0 +1,108 @@
+// The cache of kernels from outside (kernel_request.hpp): like KernelCache for jitcache's
+// own kernels, a KernelRequest becomes a verified cubin from the store's tiers, or is
+// compiled once per key across threads and processes (Store::get_or_create). The stored
+// value is the kernel bundle (artifact_bundle.hpp, read with parse_source_bundle) whose
+// facts section holds every fact of the key, source_xxh3 among them; a read is refused
+// unless those agree with the request, its entry and target included.
+//
+// Beside each entry, a spec record under the spec key (kernel_request.hpp): a small JSON
+// value {"format", "key", "source_xxh3", "headers"} so that lookup() finds an entry by
+// family + spec alone, without the source.
+//
+// Shadow verification: when a request comes with its source and a spec record exists,
+// the source (and header) digests must be the recorded ones. A difference means the
+// family's spec does not determine its source (some input that changes the code is not
+// a spec fact): compile() refuses with ErrorCode::invalid_input naming the family, the
+// spec facts and both digests, and serves nothing. A family whose source changes on
+// purpose must say so in a spec fact (a version).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/store.hpp"
+#include "jitcache/error.hpp"
+#include "runtime/compile/kernel_request.hpp"
+
+namespace jitcache {
+
+// Bump when the spec record's JSON changes.
+inline constexpr int k_spec_record_format = 1;
+
+struct SourceResult {
+  std::vector<std::uint8_t> cubin;
+  std::string ptx;
+  ResourceUsage usage;
+  std::string log;
+  bool from_cache = false;
+  cache::CacheKey key;
+  cache::Source source = cache::Source::produced;
+};
+
+using SourceCompileFn = std::function<Result<SourceOutput>(const SourceInput&)>;
+using ToolProbe = std::function<Result<ToolFacts>(SourceKind)>;
+
+struct SourceCacheOptions {
+  // Spec schemas by family; a request's family must be registered. Null: SpecRegistry::global().
+  const SpecRegistry* registry = nullptr;
+  // The compile step; empty: compile_source. (Tests count or fake compiles here.)
+  SourceCompileFn compile;
+  // The tools' versions and fingerprints; empty: probe_tools.
+  ToolProbe tools;
+  // Whether a read also checks that the cubin is an ELF image holding the entry as a
+  // function (cubin_elf.hpp). Off only for tests whose compile step is a fake.
+  bool check_cubin = true;
+};
+
+// The check of a source cache entry's bytes against its facts, for tiers that are not this
+// machine's (RemoteTierOptions::check_content): a source bundle whose facts and entry are
+// exactly the key's, or a well-formed spec record.
+Status check_source_content(const cache::Facts& facts, std::span<const std::byte> bytes);
+
+// The content check of a store that holds both kinds of entry: check_source_content for a
+// source cache entry (is_request_facts), check_bundle_facts for one of jitcache's own kernels.
+Status check_stored_content(const cache::Facts& facts, std::span<const std::byte> bytes);
+
+class SourceCache {
+ public:
+  explicit SourceCache(cache::Store& store, SourceCacheOptions options = {});
+
+  // The cubin for `request`: validated against its family's schema, shadow-verified
+  // against the spec record, then from the store or compiled once per key. A stored bundle
+  // that does not parse or disagrees with the request's facts is removed and compiled again.
+  Result<SourceResult> compile(const KernelRequest& request);
+
+  // Shadow verification alone: an error when a spec record exists for the request's spec
+  // and names another source or other headers; fine when none exists.
+  Status verify_spec(const KernelRequest& request);
+
+  // The entry for a spec, by the spec record; std::nullopt when there is none (or the
+  // entry it names is gone). Never compiles.
+  Result<std::optional<SourceResult>> lookup(const std::string& family, const std::map<std::string, std::string>& spec,
+                                             SourceKind kind, const std::string& entry, const std::string& target,
+                                             const std::vector<std::string>& options = {});
+
+ private:
+  struct SpecRecord {
+    std::string key;
+    std::string source_xxh3;
+    std::map<std::string, std::string> headers;  // header.<name> fact -> digest
+  };
+  const SpecRegistry& registry() const;
+  Result<ToolFacts> tools(SourceKind kind) const;
+  Result<std::optional<SpecRecord>> read_record(const cache::Facts& spec);
+  Status check_record(const KernelRequest& request, const cache::Facts& facts, const SpecRecord& record) const;
+  void write_record(const cache::Facts& spec, const cache::Facts& facts);
+  Result<SourceResult> fetch(const KernelRequest& request, const cache::Facts& facts);
+  Result<SourceResult> decode(const cache::Facts& facts, const cache::SharedBytes& bytes, cache::Source source) const;
+
+  cache::Store& m_store;
+  SourceCacheOptions m_options;
+};
+
+}  // namespace jitcache

@@ -5,6 +5,7 @@
 #include "runtime/audit/audit.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/kernel_cache.hpp"
+#include "runtime/compile/source_cache.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
 
 namespace jitcache {
@@ -59,7 +60,7 @@ std::optional<RemoteFinding> check_verified(const std::string& name, const cache
     f.explanation = found->explanation;
     return f;
   }
-  if (auto usable = check_bundle_facts(entry.facts, entry.bytes); !usable) {
+  if (auto usable = check_stored_content(entry.facts, entry.bytes); !usable) {
     f.kind = RemoteFindingKind::rejected;
     f.reason = remote::to_string(remote::Rejection::bad_content);
     f.explanation = usable.error().message;
@@ -107,7 +108,7 @@ std::expected<cache::SharedBytes, std::string> fleet_ready_bytes(cache::Store& s
   cache::SharedBytes bytes = **read;
   if (auto finding = audit_artifact(e.key, e.key_schema, e.facts, *bytes))
     return std::unexpected(std::string(to_string(finding->kind)) + ": " + finding->explanation);
-  if (auto usable = check_bundle_facts(e.facts, *bytes); !usable) return std::unexpected(usable.error().message);
+  if (auto usable = check_stored_content(e.facts, *bytes); !usable) return std::unexpected(usable.error().message);
   return bytes;
 }
 

@@ -147,23 +147,25 @@ void SourceCache::write_record(const cache::Facts& spec, const cache::Facts& fac
     log_warning("source cache: could not record spec " + spec.key().to_hex() + ": " + put.error().message);
 }
 
-Status SourceCache::verify_spec(const KernelRequest& request) {
+Result<SourceCache::Checked> SourceCache::check(const KernelRequest& request) {
   JC_TRY(registry().validate(request));
   const ToolFacts tools = JC_TRY(this->tools(request.kind));
-  const cache::Facts facts = JC_TRY(request_facts(request, tools));
-  const cache::Facts spec = JC_TRY(spec_facts(request, tools));
-  const auto record = JC_TRY(read_record(spec));
-  if (record) JC_TRY(check_record(request, facts, *record));
+  Checked checked{JC_TRY(request_facts(request, tools)), JC_TRY(spec_facts(request, tools)), std::nullopt};
+  checked.record = JC_TRY(read_record(checked.spec));
+  if (checked.record) JC_TRY(check_record(request, checked.facts, *checked.record));
+  return checked;
+}
+
+Status SourceCache::verify_spec(const KernelRequest& request) {
+  JC_TRY(check(request));
   return {};
 }
 
 Result<SourceResult> SourceCache::compile(const KernelRequest& request) {
-  JC_TRY(registry().validate(request));
-  const ToolFacts tools = JC_TRY(this->tools(request.kind));
-  const cache::Facts facts = JC_TRY(request_facts(request, tools));
-  const cache::Facts spec = JC_TRY(spec_facts(request, tools));
-  const auto record = JC_TRY(read_record(spec));
-  if (record) JC_TRY(check_record(request, facts, *record));
+  const Checked checked = JC_TRY(check(request));
+  const cache::Facts& facts = checked.facts;
+  const cache::Facts& spec = checked.spec;
+  const std::optional<SpecRecord>& record = checked.record;
 
   auto fetched = fetch(request, facts);
   if (!fetched && fetched.error().code == ErrorCode::invalid_input) {

@@ -93,6 +93,13 @@ class SourceCache {
     std::string source_xxh3;
     std::map<std::string, std::string> headers;  // header.<name> fact -> digest
   };
+  // A request whose spec is valid and whose source agrees with the spec record, if any.
+  struct Checked {
+    cache::Facts facts;  // the full key's
+    cache::Facts spec;   // the spec key's
+    std::optional<SpecRecord> record;
+  };
+  Result<Checked> check(const KernelRequest& request);
   const SpecRegistry& registry() const;
   Result<ToolFacts> tools(SourceKind kind) const;
   Result<std::optional<SpecRecord>> read_record(const cache::Facts& spec);

@@ -25,8 +25,10 @@ from .errors import (
 )
 from .runtime import (
     CacheInfo,
+    CompiledKernel,
     DeviceInfo,
     KernelInfo,
+    KernelLookup,
     LayerInfo,
     Model,
     PrepareStats,

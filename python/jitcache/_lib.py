@@ -47,6 +47,9 @@ CACHE_MODES = {0: "read-write", 1: "read-only", 2: "memory-only"}
 SCALE_MODES = {0: "identity", 1: "dynamic"}
 SCALE_SOURCES = {0: "override", 1: "checkpoint", 2: "identity-default", 3: "draft-identity"}
 LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERROR, LOG_OFF = 0, 1, 2, 3, 4
+# jitcache_source_kind, jitcache_lookup_outcome
+SOURCE_KINDS = {"cuda": 0, "nvvm": 1, "ptx": 2}
+LOOKUP_OUTCOMES = {0: "hit", 1: "miss", 2: "verify"}
 
 _enum = c_int  # C enums of this header are int-sized
 
@@ -61,6 +64,40 @@ class RuntimeOptions(Structure):
         ("cache_max_bytes", c_uint64),
         ("cache_requirement", _enum),
         ("remote", c_char_p),
+        ("verify_spec", c_double),  # negative (the _init default): JITCACHE_VERIFY_SPEC
+    ]
+
+
+class Fact(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("value", c_char_p),
+    ]
+
+
+class Header(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("text", c_char_p),  # `size` bytes, not NUL-terminated
+        ("size", c_size_t),
+    ]
+
+
+class CompileRequest(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("family", c_char_p),
+        ("spec", POINTER(Fact)),
+        ("num_spec", c_size_t),
+        ("kind", _enum),
+        ("text", c_char_p),  # `text_size` bytes: NVVM bitcode may hold NULs
+        ("text_size", c_size_t),
+        ("headers", POINTER(Header)),
+        ("num_headers", c_size_t),
+        ("entry", c_char_p),
+        ("target", c_char_p),
+        ("options", POINTER(c_char_p)),
+        ("num_options", c_size_t),
     ]
 
 
@@ -141,6 +178,7 @@ LOG_FN = CFUNCTYPE(None, c_void_p, _enum, c_void_p, c_size_t)
 
 _runtime_p = c_void_p
 _model_p = c_void_p
+_kernel_p = c_void_p
 _status = c_int
 
 # name: (restype, argtypes) for every function of the header.
@@ -185,6 +223,19 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "jitcache_model_host_write": (_status, [_model_p, c_int32, POINTER(WriterLaunch)]),
     "jitcache_model_host_gather": (_status, [_model_p, c_int32, POINTER(GatherLaunch)]),
     "jitcache_record_bytes": (c_uint32, [_enum]),
+    "jitcache_compile_request_init": (None, [POINTER(CompileRequest)]),
+    "jitcache_declare_family": (_status, [_runtime_p, c_char_p]),
+    "jitcache_compile": (
+        _status,
+        [_runtime_p, POINTER(CompileRequest), POINTER(_kernel_p)],
+    ),
+    "jitcache_lookup": (
+        _status,
+        [_runtime_p, c_char_p, POINTER(Fact), c_size_t, c_char_p, POINTER(_enum), POINTER(_kernel_p)],
+    ),
+    "jitcache_kernel_cubin": (_status, [_kernel_p, POINTER(c_void_p), POINTER(c_size_t)]),
+    "jitcache_kernel_describe": (_status, [_kernel_p, POINTER(c_void_p)]),
+    "jitcache_kernel_release": (None, [_kernel_p]),
 }
 
 def default_library_path() -> Path:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
+import math
+import numbers
 import operator
 import os
 import struct
 import weakref
-from ctypes import byref, c_int32, c_void_p
+from collections.abc import Mapping, Sequence
+from ctypes import byref, c_char_p, c_int, c_int32, c_size_t, c_void_p
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -25,6 +29,8 @@ __all__ = [
     "CacheInfo",
     "ResolvedScales",
     "resolve_scales",
+    "CompiledKernel",
+    "KernelLookup",
 ]
 
 PathArg = Union[str, "os.PathLike[str]"]
@@ -66,6 +72,140 @@ def _optional_text(value: str | None) -> bytes | None:
     if not isinstance(value, str):
         raise TypeError(f"expected a str or None, got {type(value).__name__}")
     return value.encode("utf-8")
+
+
+def _text(name: str, value: object) -> bytes:
+    """A str argument as the NUL-terminated UTF-8 the C ABI takes. A NUL inside would cut
+    the string short there without a word from the library, so it is refused here."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a str, got {type(value).__name__}")
+    if "\0" in value:
+        raise InvalidArgumentError(f"{name}: {value!r} contains a NUL character")
+    return value.encode("utf-8")
+
+
+def _blob(name: str, value: object) -> bytes:
+    """Text (str, encoded as UTF-8) or raw bytes (NVVM bitcode) passed with its size."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{name}: expected str or bytes, got {type(value).__name__}")
+
+
+def _kind_enum(kind: object) -> int:
+    try:
+        return _lib.SOURCE_KINDS[kind]  # type: ignore[index]
+    except (KeyError, TypeError):
+        allowed = ", ".join(repr(k) for k in _lib.SOURCE_KINDS)
+        raise InvalidArgumentError(f"kind: expected one of {allowed}, got {kind!r}") from None
+
+
+def _string_list(name: str, values: object) -> list[str]:
+    """A sequence of str; a bare str is refused (it would be taken one character at a time)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(f"{name}: expected a sequence of str, got {type(values).__name__}")
+    for i, item in enumerate(values):
+        if not isinstance(item, str):
+            raise TypeError(f"{name}[{i}]: expected a str, got {type(item).__name__}")
+    return list(values)
+
+
+def _spec_array(spec: object) -> tuple[Any, int]:
+    """The spec facts as a jitcache_fact array (sorted by name) and its length."""
+    if not isinstance(spec, Mapping):
+        raise TypeError(f"spec: expected a mapping of fact name to str, got {type(spec).__name__}")
+    facts = []
+    for name, value in spec.items():
+        key = _text("spec fact name", name)
+        if not isinstance(value, str):
+            raise TypeError(f"spec[{name!r}]: expected a str, got {type(value).__name__}")
+        facts.append((key, _text(f"spec[{name!r}]", value)))
+    facts.sort()
+    array = (_lib.Fact * len(facts))(*(_lib.Fact(k, v) for k, v in facts))
+    return array, len(facts)
+
+
+def _verify_fraction(value: object) -> float:
+    """Runtime's verify_spec as the C field: -1 (None: the environment decides) or 0..1."""
+    if value is None:
+        return -1.0
+    if not isinstance(value, numbers.Real):  # a str such as "0.5" is refused, not parsed
+        raise TypeError(f"verify_spec: expected a number from 0 to 1 or None, got {type(value).__name__}")
+    fraction = float(value)  # True and False are 1 and 0: every hit verified, or none
+    if math.isnan(fraction) or not 0.0 <= fraction <= 1.0:
+        raise InvalidArgumentError(f"verify_spec: expected a fraction from 0 to 1, got {value!r}")
+    return fraction
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A kernel from outside, compiled or found in the cache: its cubin and what jitcache knows
+    of it. ``from_cache``: served by the cache (memory, disk or remote), not compiled by this
+    call; ``verified``: this call compared the request's source with the spec record and they
+    agree; ``ms``: the call's wall time. Resource figures are -1 when ptxas did not report them."""
+
+    cubin: bytes = field(repr=False)
+    family: str
+    kind: str  # "cuda" | "nvvm" | "ptx"
+    entry: str
+    target: str
+    key: str  # 32 hex digits
+    from_cache: bool
+    from_remote: bool
+    verified: bool
+    ms: float
+    registers: int
+    stack_frame_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    log: str = field(repr=False)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], cubin: bytes) -> "CompiledKernel":
+        res = doc.get("resources") or {}
+        return cls(
+            cubin=cubin,
+            family=doc["family"],
+            kind=doc["kind"],
+            entry=doc["entry"],
+            target=doc["target"],
+            key=doc["key"],
+            from_cache=bool(doc["from_cache"]),
+            from_remote=bool(doc.get("from_remote", False)),
+            verified=bool(doc.get("verified", False)),
+            ms=float(doc.get("ms", 0.0)),
+            registers=int(res.get("registers", -1)),
+            stack_frame_bytes=int(res.get("stack_frame_bytes", -1)),
+            spill_store_bytes=int(res.get("spill_store_bytes", -1)),
+            spill_load_bytes=int(res.get("spill_load_bytes", -1)),
+            log=doc.get("log") or "",
+        )
+
+
+@dataclass(frozen=True)
+class KernelLookup:
+    """What :meth:`Runtime.lookup` found for a spec: "hit" (``kernel`` is set), "miss", or
+    "verify": an entry exists but was chosen for shadow verification, so generate the source
+    and call :meth:`Runtime.compile`, which checks it against the recorded one."""
+
+    outcome: str  # "hit" | "miss" | "verify"
+    kernel: Optional[CompiledKernel] = None
+
+
+def _take_kernel(handle: int) -> CompiledKernel:
+    """Copies a jitcache_kernel out (cubin bytes, described fields) and releases it."""
+    try:
+        data = c_void_p()
+        size = c_size_t()
+        _lib.check(_lib_.jitcache_kernel_cubin(handle, byref(data), byref(size)))
+        cubin = ctypes.string_at(data.value, size.value) if data.value and size.value else b""
+        out = c_void_p()
+        _lib.check(_lib_.jitcache_kernel_describe(handle, byref(out)))
+        doc = json.loads(_lib.take_string(out))
+    finally:
+        _lib_.jitcache_kernel_release(handle)
+    return CompiledKernel.from_json(doc, cubin)
 
 
 @dataclass(frozen=True)
@@ -473,6 +613,10 @@ class Runtime:
     is signed and checked; without one the remote is not used (one warning). A remote that
     is down or silent costs its timeout once, then nothing while the local cache goes on
     alone. A malformed URL is an error when the cache is required, else a warning.
+
+    ``verify_spec``: the fraction (0 to 1) of :meth:`lookup` hits answered "verify" instead,
+    so that the caller generates the source and :meth:`compile` checks the family's spec
+    still determines it; None follows JITCACHE_VERIFY_SPEC (a boolean or a fraction; unset: 0).
     """
 
     def __init__(
@@ -484,6 +628,7 @@ class Runtime:
         max_bytes: int = 0,
         require_cache: bool | None = None,
         remote: str | None = None,
+        verify_spec: float | None = None,
     ) -> None:
         self._handle: int | None = None
         options = _lib.RuntimeOptions()
@@ -502,6 +647,7 @@ class Runtime:
                 _lib.CACHE_REQUIRED if require_cache else _lib.CACHE_OPTIONAL
             )
         options.remote = _optional_text(remote)
+        options.verify_spec = _verify_fraction(verify_spec)
         out = c_void_p()
         _log.sync()
         _lib.check(_lib_.jitcache_runtime_open(byref(options), byref(out)))
@@ -592,3 +738,91 @@ class Runtime:
         _log.sync()
         _lib.check(_lib_.jitcache_prepare_with(handle, byref(options), byref(out)))
         return Model(out.value, os.fsdecode(checkpoint), rope, self._device_ordinal)
+
+    # ---- kernels from outside: a family's source, compiled and cached by its spec ----
+    def declare_family(
+        self, family: str, kind: str, facts: Mapping[str, Optional[Sequence[str]]]
+    ) -> None:
+        """Declares a kernel family: the source kind its requests carry and its spec facts,
+        each with its allowed values (None or empty: any non-empty string). The spec must
+        determine the source: every input that changes the generated code is a fact.
+        Declaring a family again with the same schema is fine; with another, an error."""
+        handle = self._live()
+        _text("family", family)
+        _kind_enum(kind)
+        if not isinstance(facts, Mapping):
+            raise TypeError(f"facts: expected a mapping of fact name to allowed values, got {type(facts).__name__}")
+        domains: dict[str, list[str]] = {}
+        for name, allowed in facts.items():
+            if not isinstance(name, str):
+                raise TypeError(f"facts: a fact name must be a str, got {type(name).__name__}")
+            domains[name] = [] if allowed is None else _string_list(f"facts[{name!r}]", allowed)
+        schema = json.dumps({"family": family, "kind": kind, "facts": domains})
+        _log.sync()
+        _lib.check(_lib_.jitcache_declare_family(handle, schema.encode("utf-8")))
+
+    def compile(
+        self,
+        *,
+        family: str,
+        spec: Mapping[str, str],
+        kind: str,
+        source: Union[str, bytes],
+        entry: str,
+        target: str,
+        headers: Optional[Mapping[str, str]] = None,
+        options: Sequence[str] = (),
+    ) -> CompiledKernel:
+        """The cubin of ``entry`` in ``source`` ("cuda" C++, "nvvm" IR text or bitcode, or
+        "ptx") for an exact ``target`` ("sm_90", "sm_100a", ...), from the cache or compiled
+        once (across threads and processes). ``spec`` must satisfy the family's declaration;
+        when the cache already holds a kernel for the same spec built from another source,
+        InvalidInputError (the spec is incomplete) and nothing is served."""
+        handle = self._live()
+        request = _lib.CompileRequest()
+        _lib_.jitcache_compile_request_init(byref(request))
+        keep: list[object] = []  # what the request points into, alive until the call returns
+        request.family = _text("family", family)
+        spec_array, request.num_spec = _spec_array(spec)
+        keep.append(spec_array)
+        request.spec = ctypes.cast(spec_array, ctypes.POINTER(_lib.Fact))
+        request.kind = _kind_enum(kind)
+        text = _blob("source", source)
+        keep.append(text)
+        request.text = text
+        request.text_size = len(text)
+        if headers is not None:
+            if not isinstance(headers, Mapping):
+                raise TypeError(f"headers: expected a mapping of include name to text, got {type(headers).__name__}")
+            rows = [(_text("header name", name), _blob(f"headers[{name!r}]", body)) for name, body in headers.items()]
+            header_array = (_lib.Header * len(rows))(*(_lib.Header(n, b, len(b)) for n, b in rows))
+            keep.append(header_array)
+            request.headers = ctypes.cast(header_array, ctypes.POINTER(_lib.Header))
+            request.num_headers = len(rows)
+        request.entry = _text("entry", entry)
+        request.target = _text("target", target)
+        encoded = [_text(f"options[{i}]", o) for i, o in enumerate(_string_list("options", options))]
+        option_array = (c_char_p * len(encoded))(*encoded)
+        keep.append(option_array)
+        request.options = ctypes.cast(option_array, ctypes.POINTER(c_char_p))
+        request.num_options = len(encoded)
+        out = c_void_p()
+        _log.sync()
+        _lib.check(_lib_.jitcache_compile(handle, byref(request), byref(out)))
+        return _take_kernel(out.value)
+
+    def lookup(self, family: str, spec: Mapping[str, str], target: str) -> KernelLookup:
+        """The cached kernel for a family's spec and target, without the source (the spec
+        record names it): outcome "hit" with the kernel, "miss", or "verify" (a hit chosen
+        for shadow verification, see ``verify_spec``: generate the source and compile)."""
+        handle = self._live()
+        name = _text("family", family)
+        spec_array, count = _spec_array(spec)
+        where = _text("target", target)
+        outcome = c_int()
+        out = c_void_p()
+        _log.sync()
+        _lib.check(_lib_.jitcache_lookup(handle, name, spec_array, count, where, byref(outcome), byref(out)))
+        kernel = _take_kernel(out.value) if out.value else None
+        state = _lib.LOOKUP_OUTCOMES.get(outcome.value, str(outcome.value))
+        return KernelLookup(outcome=state, kernel=kernel)

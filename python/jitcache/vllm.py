@@ -102,9 +102,6 @@ NOT_REGISTERED: tuple[str, ...] = (
     "JITCACHE_REMOTE_LEASE_MS",
     "JITCACHE_REMOTE_WAIT_MS",
     "JITCACHE_REMOTE_MAX_ENTRY_BYTES",
-    # How often a spec-only lookup is checked against the generated source: it changes
-    # which calls verify, never which kernel runs (a source that disagrees is an error).
-    "JITCACHE_VERIFY_SPEC",
 )
 
 

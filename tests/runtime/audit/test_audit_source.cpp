@@ -6,6 +6,7 @@
 
 #include "cache/store.hpp"
 #include "runtime/audit/audit.hpp"
+#include "runtime/audit/remote_audit.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/kernel_request.hpp"
 #include "runtime/compile/source_cache.hpp"
@@ -296,6 +297,43 @@ TEST_F(SourceAuditTest, AnotherRequestFactsSchemaIsALegacyKey) {
   ASSERT_EQ(r.findings.size(), 1u) << listed(r);
   EXPECT_EQ(r.findings[0].kind, FindingKind::legacy_key);
   EXPECT_EQ(r.findings[0].key, old.key().to_hex());
+}
+
+// With real cubins (NVRTC), the one-entry rules with the cubin check on, as the remote
+// audit and `remote push` apply them: a healthy bundle and its record may go to the
+// fleet (they are not legacy keys of jitcache's own kernels); an altered record may not.
+TEST_F(SourceAuditTest, RealEntriesMayGoToTheFleet) {
+  auto tools = probe_tools(SourceKind::cuda);
+  if (!tools) GTEST_SKIP() << tools.error().to_string();
+  SourceCacheOptions options;
+  options.registry = &m_registry;
+  SourceCache real(*m_store, options);
+  KernelRequest r = request("f32", "1.0");
+  r.headers.clear();
+  auto got = real.compile(r);
+  ASSERT_TRUE(got) << got.error().to_string();
+  const AuditReport report = audit(/*check_cubin=*/true);
+  EXPECT_TRUE(report.findings.empty()) << listed(report);
+  const auto entries = m_store->list();
+  ASSERT_TRUE(entries);
+  ASSERT_EQ(entries->size(), 2u);
+  for (const cache::EntryInfo& e : *entries) {
+    auto ready = fleet_ready_bytes(*m_store, e);
+    EXPECT_TRUE(ready) << e.key.to_hex() << ": " << ready.error();
+  }
+  const cache::Facts spec = *spec_facts(r, *tools);
+  overwrite(spec, as_bytes("{}"));
+  const auto altered = m_store->list();
+  ASSERT_TRUE(altered);
+  std::size_t checked = 0;
+  for (const cache::EntryInfo& e : *altered)
+    if (e.key == spec.key()) {
+      ++checked;
+      auto ready = fleet_ready_bytes(*m_store, e);
+      ASSERT_FALSE(ready);
+      EXPECT_NE(ready.error().find("bad-source-entry"), std::string::npos) << ready.error();
+    }
+  EXPECT_EQ(checked, 1u);
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 #include "runtime/audit/audit.hpp"
 
-#include <algorithm>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>

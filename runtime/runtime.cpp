@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <random>
 
 #include "cache/store.hpp"
 #include "kernel_templates/variant_plan.hpp"
@@ -13,6 +14,7 @@
 #include "runtime/kv/host_executor.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
+#include "runtime/compile/source_cache.hpp"
 #include "runtime/scales/model_config.hpp"
 #include "support/env.hpp"
 
@@ -101,10 +103,42 @@ class PreparedModelImpl final : public PreparedModel {
   }
 };
 
+// Whether this hit is one of the `fraction` chosen for shadow verification. Each thread
+// draws from its own generator, seeded once from the system's entropy: no lock on the
+// lookup path, and no two processes of a fleet verifying the same hits in lockstep.
+bool chosen_for_verification(double fraction) {
+  if (fraction <= 0.0) return false;
+  if (fraction >= 1.0) return true;
+  thread_local std::mt19937_64 generator{std::random_device{}()};
+  return std::uniform_real_distribution<double>(0.0, 1.0)(generator) < fraction;
+}
+
+CompiledKernel to_kernel(const KernelRequest& request, SourceResult&& result,
+                         std::chrono::steady_clock::time_point started) {
+  CompiledKernel k;
+  k.family = request.family;
+  k.kind = request.kind;
+  k.entry = std::move(result.entry);
+  k.target = request.target;
+  k.cubin = std::move(result.cubin);
+  k.usage = result.usage;
+  k.log = std::move(result.log);
+  k.key = result.key.to_hex();
+  k.from_cache = result.from_cache;
+  k.from_remote = result.source == cache::Source::remote;
+  k.verified = result.verified;
+  k.ms = ms_since(started);
+  return k;
+}
+
 class RuntimeImpl final : public Runtime {
  public:
-  RuntimeImpl(RuntimeOptions options, CacheStatus cache, OpenedKernelCache opened)
-      : m_options(std::move(options)), m_cache(std::move(cache)), m_opened(std::move(opened)) {
+  RuntimeImpl(RuntimeOptions options, CacheStatus cache, OpenedKernelCache opened, double verify_fraction)
+      : m_options(std::move(options)),
+        m_cache(std::move(cache)),
+        m_opened(std::move(opened)),
+        m_sources(*m_opened.store, source_options(m_families)),
+        m_verify_fraction(verify_fraction) {
     if (m_options.device == DeviceUse::none) {
       m_device.reason = "device use disabled";
       return;
@@ -118,6 +152,34 @@ class RuntimeImpl final : public Runtime {
     m_device.available = true;
     m_device.name = m_driver->device().name;
     m_device.target = m_driver->device().target;
+  }
+
+  Status declare_family(const SpecSchema& schema) override { return m_families.add(schema); }
+
+  Result<CompiledKernel> compile(const KernelRequest& request) override {
+    const auto started = std::chrono::steady_clock::now();
+    SourceResult result = JC_TRY(m_sources.compile(request));
+    return to_kernel(request, std::move(result), started);
+  }
+
+  Result<KernelLookup> lookup(const std::string& family, const std::map<std::string, std::string>& spec,
+                              const std::string& target) override {
+    const auto started = std::chrono::steady_clock::now();
+    auto found = JC_TRY(m_sources.lookup(family, spec, target));
+    KernelLookup out;
+    if (!found) return out;  // a miss
+    if (chosen_for_verification(m_verify_fraction)) {
+      out.outcome = LookupOutcome::verify;
+      return out;
+    }
+    KernelRequest request;
+    request.family = family;
+    request.spec = spec;
+    request.kind = m_families.find(family)->kind;  // lookup() validated the family
+    request.target = target;
+    out.outcome = LookupOutcome::hit;
+    out.kernel = to_kernel(request, std::move(*found), started);
+    return out;
   }
 
   DeviceStatus device() const override { return m_device; }
@@ -250,16 +312,34 @@ class RuntimeImpl final : public Runtime {
     return {};
   }
 
+  static SourceCacheOptions source_options(const SpecRegistry& families) {
+    SourceCacheOptions options;
+    options.registry = &families;
+    return options;
+  }
+
   RuntimeOptions m_options;
   CacheStatus m_cache;
   OpenedKernelCache m_opened;  // the store, the compiler and the kernel cache over them
   cache::Store& m_store = *m_opened.store;
   KernelCache& m_kernels = *m_opened.kernels;
+  SpecRegistry m_families;  // this runtime's declared families (kernels from outside)
+  SourceCache m_sources;    // their cache, in the same store as jitcache's own kernels
+  double m_verify_fraction = 0.0;
   std::shared_ptr<CudaDriver> m_driver;
   DeviceStatus m_device;
 };
 
 }  // namespace
+
+const char* to_string(LookupOutcome outcome) {
+  switch (outcome) {
+    case LookupOutcome::hit: return "hit";
+    case LookupOutcome::miss: return "miss";
+    case LookupOutcome::verify: return "verify";
+  }
+  return "?";
+}
 
 const char* to_string(CacheMode mode) {
   switch (mode) {
@@ -318,8 +398,18 @@ Result<std::pair<CacheStatus, OpenedKernelCache>> open_cache(const RuntimeOption
 Result<std::unique_ptr<Runtime>> Runtime::open(RuntimeOptions options) {
   if (options.log_sink) set_log_sink(options.log_sink);
   JC_TRY(env::check_startup());
+  double verify = 0.0;
+  if (options.verify_spec) {
+    verify = *options.verify_spec;
+    if (!(verify >= 0.0 && verify <= 1.0))
+      return make_error(ErrorCode::invalid_argument, "the verify_spec option must be a fraction from 0 to 1, got " +
+                                                         std::to_string(verify));
+  } else {
+    verify = JC_TRY(env::get_fraction(env::jitcache_verify_spec));
+  }
   auto [status, opened] = JC_TRY(open_cache(options));
-  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), std::move(status), std::move(opened)));
+  return std::unique_ptr<Runtime>(
+      new RuntimeImpl(std::move(options), std::move(status), std::move(opened), verify));
 }
 
 }  // namespace jitcache

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -35,6 +36,13 @@ const EnvVar jitcache_lineinfo{"JITCACHE_LINEINFO", EnvType::boolean, "0",
 const EnvVar jitcache_require_cache{"JITCACHE_REQUIRE_CACHE", EnvType::boolean, "0",
                                     "Fail Runtime::open / jitcache_runtime_open when the cache "
                                     "directory cannot be used, instead of running memory-only."};
+
+const EnvVar jitcache_verify_spec{"JITCACHE_VERIFY_SPEC", EnvType::fraction, "0",
+                                  "Shadow verification of spec-keyed lookups (Runtime::lookup): the "
+                                  "fraction of hits turned into 'verify' (the library generates the "
+                                  "source and compile() compares it with the entry's record): 0 never, "
+                                  "1 every hit, or a sampled fraction such as 0.01. The runtime option "
+                                  "verify_spec beats it."};
 
 // Read by the Python package (python/jitcache), declared here so that the registry knows
 // them: `jitcache env` lists them and strict mode does not refuse them.
@@ -82,7 +90,8 @@ const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &j
                                     &jitcache_remote_password_file, &jitcache_remote_prefix,
                                     &jitcache_remote_connect_timeout_ms, &jitcache_remote_timeout_ms,
                                     &jitcache_remote_breaker_ms, &jitcache_remote_lease_ms,
-                                    &jitcache_remote_wait_ms, &jitcache_remote_max_entry_bytes};
+                                    &jitcache_remote_wait_ms, &jitcache_remote_max_entry_bytes,
+                                    &jitcache_verify_spec};
 
 // VLLM_NVFP4_MLA_ is owned too: a misspelt VLLM_NVFP4_MLA_SCALES_FILE silently drops the
 // override, the very mistake the registry exists to catch.
@@ -106,6 +115,7 @@ const char* to_string(EnvType type) {
     case EnvType::log_level: return "log level";
     case EnvType::milliseconds: return "milliseconds";
     case EnvType::bytes: return "bytes";
+    case EnvType::fraction: return "fraction";
   }
   return "?";
 }
@@ -150,6 +160,22 @@ Result<std::uint64_t> get_uint(const EnvVar& var) {
   return n;
 }
 
+Result<double> get_fraction(const EnvVar& var) {
+  auto value = get(var);
+  const std::string text = text::ascii_lower(value ? *value : std::string(var.default_value));
+  if (text == "true" || text == "yes" || text == "on") return 1.0;
+  if (text == "false" || text == "no" || text == "off") return 0.0;
+  double parsed = -1.0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+  // from_chars reads "nan" and "inf" too; the range check refuses them.
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !(parsed >= 0.0 && parsed <= 1.0))
+    return make_error(ErrorCode::invalid_input,
+                      std::string(var.name) + "=" + text::escape_control(value ? *value : text) +
+                          ": expected a fraction from 0 to 1 (0 never, 1 always, 0.05 one in twenty), or a "
+                          "boolean (1, true, yes, on, 0, false, no, off)");
+  return parsed;
+}
+
 Status check_value(const EnvVar& var) {
   const auto value = get(var);
   if (!value) return {};
@@ -166,6 +192,9 @@ Status check_value(const EnvVar& var) {
     case EnvType::milliseconds:
     case EnvType::bytes:
       if (auto parsed = get_uint(var); !parsed) return std::unexpected(parsed.error());
+      return {};
+    case EnvType::fraction:
+      if (auto parsed = get_fraction(var); !parsed) return std::unexpected(parsed.error());
       return {};
     case EnvType::path:
     case EnvType::string:

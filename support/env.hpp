@@ -14,7 +14,7 @@
 
 namespace jitcache::env {
 
-enum class EnvType { path, string, boolean, log_level, milliseconds, bytes };
+enum class EnvType { path, string, boolean, log_level, milliseconds, bytes, fraction };
 
 struct EnvVar {
   std::string_view name;
@@ -49,6 +49,7 @@ extern const EnvVar jitcache_remote_breaker_ms;
 extern const EnvVar jitcache_remote_lease_ms;
 extern const EnvVar jitcache_remote_wait_ms;
 extern const EnvVar jitcache_remote_max_entry_bytes;
+extern const EnvVar jitcache_verify_spec;
 
 std::span<const EnvVar* const> registry();
 
@@ -60,6 +61,11 @@ Result<bool> get_bool(const EnvVar& var);
 // A milliseconds or bytes variable: a decimal integer in [0, 2^53]; absent -> default.
 // Anything else is ErrorCode::invalid_input naming the variable and the value.
 Result<std::uint64_t> get_uint(const EnvVar& var);
+
+// A fraction variable: a number in [0, 1] (decimal, e.g. 0.05), or a boolean word for 0
+// or 1; absent -> default. Anything else (NaN, 2, -0.1, "half") is ErrorCode::invalid_input
+// naming the variable and the value.
+Result<double> get_fraction(const EnvVar& var);
 
 // Whether the variable's current value is acceptable for its type (an unset variable is).
 Status check_value(const EnvVar& var);

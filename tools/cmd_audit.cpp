@@ -1,6 +1,6 @@
 // `jitcache audit`: finds stale identity kernels and every other bad entry in a cache;
 // with --checkpoint, the per-layer binding report; with --remote, the shared remote tier
-// instead of this machine's cache. Exit 0 clean, 1 findings, 2 error.
+// instead of this machine's cache. Exit 0 clean (warnings alone included), 1 findings, 2 error.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -25,14 +25,27 @@ struct AuditArgs {
 
 nlohmann::json to_json(const AuditReport& r) {
   nlohmann::json findings = nlohmann::json::array();
-  for (const Finding& f : r.findings)
-    findings.push_back({{"kind", to_string(f.kind)},
-                        {"key", f.key},
-                        {"digest", f.digest},
-                        {"kernel", f.kernel},
-                        {"target", f.target},
-                        {"explanation", f.explanation}});
-  nlohmann::json out = {{"clean", r.clean()}, {"entries", r.entries}, {"findings", findings}};
+  for (const Finding& f : r.findings) {
+    nlohmann::json finding = {{"kind", to_string(f.kind)},
+                              {"severity", to_string(f.severity())},
+                              {"key", f.key},
+                              {"digest", f.digest},
+                              {"kernel", f.kernel},
+                              {"target", f.target},
+                              {"explanation", f.explanation}};
+    if (f.kind == FindingKind::incomplete_spec) {
+      nlohmann::json entries = nlohmann::json::array();
+      for (const SourceEntryRef& e : f.entries) entries.push_back({{"key", e.key}, {"source_xxh3", e.source_xxh3}});
+      finding["family"] = f.kernel;
+      finding["spec"] = f.spec;
+      finding["entries"] = entries;
+    }
+    findings.push_back(std::move(finding));
+  }
+  nlohmann::json out = {{"clean", r.clean()},
+                        {"entries", r.entries},
+                        {"warnings", r.count(Severity::warning)},
+                        {"findings", findings}};
   if (r.checkpoint) {
     const CheckpointAudit& c = *r.checkpoint;
     nlohmann::json variants = nlohmann::json::array(), layers = nlohmann::json::array();
@@ -63,14 +76,16 @@ nlohmann::json to_json(const AuditReport& r) {
 }
 
 void print_human(const AuditReport& r) {
-  std::printf("audited %zu entries: %s\n", r.entries,
-              r.findings.empty() ? "no findings" : (std::to_string(r.findings.size()) + " finding(s)").c_str());
+  const std::size_t errors = r.count(Severity::error), warnings = r.count(Severity::warning);
+  std::string summary = errors == 0 ? "no findings" : std::to_string(errors) + " finding(s)";
+  if (warnings > 0) summary += ", " + std::to_string(warnings) + " warning(s)";
+  std::printf("audited %zu entries: %s\n", r.entries, summary.c_str());
   if (!r.findings.empty()) {
-    std::printf("\n%-15s %-12s %-8s %-8s %s\n", "finding", "key", "kernel", "target", "explanation");
+    std::printf("\n%-20s %-12s %-8s %-8s %s\n", "finding", "key", "kernel", "target", "explanation");
     for (const Finding& f : r.findings)
-      std::printf("%-15s %-12s %-8s %-8s %s\n", to_string(f.kind),
+      std::printf("%-20s %-12s %-8s %-8s %s%s\n", to_string(f.kind),
                   (f.key.empty() ? f.digest : f.key).substr(0, 12).c_str(), f.kernel.c_str(), f.target.c_str(),
-                  f.explanation.c_str());
+                  f.severity() == Severity::warning ? "(warning) " : "", f.explanation.c_str());
   }
   if (!r.checkpoint) return;
   const CheckpointAudit& c = *r.checkpoint;

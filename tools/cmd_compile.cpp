@@ -1,10 +1,19 @@
-// `jitcache compile`: compiles every kernel variant for the given targets (default: the
-// product's three) and prints a resource table. A smoke test of the toolchain and of
-// the kernels' register budget; it does not touch the cache.
+// `jitcache compile`, two jobs:
+//   without --source  compiles every kernel variant for the given targets (default: the
+//                     product's three) and prints a resource table: a smoke test of the
+//                     toolchain and of the kernels' register budget; it does not touch the
+//                     cache.
+//   with --source     compiles one kernel from outside (CUDA C++, NVVM IR or PTX) through
+//                     the cache, as a library would with Runtime::compile: the family and
+//                     spec facts key it, and a second run is a hit.
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include "jitcache/runtime.hpp"
 #include "runtime/compile/compiler.hpp"
+#include "support/atomic_file.hpp"
+#include "support/regular_file.hpp"
 #include "tools/cli.hpp"
 
 namespace jitcache::cli {
@@ -13,9 +22,124 @@ namespace {
 struct CompileArgs {
   std::vector<std::string> archs;
   bool json = false;
+  // --source mode
+  std::string source;
+  std::string kind;  // empty: from the extension
+  std::string entry;
+  std::string family = "cli";
+  std::vector<std::string> facts;    // name=value
+  std::vector<std::string> options;
+  std::vector<std::string> headers;  // name=file
+  std::string cubin_out;
 };
 
-int run_compile(const CompileArgs& args) {
+constexpr std::size_t k_max_source_file_bytes = std::size_t{256} << 20;
+
+Result<SourceKind> kind_of(const CompileArgs& args) {
+  if (!args.kind.empty()) {
+    if (auto kind = parse_source_kind(args.kind)) return *kind;
+    return make_error(ErrorCode::invalid_argument, "--kind " + args.kind + ": expected cuda, nvvm or ptx");
+  }
+  const std::string ext = std::filesystem::path(args.source).extension().string();
+  if (ext == ".cu" || ext == ".cuh") return SourceKind::cuda;
+  if (ext == ".ll" || ext == ".bc" || ext == ".nvvm") return SourceKind::nvvm;
+  if (ext == ".ptx") return SourceKind::ptx;
+  return make_error(ErrorCode::invalid_argument, "--source " + args.source + ": cannot tell the kind from '" + ext +
+                                                     "' (.cu, .ll, .bc, .ptx); give --kind cuda|nvvm|ptx");
+}
+
+Result<std::pair<std::string, std::string>> split_pair(const std::string& text, const char* flag) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return make_error(ErrorCode::invalid_argument, std::string(flag) + " " + text + ": expected NAME=VALUE");
+  return std::pair(text.substr(0, eq), text.substr(eq + 1));
+}
+
+int run_compile_source(const CompileArgs& args, const GlobalOptions& global) {
+  if (args.entry.empty()) return report(make_error(ErrorCode::invalid_argument, "--source needs --entry").error());
+  if (args.archs.size() != 1)
+    return report(make_error(ErrorCode::invalid_argument, "--source needs exactly one --arch (an exact target)").error());
+  auto kind = kind_of(args);
+  if (!kind) return report(kind.error());
+  KernelRequest request;
+  request.family = args.family;
+  request.kind = *kind;
+  request.entry = args.entry;
+  request.target = args.archs.front();
+  request.options = args.options;
+  auto text = read_regular_file(args.source, k_max_source_file_bytes);
+  if (!text) return report(text.error());
+  request.text = std::move(*text);
+  SpecSchema schema{args.family, *kind, {}};
+  for (const auto& fact : args.facts) {
+    auto pair = split_pair(fact, "--fact");
+    if (!pair) return report(pair.error());
+    if (!request.spec.emplace(pair->first, pair->second).second)
+      return report(make_error(ErrorCode::invalid_argument, "--fact " + pair->first + " is given twice").error());
+    // The CLI declares the family from the facts it is given: any value is allowed.
+    schema.facts[pair->first] = FactDomain{};
+  }
+  for (const auto& header : args.headers) {
+    auto pair = split_pair(header, "--include-header");
+    if (!pair) return report(pair.error());
+    auto body = read_regular_file(pair->second, k_max_source_file_bytes);
+    if (!body) return report(body.error());
+    request.headers.emplace_back(pair->first, std::move(*body));
+  }
+
+  RuntimeOptions options;
+  options.cache_dir = global.cache_dir;
+  options.remote = global.remote;
+  options.device = DeviceUse::none;  // compiling needs no GPU
+  // Compiling into the cache is this command's job: an unusable directory is an error.
+  options.cache_requirement = CacheRequirement::required;
+  auto runtime = Runtime::open(options);
+  if (!runtime) return report(runtime.error());
+  if (auto declared = (*runtime)->declare_family(schema); !declared) return report(declared.error());
+  auto compiled = (*runtime)->compile(request);
+  if (!compiled) return report(compiled.error());
+  const CompiledKernel& k = *compiled;
+  if (!args.cubin_out.empty()) {
+    const std::span<const std::uint8_t> parts[] = {k.cubin};
+    if (auto written = write_file_atomic(args.cubin_out, parts); !written) return report(written.error());
+  }
+  if (args.json) {
+    nlohmann::json doc = {{"family", k.family},
+                          {"spec", request.spec},
+                          {"kind", to_string(k.kind)},
+                          {"entry", k.entry},
+                          {"target", k.target},
+                          {"key", k.key},
+                          {"from_cache", k.from_cache},
+                          {"from_remote", k.from_remote},
+                          {"verified", k.verified},
+                          {"ms", k.ms},
+                          {"cubin_bytes", k.cubin.size()},
+                          {"resources",
+                           {{"registers", k.usage.registers},
+                            {"stack_frame_bytes", k.usage.stack_frame_bytes},
+                            {"spill_store_bytes", k.usage.spill_store_bytes},
+                            {"spill_load_bytes", k.usage.spill_load_bytes}}},
+                          {"log", k.log}};
+    std::printf("%s\n", doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("%s %s for %s: %s, key %s, %zu cubin bytes, %d registers, %d spill bytes, %.1f ms%s\n",
+                to_string(k.kind), k.entry.c_str(), k.target.c_str(),
+                k.from_cache ? (k.from_remote ? "from the remote cache" : "from the cache") : "compiled",
+                k.key.c_str(), k.cubin.size(), k.usage.registers,
+                std::max(0, k.usage.spill_store_bytes) + std::max(0, k.usage.spill_load_bytes), k.ms,
+                k.verified ? " (source verified against the spec's record)" : "");
+  }
+  return k_exit_ok;
+}
+
+int run_compile(const CompileArgs& args, const GlobalOptions& global) {
+  if (!args.source.empty()) return run_compile_source(args, global);
+  for (const auto* given : {&args.entry, &args.kind, &args.cubin_out})
+    if (!given->empty())
+      return report(make_error(ErrorCode::invalid_argument, "--entry, --kind and --cubin-out need --source").error());
+  if (!args.facts.empty() || !args.options.empty() || !args.headers.empty())
+    return report(make_error(ErrorCode::invalid_argument, "--fact, --option and --include-header need --source").error());
   std::vector<Target> targets;
   if (args.archs.empty()) {
     for (auto t : default_targets()) targets.push_back(Target{std::string(t)});
@@ -72,10 +196,21 @@ int run_compile(const CompileArgs& args) {
 void register_compile(CLI::App& root, Context& context) {
   auto args = std::make_shared<CompileArgs>();
   CLI::App* cmd = root.add_subcommand(
-      "compile", "Compile every kernel variant with NVRTC and print registers, spills, sizes");
+      "compile",
+      "Compile every kernel variant with NVRTC and print registers, spills, sizes; or, with --source, "
+      "compile one kernel from outside (CUDA C++, NVVM IR, PTX) through the cache");
   cmd->add_option("--arch", args->archs, "Target(s), e.g. sm_90 sm_100a sm_120a (default: those three)");
   cmd->add_flag("--json", args->json, "One JSON document on stdout");
-  context.bind(cmd, [args] { return run_compile(*args); });
+  cmd->add_option("--source", args->source, "A kernel from outside: a .cu, .ll/.bc (NVVM IR) or .ptx file");
+  cmd->add_option("--kind", args->kind, "cuda, nvvm or ptx (default: from --source's extension)");
+  cmd->add_option("--entry", args->entry, "The kernel's symbol (with --source)");
+  cmd->add_option("--family", args->family, "The kernel's family (default: cli)");
+  cmd->add_option("--fact", args->facts, "A spec fact NAME=VALUE (repeatable)");
+  cmd->add_option("--option", args->options, "An option for the tool that reads the source (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--include-header", args->headers, "NAME=FILE: a header the CUDA source includes (repeatable)");
+  cmd->add_option("--cubin-out", args->cubin_out, "Also write the cubin to this file");
+  context.bind(cmd, [args, &context] { return run_compile(*args, context.global); });
 }
 
 const Registrar k_registrar(90, register_compile);

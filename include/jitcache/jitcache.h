@@ -172,6 +172,9 @@ typedef struct jitcache_runtime_options {
                                  JITCACHE_ERROR_INVALID_INPUT when the cache is required,
                                  else a warning and no remote. Copied; need not outlive the
                                  call. */
+  double verify_spec;         /* shadow verification of jitcache_lookup hits: the fraction
+                                 answered JITCACHE_LOOKUP_VERIFY, 0 to 1 (0 never, 1 always);
+                                 negative (the _init default): JITCACHE_VERIFY_SPEC (unset: 0) */
 } jitcache_runtime_options;
 
 /* Fills `options` with the defaults and its struct_size. */
@@ -415,6 +418,102 @@ JITCACHE_API jitcache_status jitcache_model_host_gather(const jitcache_model* mo
 /* Record bytes per token: 432 (JITCACHE_ROPE_BF16), 368 (JITCACHE_ROPE_FP8); 0 for
  * anything else. */
 JITCACHE_API uint32_t jitcache_record_bytes(jitcache_rope rope);
+
+/* ---- Kernels from outside --------------------------------------------------------------
+ *
+ * A kernel library compiles its own kernels through jitcache's cache (the C++ API is
+ * jitcache/compile.hpp and Runtime::compile / lookup, whose comments say more). A family
+ * is declared once per runtime: its source kind and its spec facts. A request then names
+ * the family, the spec (every declared fact, each with an allowed value), the source, the
+ * entry, the exact target and the options; the key holds all of them and the fingerprints
+ * of every tool that touches the binary. A lookup by spec alone (before any source is
+ * generated) is served only while the spec determines the source: each entry records the
+ * source it was built from, and a request whose source differs for the same spec is
+ * refused (JITCACHE_ERROR_INVALID_INPUT: the spec is incomplete) without serving anything.
+ *
+ * Statuses: an undeclared family JITCACHE_ERROR_NOT_FOUND; a missing, unknown or
+ * out-of-range fact, another kind than the family's, or an unknown target
+ * JITCACHE_ERROR_INVALID_ARGUMENT; an incomplete spec JITCACHE_ERROR_INVALID_INPUT; a tool
+ * that refuses the source JITCACHE_ERROR_COMPILE (the message names the tool, the stage and
+ * the target, and ends with the tool's full log); a tool that cannot be loaded
+ * JITCACHE_ERROR_UNAVAILABLE. All are thread-safe on one runtime. No GPU is needed. */
+
+typedef enum jitcache_source_kind {
+  JITCACHE_KIND_CUDA = 0, /* CUDA C++ (+ named headers) through NVRTC */
+  JITCACHE_KIND_NVVM = 1, /* NVVM IR, text or bitcode, through libNVVM, then nvJitLink */
+  JITCACHE_KIND_PTX = 2   /* PTX through nvJitLink */
+} jitcache_source_kind;
+
+typedef enum jitcache_lookup_outcome {
+  JITCACHE_LOOKUP_HIT = 0,   /* the kernel, by spec alone */
+  JITCACHE_LOOKUP_MISS = 1,  /* nothing cached: generate the source, call jitcache_compile */
+  JITCACHE_LOOKUP_VERIFY = 2 /* cached, but chosen for shadow verification: generate the
+                                source and call jitcache_compile, which checks it first */
+} jitcache_lookup_outcome;
+
+typedef struct jitcache_fact {
+  const char* name;
+  const char* value;
+} jitcache_fact;
+
+typedef struct jitcache_header {
+  const char* name; /* the include name the source uses */
+  const char* text;
+  size_t size;      /* bytes of text */
+} jitcache_header;
+
+/* Fill with jitcache_compile_request_init; struct_size follows the rule of
+ * jitcache_runtime_options. Everything is copied; nothing need outlive the call. */
+typedef struct jitcache_compile_request {
+  size_t struct_size;
+  const char* family;
+  const jitcache_fact* spec;
+  size_t num_spec;
+  jitcache_source_kind kind;
+  const char* text;     /* the source; NVVM bitcode may hold NUL bytes */
+  size_t text_size;     /* bytes of text */
+  const jitcache_header* headers; /* cuda only */
+  size_t num_headers;
+  const char* entry;    /* the kernel's symbol */
+  const char* target;   /* exact: "sm_90", "sm_100a", "sm_120a" */
+  const char* const* options; /* for the tool that reads the source; no architecture option */
+  size_t num_options;
+} jitcache_compile_request;
+
+/* A compiled kernel, owned by the caller: release it with jitcache_kernel_release. */
+typedef struct jitcache_kernel jitcache_kernel;
+
+JITCACHE_API void jitcache_compile_request_init(jitcache_compile_request* request);
+
+/* Declares a family from a JSON object:
+ *   {"family": "name", "kind": "cuda" | "nvvm" | "ptx",
+ *    "facts": {"dtype": ["f16", "bf16"], "block": []}}
+ * where [] allows any non-empty string. Family and fact names are 1 to 64 of
+ * [A-Za-z0-9_.-]. Declaring a family again with the same schema is fine, with another one
+ * JITCACHE_ERROR_INVALID_ARGUMENT. */
+JITCACHE_API jitcache_status jitcache_declare_family(jitcache_runtime* runtime, const char* schema_json);
+
+/* The request's kernel, from the cache or compiled (once per key across processes). */
+JITCACHE_API jitcache_status jitcache_compile(jitcache_runtime* runtime, const jitcache_compile_request* request,
+                                              jitcache_kernel** out);
+
+/* The kernel of a spec without its source. *outcome is always written on success; *out
+ * is the kernel on JITCACHE_LOOKUP_HIT and NULL otherwise. */
+JITCACHE_API jitcache_status jitcache_lookup(jitcache_runtime* runtime, const char* family,
+                                             const jitcache_fact* spec, size_t num_spec, const char* target,
+                                             jitcache_lookup_outcome* outcome, jitcache_kernel** out);
+
+/* The cubin's bytes, valid until the kernel is released. Thread-safe. */
+JITCACHE_API jitcache_status jitcache_kernel_cubin(const jitcache_kernel* kernel, const uint8_t** data,
+                                                   size_t* size);
+
+/* The rest as one JSON object: "family", "kind", "entry", "target", "key", "from_cache",
+ * "from_remote", "verified", "ms", "cubin_bytes", "resources": {"registers",
+ * "stack_frame_bytes", "spill_store_bytes", "spill_load_bytes"} (-1: not reported), "log". */
+JITCACHE_API jitcache_status jitcache_kernel_describe(const jitcache_kernel* kernel, char** out);
+
+/* NULL is a no-op. */
+JITCACHE_API void jitcache_kernel_release(jitcache_kernel* kernel);
 
 #ifdef __cplusplus
 }

@@ -13,12 +13,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "jitcache/compile.hpp"
 #include "jitcache/error.hpp"
 #include "jitcache/kernel_types.hpp"
 #include "jitcache/log.hpp"
@@ -77,6 +79,10 @@ struct RuntimeOptions {
   // A shared remote cache, redis://[user[:password]@]host[:port][/db]; empty: JITCACHE_REMOTE.
   // Used only with a fleet key (JITCACHE_REMOTE_KEY_FILE); see docs/remote.md.
   std::string remote;
+  // Shadow verification of spec-keyed lookups: the fraction of hits lookup() answers with
+  // LookupOutcome::verify, in [0, 1] (0 never, 1 every hit, 0.01 a sample of one in a
+  // hundred). Unset: JITCACHE_VERIFY_SPEC (unset: 0). compile() always verifies.
+  std::optional<double> verify_spec;
 };
 
 struct ModelSpec {
@@ -196,6 +202,23 @@ class Runtime {
   virtual ~Runtime() = default;
 
   virtual Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) = 0;
+
+  // Kernels from outside (jitcache/compile.hpp). A family is declared once per runtime,
+  // before its first compile or lookup; declaring it again with the same schema is fine,
+  // with another one an error (invalid_argument).
+  virtual Status declare_family(const SpecSchema& schema) = 0;
+  // The request's cubin: its spec checked against the family (not_found for an undeclared
+  // family; invalid_argument naming a missing, unknown or out-of-range fact, or another
+  // kind), its source checked against the spec's record when there is one (invalid_input
+  // when they differ: the spec is incomplete, and nothing is served), then from the cache or
+  // compiled once per key across processes (ErrorCode::compile with the tool's full log
+  // when the tool refuses it). No GPU needed.
+  virtual Result<CompiledKernel> compile(const KernelRequest& request) = 0;
+  // The kernel of a spec without its source: a hit, a miss (generate the source and
+  // compile()), or a hit chosen for verification (see RuntimeOptions::verify_spec).
+  virtual Result<KernelLookup> lookup(const std::string& family, const std::map<std::string, std::string>& spec,
+                                      const std::string& target) = 0;
+
   virtual DeviceStatus device() const = 0;
   virtual const std::filesystem::path& cache_dir() const = 0;
   virtual const CacheStatus& cache_status() const = 0;

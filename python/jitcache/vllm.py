@@ -86,7 +86,8 @@ ENVIRONMENT_VARIABLES: dict[str, Callable[[], Optional[str]]] = {
 # keeps location-only variables out of it), so that moving the cache or turning on debug
 # logging would recompile every graph. validate_environ does not look at JITCACHE_* names.
 # The remote tier's settings are of the same kind: they say where a verified kernel may be
-# fetched from, never which kernel it is (the cache key says that).
+# fetched from, never which kernel it is (the cache key says that). JITCACHE_VERIFY_SPEC
+# says how often a cached kernel is checked against its source, never which kernel runs.
 NOT_REGISTERED: tuple[str, ...] = (
     "JITCACHE_DIR",
     "JITCACHE_LOG_LEVEL",
@@ -102,6 +103,7 @@ NOT_REGISTERED: tuple[str, ...] = (
     "JITCACHE_REMOTE_LEASE_MS",
     "JITCACHE_REMOTE_WAIT_MS",
     "JITCACHE_REMOTE_MAX_ENTRY_BYTES",
+    "JITCACHE_VERIFY_SPEC",
 )
 
 

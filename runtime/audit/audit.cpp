@@ -2,14 +2,18 @@
 
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "kernel_templates/variant_dimensions.hpp"
 #include "kernel_templates/variant_plan.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/artifact_facts.hpp"
+#include "runtime/compile/cubin_elf.hpp"
 #include "runtime/compile/kernel_cache.hpp"
+#include "runtime/compile/kernel_request.hpp"
 #include "runtime/compile/ptx_analysis.hpp"
+#include "runtime/compile/source_cache.hpp"
 
 namespace jitcache {
 namespace {
@@ -104,14 +108,18 @@ bool is_legacy(std::uint32_t key_schema, const cache::Facts& facts, std::string&
   return false;
 }
 
-void audit_entry(cache::Store& store, const cache::EntryInfo& e, AuditReport& report) {
+// Checks one entry; its bytes when it has no finding (the cross-entry checks of source
+// cache entries read spec records from them).
+std::optional<cache::SharedBytes> audit_entry(cache::Store& store, const cache::EntryInfo& e, bool check_cubin,
+                                              AuditReport& report) {
   auto add = [&](FindingKind kind, std::string explanation) {
     Finding f;
     f.kind = kind;
     f.key = e.key.to_hex();
     f.digest = e.digest.to_hex();
-    f.kernel = fact_or(e.facts, k_kernel_kinds.fact, "?");
-    f.target = fact_or(e.facts, k_targets.fact, "?");
+    const bool source = is_request_facts(e.facts);
+    f.kernel = fact_or(e.facts, source ? "family" : k_kernel_kinds.fact, "?");
+    f.target = fact_or(e.facts, source ? "target" : k_targets.fact, "?");
     f.explanation = std::move(explanation);
     report.findings.push_back(std::move(f));
   };
@@ -119,24 +127,206 @@ void audit_entry(cache::Store& store, const cache::EntryInfo& e, AuditReport& re
   ++report.blobs_checked;
   if (!read) {
     add(FindingKind::corrupt, read.error().message);
-    return;
+    return std::nullopt;
   }
   if (!*read) {
     const cache::BlobFailure& failure = read->error();
     add(failure.problem == cache::BlobProblem::missing ? FindingKind::missing_blob : FindingKind::corrupt,
         failure.detail);
-    return;
+    return std::nullopt;
   }
-  if (auto found = audit_artifact(e.key, e.key_schema, e.facts, ***read)) {
+  if (auto found = audit_artifact(e.key, e.key_schema, e.facts, ***read, check_cubin)) {
     found->digest = e.digest.to_hex();
     report.findings.push_back(std::move(*found));
+    return std::nullopt;
+  }
+  return **read;
+}
+
+// The one-entry rules of a source cache entry (audit.hpp): never the latent-scale ones,
+// which are about jitcache's own kernels.
+std::optional<Finding> audit_source_entry(const cache::CacheKey& key, std::uint32_t key_schema,
+                                          const cache::Facts& facts, std::span<const std::byte> bytes,
+                                          bool check_cubin) {
+  Finding f;
+  f.key = key.to_hex();
+  f.kernel = fact_or(facts, "family", "?");
+  f.target = fact_or(facts, "target", "?");
+  auto found = [&](FindingKind kind, std::string explanation) {
+    f.kind = kind;
+    f.explanation = std::move(explanation);
+    return std::optional<Finding>(std::move(f));
+  };
+  const std::string what = facts.get("record") == k_record_spec_index ? "spec record" : "source bundle";
+  if (key_schema != cache::k_key_schema_version)
+    return found(FindingKind::legacy_key, what + " written under key schema " + std::to_string(key_schema) +
+                                              " (this build: " + std::to_string(cache::k_key_schema_version) +
+                                              "); never served");
+  const auto schema = facts.get("facts_schema");
+  if (schema != std::to_string(k_request_facts_schema))
+    return found(FindingKind::legacy_key, what + " of request facts schema " +
+                                              std::string(schema.value_or("(absent)")) + " (this build: " +
+                                              std::to_string(k_request_facts_schema) + "); never served");
+  if (facts.key() != key)
+    return found(FindingKind::fact_mismatch,
+                 "the index's facts hash to " + facts.key().to_hex() + ", not to the entry's key");
+  if (auto usable = check_source_content(facts, bytes); !usable)
+    return found(FindingKind::bad_source_entry, what + ": " + usable.error().message);
+  if (check_cubin && facts.get("record") == k_record_source_bundle) {
+    // check_source_content parsed it already; the cubin is what SourceCache checks on read.
+    const auto artifact = parse_source_bundle(bytes, BundleText::skip);
+    if (!artifact) return found(FindingKind::bad_source_entry, what + ": " + artifact.error().message);
+    const auto info = read_cubin_info(artifact->cubin);
+    if (!info) return found(FindingKind::bad_source_entry, what + ": " + info.error().message);
+    if (auto has = check_entry(*info, artifact->entry, what + " " + key.to_hex()); !has)
+      return found(FindingKind::bad_source_entry, has.error().message);
+  }
+  return std::nullopt;
+}
+
+// What a spec record says (check_source_content has found it well formed). Parsed here
+// while source_cache.hpp keeps its reader private.
+struct SpecRecordView {
+  std::string key;
+  std::string source_xxh3;
+  std::map<std::string, std::string> headers;  // header.<name> fact -> digest
+  std::optional<std::string> entry;            // recorded by newer formats
+};
+
+std::optional<SpecRecordView> read_spec_record(const cache::SharedBytes& bytes) {
+  const auto json =
+      nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()), nullptr, false);
+  if (!json.is_object() || !json.contains("key") || !json["key"].is_string() || !json.contains("source_xxh3") ||
+      !json["source_xxh3"].is_string())
+    return std::nullopt;
+  SpecRecordView record;
+  record.key = json["key"].get<std::string>();
+  record.source_xxh3 = json["source_xxh3"].get<std::string>();
+  if (json.contains("headers") && json["headers"].is_object())
+    for (const auto& [name, value] : json["headers"].items())
+      if (value.is_string()) record.headers[name] = value.get<std::string>();
+  if (json.contains("entry") && json["entry"].is_string()) record.entry = json["entry"].get<std::string>();
+  return record;
+}
+
+std::map<std::string, std::string> header_facts(const cache::Facts& facts) {
+  std::map<std::string, std::string> headers;
+  for (const auto& [name, value] : facts.fields())
+    if (name.starts_with("header.")) headers[name] = value;
+  return headers;
+}
+
+std::string describe_spec(const std::map<std::string, std::string>& spec) {
+  std::string out = "{";
+  for (const auto& [name, value] : spec) out += (out.size() > 1 ? ", " : "") + name.substr(5) + "=" + value;
+  return out + "}";
+}
+
+// The checks that compare source cache entries, over the entries with no finding of their
+// own (a bad one is reported once, as itself): bundles of one spec key built from
+// different sources, and each spec record against the bundle it names.
+void audit_source_entries(const std::vector<cache::EntryInfo>& entries,
+                          const std::map<std::string, cache::SharedBytes>& clean, AuditReport& report) {
+  std::map<std::string, const cache::EntryInfo*> by_key;
+  for (const cache::EntryInfo& e : entries) by_key[e.key.to_hex()] = &e;
+  // Bundles by spec key, in key order (a stable report).
+  std::map<std::string, std::vector<const cache::EntryInfo*>> groups;
+  for (const auto& [key, bytes] : clean) {
+    const cache::EntryInfo& e = *by_key.at(key);
+    if (e.facts.get("record") != k_record_source_bundle) continue;
+    if (auto spec = spec_facts_of(e.facts)) groups[spec->key().to_hex()].push_back(&e);
+  }
+  for (const auto& [spec_key, bundles] : groups) {
+    if (bundles.size() < 2) continue;
+    const cache::Facts& first = bundles.front()->facts;
+    Finding f;
+    f.kind = FindingKind::incomplete_spec;
+    f.key = spec_key;
+    f.kernel = fact_or(first, "family", "?");
+    f.target = fact_or(first, "target", "?");
+    for (const auto& [name, value] : first.fields())
+      if (name.starts_with("spec.")) f.spec[name] = value;
+    // The facts in which the bundles differ: what the spec failed to capture.
+    std::set<std::string> names;
+    for (const auto* b : bundles)
+      for (const auto& [name, value] : b->facts.fields()) names.insert(name);
+    std::string differ;
+    for (const std::string& name : names) {
+      std::set<std::string> values;
+      for (const auto* b : bundles) values.insert(std::string(b->facts.get(name).value_or("(absent)")));
+      if (values.size() > 1) differ += (differ.empty() ? "" : ", ") + name;
+    }
+    std::string listed;
+    for (const auto* b : bundles) {
+      SourceEntryRef ref{b->key.to_hex(), fact_or(b->facts, "source_xxh3", "?")};
+      listed += (listed.empty() ? "" : "; ") + ref.key + " (source_xxh3 " + ref.source_xxh3 + ")";
+      f.entries.push_back(std::move(ref));
+    }
+    f.explanation = "the spec of kernel family " + f.kernel + " is incomplete: spec " + describe_spec(f.spec) +
+                    " for " + f.target + " has " + std::to_string(bundles.size()) + " entries, differing in " +
+                    differ + ": " + listed + "; some input that changes the code is not a spec fact";
+    report.findings.push_back(std::move(f));
+  }
+
+  for (const auto& [key, bytes] : clean) {
+    const cache::EntryInfo& e = *by_key.at(key);
+    if (e.facts.get("record") != k_record_spec_index) continue;
+    Finding f;
+    f.key = key;
+    f.digest = e.digest.to_hex();
+    f.kernel = fact_or(e.facts, "family", "?");
+    f.target = fact_or(e.facts, "target", "?");
+    auto add = [&](FindingKind kind, std::string explanation) {
+      f.kind = kind;
+      f.explanation = std::move(explanation);
+      report.findings.push_back(f);
+    };
+    const auto record = read_spec_record(bytes);
+    if (!record) {
+      add(FindingKind::bad_source_entry, "spec record: its key or source_xxh3 is not a string");
+      continue;
+    }
+    const auto named = by_key.find(record->key);
+    if (named == by_key.end()) {
+      add(FindingKind::dangling_spec_record,
+          "spec record names " + record->key + ", which is not in the cache (evicted or removed); the next "
+          "compile of the spec stores it again, and until then the record still verifies the spec");
+      continue;
+    }
+    const cache::Facts& bundle = named->second->facts;
+    if (!clean.contains(record->key)) continue;  // the bundle has a finding of its own
+    const auto spec = spec_facts_of(bundle);
+    if (!spec) {
+      add(FindingKind::bad_source_entry, "spec record names " + record->key + ", which is not a source bundle");
+      continue;
+    }
+    if (spec->key().to_hex() != key) {
+      add(FindingKind::bad_source_entry, "spec record names " + record->key + ", a bundle of spec key " +
+                                             spec->key().to_hex() + ", not this record's");
+      continue;
+    }
+    const std::string source = fact_or(bundle, "source_xxh3", "(absent)");
+    if (record->source_xxh3 != source) {
+      add(FindingKind::bad_source_entry, "spec record says source_xxh3 " + record->source_xxh3 + ", the bundle " +
+                                             record->key + " it names has source_xxh3 " + source);
+      continue;
+    }
+    if (record->headers != header_facts(bundle)) {
+      add(FindingKind::bad_source_entry,
+          "spec record's header digests differ from those of the bundle " + record->key + " it names");
+      continue;
+    }
+    if (record->entry && *record->entry != fact_or(bundle, "entry", "(absent)"))
+      add(FindingKind::bad_source_entry, "spec record says entry " + *record->entry + ", the bundle " + record->key +
+                                             " it names holds " + fact_or(bundle, "entry", "(absent)"));
   }
 }
 
 }  // namespace
 
 std::optional<Finding> audit_artifact(const cache::CacheKey& key, std::uint32_t key_schema, const cache::Facts& facts,
-                                      std::span<const std::byte> bytes) {
+                                      std::span<const std::byte> bytes, bool check_cubin) {
+  if (is_request_facts(facts)) return audit_source_entry(key, key_schema, facts, bytes, check_cubin);
   Finding f;
   f.key = key.to_hex();
   f.kernel = fact_or(facts, k_kernel_kinds.fact, "?");
@@ -191,15 +381,29 @@ const char* to_string(FindingKind kind) {
     case FindingKind::corrupt: return "corrupt";
     case FindingKind::missing_blob: return "missing-blob";
     case FindingKind::orphan_blob: return "orphan-blob";
+    case FindingKind::bad_source_entry: return "bad-source-entry";
+    case FindingKind::incomplete_spec: return "incomplete-spec";
+    case FindingKind::dangling_spec_record: return "dangling-spec-record";
   }
   return "?";
+}
+
+const char* to_string(Severity severity) { return severity == Severity::warning ? "warning" : "error"; }
+
+Severity severity_of(FindingKind kind) {
+  return kind == FindingKind::dangling_spec_record ? Severity::warning : Severity::error;
 }
 
 Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, const AuditOptions& options) {
   AuditReport report;
   const auto entries = JC_TRY(store.list());
   report.entries = entries.size();
-  for (const cache::EntryInfo& e : entries) audit_entry(store, e, report);
+  std::map<std::string, cache::SharedBytes> clean_source;  // source cache entries with no finding
+  for (const cache::EntryInfo& e : entries) {
+    auto bytes = audit_entry(store, e, options.check_cubin, report);
+    if (bytes && is_request_facts(e.facts)) clean_source.emplace(e.key.to_hex(), std::move(*bytes));
+  }
+  audit_source_entries(entries, clean_source, report);
   for (const cache::StoredBlob& blob : JC_TRY(store.orphan_blobs(options.orphan_grace))) {
     Finding f;
     f.kind = FindingKind::orphan_blob;
@@ -225,7 +429,7 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
 
   std::map<std::string, const Finding*> flagged;
   for (const Finding& f : report.findings)
-    if (!f.key.empty()) flagged[f.key] = &f;
+    if (!f.key.empty() && f.severity() == Severity::error) flagged[f.key] = &f;
   std::set<std::string> present;
   for (const cache::EntryInfo& e : entries) present.insert(e.key.to_hex());
 
@@ -279,6 +483,7 @@ Result<std::vector<std::string>> clear_flagged(cache::Store& store, const AuditR
   std::vector<std::string> lines;
   const char* verb = dry_run == cache::DryRun::yes ? "would remove" : "removed";
   for (const Finding& f : report.findings) {
+    if (f.severity() != Severity::error) continue;
     if (f.kind == FindingKind::orphan_blob) {
       const auto digest = JC_TRY(cache::BlobDigest::from_hex(f.digest));
       if (dry_run == cache::DryRun::no && !JC_TRY(store.remove_orphan_blob(digest))) {
@@ -288,12 +493,16 @@ Result<std::vector<std::string>> clear_flagged(cache::Store& store, const AuditR
       lines.push_back(std::string(verb) + " orphan blob " + f.digest);
       continue;
     }
-    cache::EntryFilter only;
-    only.key_prefix = f.key;
-    const auto removed = JC_TRY(store.remove(only, dry_run));
-    for (const auto& e : removed)
-      lines.push_back(std::string(verb) + " " + to_string(f.kind) + " entry " + e.key.to_hex() + " (" + f.kernel +
-                      ", " + f.target + ")");
+    std::vector<std::string> keys{f.key};  // incomplete-spec: the record (if any), then the bundles
+    for (const SourceEntryRef& ref : f.entries) keys.push_back(ref.key);
+    for (const std::string& key : keys) {
+      cache::EntryFilter only;
+      only.key_prefix = key;
+      const auto removed = JC_TRY(store.remove(only, dry_run));
+      for (const auto& e : removed)
+        lines.push_back(std::string(verb) + " " + to_string(f.kind) + " entry " + e.key.to_hex() + " (" + f.kernel +
+                        ", " + f.target + ")");
+    }
   }
   return lines;
 }

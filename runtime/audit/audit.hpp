@@ -11,11 +11,27 @@
 //   orphan-blob     a blob file no index row refers to, older than the publish grace
 //                   (15 min, as gc): younger ones may be a publish in flight
 //
+// Source cache entries (kernels from outside, runtime/compile/source_cache.hpp: facts with
+// a `record` fact) are held to their own rules, never to the latent-scale ones above:
+//
+//   bad-source-entry      a source bundle that does not parse, whose facts or entry are not
+//                         its key's, or whose cubin does not hold its entry; a spec record
+//                         that is not well formed, or that disagrees with the bundle it names
+//                         (another spec, another source_xxh3 or headers)
+//   incomplete-spec       two or more source bundles of one spec key (family, spec facts,
+//                         target, tools): the family's spec does not determine its source
+//   dangling-spec-record  (warning) a spec record whose bundle is gone: eviction removes a
+//                         bundle apart from its record, and the record still guards the spec
+//
+// Every kind is an error except dangling-spec-record, a warning: reported, but the cache is
+// still clean and clear_flagged() keeps it.
+//
 // With a checkpoint it also reports, per layer, which variant the layer needs, whether a
 // valid entry exists for it, and whether anything a calibrated layer would be bound to is
 // an identity kernel. The audit changes nothing; clear_flagged() removes what it flagged.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,16 +43,40 @@
 
 namespace jitcache {
 
-enum class FindingKind { stale_identity, legacy_key, fact_mismatch, corrupt, missing_blob, orphan_blob };
+enum class FindingKind {
+  stale_identity,
+  legacy_key,
+  fact_mismatch,
+  corrupt,
+  missing_blob,
+  orphan_blob,
+  bad_source_entry,
+  incomplete_spec,
+  dangling_spec_record,
+};
 const char* to_string(FindingKind kind);  // "stale-identity", "legacy-key", ...
+
+enum class Severity { error, warning };
+const char* to_string(Severity severity);  // "error", "warning"
+Severity severity_of(FindingKind kind);
+
+// A source bundle an incomplete-spec finding names.
+struct SourceEntryRef {
+  std::string key;
+  std::string source_xxh3;
+};
 
 struct Finding {
   FindingKind kind = FindingKind::corrupt;
-  std::string key;     // the entry's key (empty for an orphan blob)
-  std::string digest;  // the blob's digest
-  std::string kernel;  // from the entry's or the artifact's facts; "?" when unknown
+  std::string key;     // the entry's key (empty for an orphan blob; the spec key for incomplete-spec)
+  std::string digest;  // the blob's digest (empty for incomplete-spec, which is about several)
+  std::string kernel;  // from the entry's or the artifact's facts (a source entry's: its family); "?" when unknown
   std::string target;
   std::string explanation;  // one line
+  // incomplete-spec only: the spec facts (spec.<name> -> value) and the bundles built for them.
+  std::map<std::string, std::string> spec;
+  std::vector<SourceEntryRef> entries;
+  Severity severity() const { return severity_of(kind); }
 };
 
 // Per layer, with a checkpoint.
@@ -75,8 +115,14 @@ struct AuditReport {
   std::size_t blobs_checked = 0;
   std::vector<Finding> findings;
   std::optional<CheckpointAudit> checkpoint;
+  std::size_t count(Severity severity) const {
+    std::size_t n = 0;
+    for (const Finding& f : findings) n += f.severity() == severity ? 1 : 0;
+    return n;
+  }
+  // Warnings alone leave a cache clean.
   bool clean() const {
-    if (!findings.empty()) return false;
+    if (count(Severity::error) > 0) return false;
     if (!checkpoint) return true;
     for (const auto& l : checkpoint->layers)
       if (l.bound_to_identity) return false;
@@ -93,18 +139,25 @@ struct AuditOptions {
   // A blob no row refers to is an orphan-blob finding only once it is this old: a younger
   // one may be a concurrent publish between its rename and its row commit.
   std::chrono::milliseconds orphan_grace = cache::k_publish_grace;
+  // Whether a source bundle's cubin must be an ELF image holding its entry, as SourceCache
+  // checks on read. Off only for tests whose compile step is a fake.
+  bool check_cubin = true;
 };
 
 Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, const AuditOptions& options = {});
 
 // The rules above for one artifact and the facts and key it is stored under, wherever it
 // comes from (a local blob, a remote value): the finding, or std::nullopt when it may be
-// served. The finding's digest is left for the caller.
+// served. The finding's digest is left for the caller. A source cache entry gets the
+// rules of one entry (legacy-key, fact-mismatch, bad-source-entry); those that compare
+// entries (incomplete-spec, a spec record against its bundle) need the whole cache.
 std::optional<Finding> audit_artifact(const cache::CacheKey& key, std::uint32_t key_schema, const cache::Facts& facts,
-                                      std::span<const std::byte> bytes);
+                                      std::span<const std::byte> bytes, bool check_cubin = true);
 
-// Removes exactly the entries and blobs `report` flagged (or, dry run, says what it
-// would remove). Returns one line per removal.
+// Removes exactly the entries and blobs `report` flagged as errors (or, dry run, says what
+// it would remove); warnings are kept. For incomplete-spec: the spec record and every
+// bundle of the spec, so that the next compile records the spec afresh. Returns one line
+// per removal.
 Result<std::vector<std::string>> clear_flagged(cache::Store& store, const AuditReport& report,
                                                cache::DryRun dry_run);
 

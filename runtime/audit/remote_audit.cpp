@@ -19,6 +19,10 @@ RemoteFindingKind remote_kind(FindingKind kind) {
     case FindingKind::stale_identity: return RemoteFindingKind::stale_identity;
     case FindingKind::legacy_key: return RemoteFindingKind::unknown_schema;
     case FindingKind::fact_mismatch: return RemoteFindingKind::fact_mismatch;
+    // A source cache value whose content is not its key's: what a node refuses on load.
+    case FindingKind::bad_source_entry: return RemoteFindingKind::rejected;
+    case FindingKind::incomplete_spec:       // compares entries: not a finding of one value
+    case FindingKind::dangling_spec_record:  // likewise
     case FindingKind::corrupt:
     case FindingKind::missing_blob:
     case FindingKind::orphan_blob: break;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
@@ -34,6 +35,10 @@ struct jitcache_runtime {
 
 struct jitcache_model {
   std::shared_ptr<const jitcache::PreparedModel> model;
+};
+
+struct jitcache_kernel {
+  jitcache::CompiledKernel kernel;
 };
 
 namespace jitcache {
@@ -217,6 +222,11 @@ Result<jitcache_runtime_options> read_options(const char* self, const jitcache_r
                       field + "cache_requirement is " + std::to_string(requirement) +
                           ", expected JITCACHE_CACHE_FROM_ENVIRONMENT (0), JITCACHE_CACHE_OPTIONAL (1) or "
                           "JITCACHE_CACHE_REQUIRED (2)");
+  // Negative (the default) defers to the environment; NaN fails both comparisons.
+  if (!(options.verify_spec < 0.0) && !(options.verify_spec >= 0.0 && options.verify_spec <= 1.0))
+    return make_error(ErrorCode::invalid_argument,
+                      field + "verify_spec is " + std::to_string(options.verify_spec) +
+                          ", expected a fraction from 0 to 1, or negative for JITCACHE_VERIFY_SPEC");
   return options;
 }
 
@@ -376,6 +386,152 @@ jitcache_status model_host_kernel(const char* self, const jitcache_model* model,
   return run_on_host(self, latent_scale_for(b->mode), model->model->rope(), *args, b->scale);
 }
 
+// ---- kernels from outside ----------------------------------------------------------------
+
+// The fields through num_options are ABI 1's first compile request.
+constexpr std::size_t k_compile_request_v1_size =
+    offsetof(jitcache_compile_request, num_options) + sizeof(std::size_t);
+// Bounds on what a C caller hands in, so that a garbage count is an error, not a crash
+// deep in a copy.
+constexpr std::size_t k_max_spec_facts = 256;
+constexpr std::size_t k_max_headers = 4096;
+constexpr std::size_t k_max_options = 4096;
+constexpr std::size_t k_max_source_bytes = std::size_t{1} << 30;  // 1 GiB
+
+std::optional<SourceKind> read_kind(jitcache_source_kind kind) {
+  switch (abi_enum_value(kind)) {
+    case JITCACHE_KIND_CUDA: return SourceKind::cuda;
+    case JITCACHE_KIND_NVVM: return SourceKind::nvvm;
+    case JITCACHE_KIND_PTX: return SourceKind::ptx;
+    default: return std::nullopt;
+  }
+}
+
+Result<std::map<std::string, std::string>> read_spec(const std::string& field, const jitcache_fact* spec,
+                                                     std::size_t count) {
+  if (count > k_max_spec_facts)
+    return make_error(ErrorCode::invalid_argument, field + "num_spec is " + std::to_string(count) +
+                                                       ", expected at most " + std::to_string(k_max_spec_facts));
+  if (count > 0 && spec == nullptr)
+    return make_error(ErrorCode::invalid_argument, field + "spec is NULL with num_spec " + std::to_string(count));
+  std::map<std::string, std::string> out;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::string at = field + "spec[" + std::to_string(i) + "]";
+    if (spec[i].name == nullptr || spec[i].value == nullptr)
+      return make_error(ErrorCode::invalid_argument, at + ": name or value is NULL");
+    if (!out.emplace(spec[i].name, spec[i].value).second)
+      return make_error(ErrorCode::invalid_argument, at + ": fact " + std::string(spec[i].name) + " is given twice");
+  }
+  return out;
+}
+
+Result<KernelRequest> read_request(const char* self, const jitcache_compile_request* given) {
+  const std::string field = std::string(self) + ": request.";
+  const jitcache_compile_request r = JC_TRY(read_input_struct(
+      field, given, k_compile_request_v1_size, &jitcache_compile_request_init, "jitcache_compile_request_init"));
+  KernelRequest request;
+  if (is_unset(r.family)) return make_error(ErrorCode::invalid_argument, field + "family is NULL or empty");
+  request.family = r.family;
+  request.spec = JC_TRY(read_spec(field, r.spec, r.num_spec));
+  const auto kind = read_kind(r.kind);
+  if (!kind)
+    return make_error(ErrorCode::invalid_argument,
+                      field + "kind is " + std::to_string(abi_enum_value(r.kind)) +
+                          ", expected JITCACHE_KIND_CUDA (0), JITCACHE_KIND_NVVM (1) or JITCACHE_KIND_PTX (2)");
+  request.kind = *kind;
+  if (r.text == nullptr || r.text_size == 0)
+    return make_error(ErrorCode::invalid_argument, field + "text is NULL or text_size is 0");
+  if (r.text_size > k_max_source_bytes)
+    return make_error(ErrorCode::invalid_argument, field + "text_size is " + std::to_string(r.text_size) +
+                                                       ", expected at most " + std::to_string(k_max_source_bytes));
+  request.text.assign(r.text, r.text_size);
+  if (r.num_headers > k_max_headers || (r.num_headers > 0 && r.headers == nullptr))
+    return make_error(ErrorCode::invalid_argument, field + "headers is NULL or num_headers (" +
+                                                       std::to_string(r.num_headers) + ") is over " +
+                                                       std::to_string(k_max_headers));
+  for (std::size_t i = 0; i < r.num_headers; ++i) {
+    const jitcache_header& h = r.headers[i];
+    const std::string at = field + "headers[" + std::to_string(i) + "]";
+    if (is_unset(h.name) || (h.text == nullptr && h.size != 0) || h.size > k_max_source_bytes)
+      return make_error(ErrorCode::invalid_argument, at + ": name is NULL or empty, or text and size disagree");
+    request.headers.emplace_back(h.name, std::string(h.text == nullptr ? "" : h.text, h.size));
+  }
+  if (is_unset(r.entry)) return make_error(ErrorCode::invalid_argument, field + "entry is NULL or empty");
+  request.entry = r.entry;
+  if (is_unset(r.target)) return make_error(ErrorCode::invalid_argument, field + "target is NULL or empty");
+  request.target = r.target;
+  if (r.num_options > k_max_options || (r.num_options > 0 && r.options == nullptr))
+    return make_error(ErrorCode::invalid_argument, field + "options is NULL or num_options (" +
+                                                       std::to_string(r.num_options) + ") is over " +
+                                                       std::to_string(k_max_options));
+  for (std::size_t i = 0; i < r.num_options; ++i) {
+    if (r.options[i] == nullptr)
+      return make_error(ErrorCode::invalid_argument, field + "options[" + std::to_string(i) + "] is NULL");
+    request.options.emplace_back(r.options[i]);
+  }
+  return request;
+}
+
+Result<SpecSchema> read_schema(const char* self, const char* text) {
+  const std::string what = std::string(self) + ": schema";
+  const auto json = nlohmann::json::parse(text, nullptr, false);
+  if (json.is_discarded() || !json.is_object())
+    return make_error(ErrorCode::invalid_argument, what + " is not a JSON object");
+  for (const auto& [name, value] : json.items())
+    if (name != "family" && name != "kind" && name != "facts")
+      return make_error(ErrorCode::invalid_argument,
+                        what + ": unknown field '" + name + "' (expected family, kind, facts)");
+  SpecSchema schema;
+  if (!json.contains("family") || !json["family"].is_string())
+    return make_error(ErrorCode::invalid_argument, what + ": field 'family' is missing or not a string");
+  schema.family = json["family"].get<std::string>();
+  if (!json.contains("kind") || !json["kind"].is_string() ||
+      !parse_source_kind(json["kind"].get<std::string>()))
+    return make_error(ErrorCode::invalid_argument, what + ": field 'kind' must be \"cuda\", \"nvvm\" or \"ptx\"");
+  schema.kind = *parse_source_kind(json["kind"].get<std::string>());
+  if (!json.contains("facts") || !json["facts"].is_object())
+    return make_error(ErrorCode::invalid_argument, what + ": field 'facts' is missing or not an object");
+  for (const auto& [name, values] : json["facts"].items()) {
+    if (!values.is_array())
+      return make_error(ErrorCode::invalid_argument,
+                        what + ": field 'facts." + name + "' must be a list of allowed values ([] for any)");
+    FactDomain domain;
+    for (const auto& value : values) {
+      if (!value.is_string())
+        return make_error(ErrorCode::invalid_argument, what + ": field 'facts." + name + "' holds a non-string");
+      domain.allowed.push_back(value.get<std::string>());
+    }
+    schema.facts.emplace(name, std::move(domain));
+  }
+  return schema;
+}
+
+jitcache_status hand_out_kernel(CompiledKernel&& kernel, jitcache_kernel** out) {
+  auto handle = std::make_unique<jitcache_kernel>();
+  handle->kernel = std::move(kernel);
+  *out = handle.release();
+  return JITCACHE_OK;
+}
+
+nlohmann::json describe(const CompiledKernel& k) {
+  return {{"family", k.family},
+          {"kind", to_string(k.kind)},
+          {"entry", k.entry},
+          {"target", k.target},
+          {"key", k.key},
+          {"from_cache", k.from_cache},
+          {"from_remote", k.from_remote},
+          {"verified", k.verified},
+          {"ms", k.ms},
+          {"cubin_bytes", k.cubin.size()},
+          {"resources",
+           {{"registers", k.usage.registers},
+            {"stack_frame_bytes", k.usage.stack_frame_bytes},
+            {"spill_store_bytes", k.usage.spill_store_bytes},
+            {"spill_load_bytes", k.usage.spill_load_bytes}}},
+          {"log", k.log}};
+}
+
 }  // namespace
 }  // namespace jitcache
 
@@ -438,6 +594,7 @@ void jitcache_runtime_options_init(jitcache_runtime_options* options) {
   *options = jitcache_runtime_options{};
   options->struct_size = sizeof *options;
   options->device = JITCACHE_DEVICE_AUTO;
+  options->verify_spec = -1.0;
 }
 
 jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jitcache_runtime** out) {
@@ -462,6 +619,7 @@ jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jit
     // A field after ABI 1's first options: a caller with an older header has struct_size
     // short of it, and read_options left it at its default (NULL: JITCACHE_REMOTE).
     if (!is_unset(options.remote)) cxx.remote = options.remote;
+    if (options.verify_spec >= 0.0) cxx.verify_spec = options.verify_spec;
     auto opened = Runtime::open(std::move(cxx));
     if (!opened) return fail(opened.error());
     auto handle = std::make_unique<jitcache_runtime>();
@@ -693,5 +851,83 @@ uint32_t jitcache_record_bytes(jitcache_rope rope) {
   const std::optional<RopeFormat> format = read_rope(rope);
   return format ? static_cast<uint32_t>(record_bytes(*format)) : 0;
 }
+
+void jitcache_compile_request_init(jitcache_compile_request* request) {
+  if (request == nullptr) return;
+  *request = jitcache_compile_request{};
+  request->struct_size = sizeof *request;
+  request->kind = JITCACHE_KIND_CUDA;
+}
+
+jitcache_status jitcache_declare_family(jitcache_runtime* runtime, const char* schema_json) {
+  return guarded(__func__, [&](const char* self) {
+    if (runtime == nullptr) return null_argument(self, "runtime");
+    if (schema_json == nullptr) return null_argument(self, "schema_json");
+    const auto schema = read_schema(self, schema_json);
+    if (!schema) return fail(schema.error());
+    if (auto declared = runtime->runtime->declare_family(*schema); !declared) return fail(declared.error());
+    return JITCACHE_OK;
+  });
+}
+
+jitcache_status jitcache_compile(jitcache_runtime* runtime, const jitcache_compile_request* request,
+                                 jitcache_kernel** out) {
+  return guarded(__func__, [&](const char* self) {
+    if (runtime == nullptr) return null_argument(self, "runtime");
+    if (request == nullptr) return null_argument(self, "request");
+    if (out == nullptr) return null_argument(self, "out");
+    if (t_log_callback_depth > 0) return refused_in_log_callback(self);
+    const auto read = read_request(self, request);
+    if (!read) return fail(read.error());
+    auto compiled = runtime->runtime->compile(*read);
+    if (!compiled) return fail(compiled.error());
+    return hand_out_kernel(std::move(*compiled), out);
+  });
+}
+
+jitcache_status jitcache_lookup(jitcache_runtime* runtime, const char* family, const jitcache_fact* spec,
+                                size_t num_spec, const char* target, jitcache_lookup_outcome* outcome,
+                                jitcache_kernel** out) {
+  return guarded(__func__, [&](const char* self) {
+    if (runtime == nullptr) return null_argument(self, "runtime");
+    if (family == nullptr) return null_argument(self, "family");
+    if (target == nullptr) return null_argument(self, "target");
+    if (outcome == nullptr) return null_argument(self, "outcome");
+    if (out == nullptr) return null_argument(self, "out");
+    if (t_log_callback_depth > 0) return refused_in_log_callback(self);
+    const auto facts = read_spec(std::string(self) + ": ", spec, num_spec);
+    if (!facts) return fail(facts.error());
+    auto found = runtime->runtime->lookup(family, *facts, target);
+    if (!found) return fail(found.error());
+    *out = nullptr;
+    switch (found->outcome) {
+      case LookupOutcome::hit: *outcome = JITCACHE_LOOKUP_HIT; return hand_out_kernel(std::move(*found->kernel), out);
+      case LookupOutcome::miss: *outcome = JITCACHE_LOOKUP_MISS; break;
+      case LookupOutcome::verify: *outcome = JITCACHE_LOOKUP_VERIFY; break;
+    }
+    return JITCACHE_OK;
+  });
+}
+
+jitcache_status jitcache_kernel_cubin(const jitcache_kernel* kernel, const uint8_t** data, size_t* size) {
+  return guarded(__func__, [&](const char* self) {
+    if (kernel == nullptr) return null_argument(self, "kernel");
+    if (data == nullptr) return null_argument(self, "data");
+    if (size == nullptr) return null_argument(self, "size");
+    *data = kernel->kernel.cubin.data();
+    *size = kernel->kernel.cubin.size();
+    return JITCACHE_OK;
+  });
+}
+
+jitcache_status jitcache_kernel_describe(const jitcache_kernel* kernel, char** out) {
+  return guarded(__func__, [&](const char* self) {
+    if (kernel == nullptr) return null_argument(self, "kernel");
+    if (out == nullptr) return null_argument(self, "out");
+    return hand_out(describe(kernel->kernel), out);
+  });
+}
+
+void jitcache_kernel_release(jitcache_kernel* kernel) { delete kernel; }
 
 }  // extern "C"

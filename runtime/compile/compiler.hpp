@@ -11,18 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "jitcache/compile.hpp"  // ResourceUsage
 #include "jitcache/error.hpp"
 #include "kernel_templates/generator.hpp"
 
 namespace jitcache {
-
-// What ptxas reports for the entry function.
-struct ResourceUsage {
-  int registers = -1;
-  int stack_frame_bytes = -1;
-  int spill_store_bytes = -1;
-  int spill_load_bytes = -1;
-};
 
 struct CompiledArtifact {
   KernelSpec spec;

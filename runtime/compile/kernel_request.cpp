@@ -36,20 +36,17 @@ std::string header_fact_name(std::string_view include_name) {
   return name;
 }
 
-Result<cache::Facts> common_facts(const KernelRequest& request, const ToolFacts& tools) {
+// The facts a library knows before it generates any source: the spec key's, less its record.
+Result<cache::Facts> spec_level_facts(const KernelRequest& request, const ToolFacts& tools) {
   cache::Facts facts;
   facts.set("facts_schema", std::to_string(k_request_facts_schema));
   if (request.family.empty()) return make_error(ErrorCode::invalid_argument, "kernel request: no family");
   facts.set("family", request.family);
   for (const auto& [name, value] : request.spec) facts.set("spec." + name, value);
   facts.set("kind", to_string(request.kind));
-  if (request.entry.empty())
-    return make_error(ErrorCode::invalid_argument, "kernel request of family " + request.family + ": no entry");
-  facts.set("entry", request.entry);
   if (request.target.empty())
     return make_error(ErrorCode::invalid_argument, "kernel request of family " + request.family + ": no target");
   facts.set("target", request.target);
-  facts.set("options", normalized_options(request.options));
   for (const std::string& tool : tools_for(request.kind)) {
     auto it = tools.find(tool);
     if (it == tools.end() || it->second.version.empty() || it->second.fingerprint.empty())
@@ -135,11 +132,24 @@ std::optional<SpecSchema> SpecRegistry::find(const std::string& family) const {
   return it->second;
 }
 
-Status SpecRegistry::validate(const KernelRequest& request) const {
-  const auto schema = find(request.family);
+Result<SpecSchema> SpecRegistry::validate(const std::string& family,
+                                          const std::map<std::string, std::string>& spec) const {
+  auto schema = find(family);
   if (!schema)
-    return make_error(ErrorCode::not_found, "kernel family " + request.family + " has no registered spec schema");
-  return validate_spec(*schema, request.spec);
+    return make_error(ErrorCode::not_found, "kernel family '" + family +
+                                                "' is not declared (declare its spec schema first: "
+                                                "Runtime::declare_family, jitcache_declare_family)");
+  JC_TRY(validate_spec(*schema, spec));
+  return std::move(*schema);
+}
+
+Status SpecRegistry::validate(const KernelRequest& request) const {
+  const SpecSchema schema = JC_TRY(validate(request.family, request.spec));
+  if (schema.kind != request.kind)
+    return make_error(ErrorCode::invalid_argument, "kernel family " + request.family + " is declared with " +
+                                                       to_string(schema.kind) + " sources; this request is " +
+                                                       to_string(request.kind));
+  return {};
 }
 
 SpecRegistry& SpecRegistry::global() {
@@ -191,8 +201,12 @@ bool is_request_facts(const cache::Facts& facts) {
 }
 
 Result<cache::Facts> request_facts(const KernelRequest& request, const ToolFacts& tools) {
-  cache::Facts facts = JC_TRY(common_facts(request, tools));
+  cache::Facts facts = JC_TRY(spec_level_facts(request, tools));
   facts.set("record", std::string(k_record_source_bundle));
+  if (request.entry.empty())
+    return make_error(ErrorCode::invalid_argument, "kernel request of family " + request.family + ": no entry");
+  facts.set("entry", request.entry);
+  facts.set("options", normalized_options(request.options));
   facts.set("source_xxh3", hash_hex(request.text));
   for (const auto& [name, text] : request.headers) facts.set(header_fact_name(name), hash_hex(text));
   JC_TRY(facts.validate());
@@ -200,7 +214,7 @@ Result<cache::Facts> request_facts(const KernelRequest& request, const ToolFacts
 }
 
 Result<cache::Facts> spec_facts(const KernelRequest& request, const ToolFacts& tools) {
-  cache::Facts facts = JC_TRY(common_facts(request, tools));
+  cache::Facts facts = JC_TRY(spec_level_facts(request, tools));
   facts.set("record", std::string(k_record_spec_index));
   JC_TRY(facts.validate());
   return facts;
@@ -212,7 +226,8 @@ Result<cache::Facts> spec_facts_of(const cache::Facts& bundle_facts) {
                                                     std::string(bundle_facts.get("record").value_or("(absent)")) + ")");
   cache::Facts facts;
   for (const auto& [name, value] : bundle_facts.fields())
-    if (name != "source_xxh3" && !name.starts_with("header.")) facts.set(name, value);
+    if (name != "source_xxh3" && name != "entry" && name != "options" && !name.starts_with("header."))
+      facts.set(name, value);
   facts.set("record", std::string(k_record_spec_index));
   JC_TRY(facts.validate());
   return facts;

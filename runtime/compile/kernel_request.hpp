@@ -1,18 +1,21 @@
-// A kernel request from outside jitcache: an engine's source (CUDA C++, NVVM IR or PTX)
-// for one entry and an exact target, tagged with the family it belongs to and the spec
-// facts that select its variant. The family declares those facts once (SpecSchema); the
-// request's facts and key are derived here, for the source cache (source_cache.hpp).
+// A kernel request from outside jitcache (include/jitcache/compile.hpp): an engine's source
+// (CUDA C++, NVVM IR or PTX) for one entry and an exact target, tagged with the family it
+// belongs to and the spec facts that select its variant. The family declares its kind and
+// those facts once (SpecSchema); the request's facts and keys are derived here, for the
+// source cache (source_cache.hpp).
 //
 // Two keys per request:
 //   key       record=source_bundle and every fact that changes the binary: the facts
-//             schema version, family,
-//             spec.<name> for each spec fact, kind, source_xxh3, header.<name>, entry,
-//             target (exact), options (normalised), and for each tool that touches the
-//             binary for this kind tool.<name>.version and tool.<name>.fingerprint
-//             (nvrtc for cuda; libnvvm and nvjitlink for nvvm; nvjitlink for ptx).
-//   spec key  the same without the source and header digests, plus record=spec_index:
-//             what a lookup by spec alone (no source) uses. A spec is complete when it
-//             determines the source; shadow verification (SourceCache) checks that.
+//             schema version, family, spec.<name> for each spec fact, kind, target (exact),
+//             for each tool that touches the binary for this kind tool.<name>.version and
+//             tool.<name>.fingerprint (nvrtc for cuda; libnvvm and nvjitlink for nvvm;
+//             nvjitlink for ptx), then entry, options (normalised), source_xxh3 and
+//             header.<name> for each header.
+//   spec key  record=spec_index and only what a library knows before it generates any
+//             source: schema version, family, spec facts, kind, target and tools. What the
+//             spec does not name (entry, options, source, headers) is what its record holds
+//             and what shadow verification compares. A spec is complete when it determines
+//             all of them.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "cache/facts.hpp"
+#include "jitcache/compile.hpp"
 #include "jitcache/error.hpp"
 #include "runtime/compile/source_compiler.hpp"
 
@@ -32,32 +36,7 @@ namespace jitcache {
 
 // Bump when the set or meaning of the request facts changes: old entries become
 // unreachable instead of being misread.
-inline constexpr int k_request_facts_schema = 1;
-
-struct KernelRequest {
-  std::string family;
-  std::map<std::string, std::string> spec;  // spec fact name -> value
-  SourceKind kind = SourceKind::cuda;
-  std::string text;
-  std::vector<std::pair<std::string, std::string>> headers;  // include name, text (cuda only)
-  std::string entry;
-  std::string target;
-  std::vector<std::string> options;
-};
-
-// The values one spec fact may take: the listed strings, or (empty list) any non-empty string.
-struct FactDomain {
-  std::vector<std::string> allowed;
-  bool any() const { return allowed.empty(); }
-  // The same values, in any order.
-  friend bool operator==(const FactDomain& a, const FactDomain& b);
-};
-
-struct SpecSchema {
-  std::string family;
-  std::map<std::string, FactDomain> facts;
-  friend bool operator==(const SpecSchema&, const SpecSchema&) = default;
-};
+inline constexpr int k_request_facts_schema = 2;
 
 // A schema that can be used: a family name and fact names from [A-Za-z0-9_.-] (1 to 64
 // characters), no empty allowed value, no value listed twice.
@@ -73,8 +52,10 @@ class SpecRegistry {
  public:
   Status add(SpecSchema schema);
   std::optional<SpecSchema> find(const std::string& family) const;
-  // The schema of the request's family (not_found when unregistered), and the request's
-  // spec checked against it.
+  // The schema of the family (not_found when unregistered), with the spec checked against
+  // it (invalid_argument naming the fact).
+  Result<SpecSchema> validate(const std::string& family, const std::map<std::string, std::string>& spec) const;
+  // The same for a request, whose kind must also be the family's.
   Status validate(const KernelRequest& request) const;
   // The process's registry.
   static SpecRegistry& global();
@@ -112,11 +93,13 @@ bool is_request_facts(const cache::Facts& facts);
 // The request's facts (key = facts.key()). `tools` must hold every tool of tools_for(kind).
 Result<cache::Facts> request_facts(const KernelRequest& request, const ToolFacts& tools);
 
-// The spec key's facts: request_facts without source_xxh3 and header.*, plus record=spec_index.
+// The spec key's facts: record=spec_index, the schema version, family, spec facts, kind,
+// target and tools. The request's entry, options, source and headers play no part.
 Result<cache::Facts> spec_facts(const KernelRequest& request, const ToolFacts& tools);
 
 // The same from a stored source bundle's facts (record=source_bundle): what an audit groups
-// entries by to find one spec built from two sources. invalid_input for other facts.
+// entries by to find one spec built from two sources (or entries, or options). invalid_input
+// for other facts.
 Result<cache::Facts> spec_facts_of(const cache::Facts& bundle_facts);
 
 }  // namespace jitcache

@@ -1,5 +1,7 @@
 #include "runtime/compile/source_cache.hpp"
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "jitcache/log.hpp"
@@ -44,6 +46,13 @@ Status check_source_artifact(const cache::Facts& facts, const CompiledArtifact& 
   return {};
 }
 
+// Normalised options (one per line) as "[a, b]" for a one-line message.
+std::string options_list(std::string_view normalized) {
+  std::string out = "[";
+  for (char c : normalized) out += c == '\n' ? std::string(", ") : std::string(1, c);
+  return out + "]";
+}
+
 // A decoded, checked entry kept beside its bundle in the store's memory tier.
 struct DecodedSource final : cache::Decoded {
   explicit DecodedSource(SourceResult r) : result(std::move(r)) {}
@@ -52,6 +61,35 @@ struct DecodedSource final : cache::Decoded {
 
 }  // namespace
 
+Result<SpecRecord> parse_spec_record(std::span<const std::byte> bytes) {
+  const auto json = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                                          nullptr, false);
+  const std::string what = "spec record";
+  if (!json.is_object()) return make_error(ErrorCode::invalid_input, what + ": not a JSON object");
+  // Field by field, never value(): a foreign writer's types must not throw.
+  if (!json.contains("format") || !json["format"].is_number_integer() ||
+      json["format"].get<std::int64_t>() != k_spec_record_format)
+    return make_error(ErrorCode::invalid_input,
+                      what + ": field 'format' is not " + std::to_string(k_spec_record_format));
+  SpecRecord record;
+  for (auto [name, field] : {std::pair{"key", &record.key}, std::pair{"source_xxh3", &record.source_xxh3},
+                             std::pair{"entry", &record.entry}, std::pair{"options", &record.options}}) {
+    if (!json.contains(name) || !json[name].is_string())
+      return make_error(ErrorCode::invalid_input, what + ": field '" + name + "' is missing or not a string");
+    *field = json[name].get<std::string>();
+  }
+  if (record.key.size() != 32 || record.entry.empty())
+    return make_error(ErrorCode::invalid_input, what + ": field 'key' or 'entry' is malformed");
+  if (!json.contains("headers") || !json["headers"].is_object())
+    return make_error(ErrorCode::invalid_input, what + ": field 'headers' is missing or not an object");
+  for (const auto& [name, value] : json["headers"].items()) {
+    if (!name.starts_with("header.") || !value.is_string())
+      return make_error(ErrorCode::invalid_input, what + ": field 'headers." + name + "' is malformed");
+    record.headers[name] = value.get<std::string>();
+  }
+  return record;
+}
+
 Status check_source_content(const cache::Facts& facts, std::span<const std::byte> bytes) {
   const auto record = facts.get("record");
   if (record == k_record_source_bundle) {
@@ -59,20 +97,7 @@ Status check_source_content(const cache::Facts& facts, std::span<const std::byte
     return check_source_artifact(facts, artifact, "source bundle");
   }
   if (record == k_record_spec_index) {
-    const auto json = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
-                                            nullptr, false);
-    // Field by field, never value(): a foreign writer's types must not throw.
-    auto has = [&](const char* name, bool (nlohmann::json::*is)() const noexcept) {
-      return json.contains(name) && (json[name].*is)();
-    };
-    if (!json.is_object() || !has("format", &nlohmann::json::is_number_integer) ||
-        json["format"].get<std::int64_t>() != k_spec_record_format || !has("key", &nlohmann::json::is_string) ||
-        !has("source_xxh3", &nlohmann::json::is_string) || !has("headers", &nlohmann::json::is_object))
-      return make_error(ErrorCode::invalid_input,
-                        "not a spec record of format " + std::to_string(k_spec_record_format));
-    for (const auto& [name, value] : json["headers"].items())
-      if (!value.is_string())
-        return make_error(ErrorCode::invalid_input, "spec record: header digest " + name + " is not a string");
+    JC_TRY(parse_spec_record(bytes));
     return {};
   }
   return make_error(ErrorCode::invalid_input, "not a source cache entry (no record fact)");
@@ -94,14 +119,14 @@ const SpecRegistry& SourceCache::registry() const {
 
 Result<ToolFacts> SourceCache::tools(SourceKind kind) const { return m_options.tools(kind); }
 
-Result<std::optional<SourceCache::SpecRecord>> SourceCache::read_record(const cache::Facts& spec) {
+Result<std::optional<SpecRecord>> SourceCache::read_record(const cache::Facts& spec) {
   auto hit = JC_TRY(m_store.get(spec.key(), cache::CountMiss::no));
   if (!hit) return std::optional<SpecRecord>();
-  const std::span<const std::byte> bytes(*hit->bytes);
-  if (auto usable = check_source_content(spec, bytes); !usable) {
+  auto record = parse_spec_record(std::span<const std::byte>(*hit->bytes));
+  if (!record) {
     // Verified against its digest but not a spec record (a foreign or buggy writer): it
     // cannot vouch for anything, so drop it; the next compile records the spec again.
-    log_warning("source cache: dropping unusable spec record " + spec.key().to_hex() + ": " + usable.error().message);
+    log_warning("source cache: dropping unusable spec record " + spec.key().to_hex() + ": " + record.error().message);
     if (m_store.mode() == cache::StoreMode::read_write) {
       cache::EntryFilter only;
       only.key_prefix = spec.key().to_hex();
@@ -109,27 +134,36 @@ Result<std::optional<SourceCache::SpecRecord>> SourceCache::read_record(const ca
     }
     return std::optional<SpecRecord>();
   }
-  const auto json = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  SpecRecord record;
-  record.key = json["key"].get<std::string>();
-  record.source_xxh3 = json["source_xxh3"].get<std::string>();
-  for (const auto& [name, value] : json["headers"].items()) record.headers[name] = value.get<std::string>();
-  return std::optional<SpecRecord>(std::move(record));
+  return std::optional<SpecRecord>(std::move(*record));
 }
 
 Status SourceCache::check_record(const KernelRequest& request, const cache::Facts& facts,
                                  const SpecRecord& record) const {
-  const std::string source(*facts.get("source_xxh3"));
   std::map<std::string, std::string> headers;
   for (const auto& [name, value] : facts.fields())
     if (name.starts_with("header.")) headers[name] = value;
-  if (source == record.source_xxh3 && headers == record.headers) return {};
+  std::vector<std::string> differences;
+  auto compare = [&](const std::string& what, const std::string& recorded, const std::string& now) {
+    if (recorded != now) differences.push_back(what + " " + recorded + " was cached, this request has " + now);
+  };
+  compare("source_xxh3", record.source_xxh3, std::string(*facts.get("source_xxh3")));
+  compare("entry", record.entry, request.entry);
+  compare("options", options_list(record.options), options_list(*facts.get("options")));
+  std::set<std::string> names;
+  for (const auto& [name, digest] : record.headers) names.insert(name);
+  for (const auto& [name, digest] : headers) names.insert(name);
+  for (const auto& name : names) {
+    const auto was = record.headers.find(name);
+    const auto now = headers.find(name);
+    compare(name, was == record.headers.end() ? "(absent)" : was->second,
+            now == headers.end() ? "(absent)" : now->second);
+  }
+  if (differences.empty()) return {};
   std::string message = "the spec of kernel family " + request.family + " is incomplete: spec " +
-                        describe_spec(request) + " (" + to_string(request.kind) + " " + request.entry + " for " +
-                        request.target + ") was cached from source_xxh3 " + record.source_xxh3 +
-                        ", this request's source has source_xxh3 " + source;
-  if (headers != record.headers) message += ", and its headers differ";
-  message += "; some input that changes the code is not a spec fact. The cached entry is not served.";
+                        describe_spec(request) + " (" + to_string(request.kind) + " for " + request.target +
+                        ") does not determine its kernel: ";
+  for (std::size_t i = 0; i < differences.size(); ++i) message += (i ? "; " : "") + differences[i];
+  message += ". Some input that changes the code is not a spec fact; the cached entry is not served.";
   return make_error(ErrorCode::invalid_input, message);
 }
 
@@ -141,6 +175,8 @@ void SourceCache::write_record(const cache::Facts& spec, const cache::Facts& fac
   json["headers"] = nlohmann::json::object();
   for (const auto& [name, value] : facts.fields())
     if (name.starts_with("header.")) json["headers"][name] = value;
+  json["entry"] = std::string(*facts.get("entry"));
+  json["options"] = std::string(*facts.get("options"));
   const std::string text = json.dump();
   if (m_store.mode() != cache::StoreMode::read_write) return;
   if (auto put = m_store.put(spec.key(), spec, as_bytes(text), 0); !put)
@@ -177,7 +213,10 @@ Result<SourceResult> SourceCache::compile(const KernelRequest& request) {
     fetched = fetch(request, facts);
   }
   if (!fetched) return fetched;
-  if (!record) write_record(spec, facts);
+  // A record that agrees with the request on everything but names another key was damaged
+  // (the key is a function of what it compared): it is rewritten like a missing one.
+  if (!record || record->key != facts.key().to_hex()) write_record(spec, facts);
+  fetched->verified = record.has_value();
   return fetched;
 }
 
@@ -226,6 +265,7 @@ Result<SourceResult> SourceCache::decode(const cache::Facts& facts, const cache:
       return make_error(ErrorCode::invalid_input, has.error().message);
   }
   SourceResult result;
+  result.entry = artifact->entry;
   result.cubin = std::move(artifact->cubin);
   result.ptx = std::move(artifact->ptx);
   result.usage = artifact->usage;
@@ -238,33 +278,33 @@ Result<SourceResult> SourceCache::decode(const cache::Facts& facts, const cache:
 
 Result<std::optional<SourceResult>> SourceCache::lookup(const std::string& family,
                                                         const std::map<std::string, std::string>& spec_values,
-                                                        SourceKind kind, const std::string& entry,
-                                                        const std::string& target,
-                                                        const std::vector<std::string>& options) {
+                                                        const std::string& target) {
+  const SpecSchema schema = JC_TRY(registry().validate(family, spec_values));
   KernelRequest request;
   request.family = family;
   request.spec = spec_values;
-  request.kind = kind;
-  request.entry = entry;
+  request.kind = schema.kind;
   request.target = target;
-  request.options = options;
-  JC_TRY(registry().validate(request));
-  const ToolFacts tools = JC_TRY(this->tools(kind));
+  const ToolFacts tools = JC_TRY(this->tools(schema.kind));
   const cache::Facts spec = JC_TRY(spec_facts(request, tools));
   const auto record = JC_TRY(read_record(spec));
   if (!record) return std::optional<SourceResult>();
-  // The entry's facts: the spec's, with the recorded source and header digests.
+  // The entry's facts: the spec's, with what the record says the spec was built from.
   cache::Facts facts;
   for (const auto& [name, value] : spec.fields())
     if (name != "record") facts.set(name, value);
   facts.set("record", std::string(k_record_source_bundle));
+  facts.set("entry", record->entry);
+  facts.set("options", record->options);
   facts.set("source_xxh3", record->source_xxh3);
   for (const auto& [name, value] : record->headers) facts.set(name, value);
-  JC_TRY(facts.validate());
-  if (facts.key().to_hex() != record->key)
-    return make_error(ErrorCode::invalid_input, "spec record " + spec.key().to_hex() + " of family " + family +
-                                                    " names key " + record->key + ", its facts hash to " +
-                                                    facts.key().to_hex());
+  if (auto valid = facts.validate(); !valid || facts.key().to_hex() != record->key) {
+    // Not this spec's record (a damaged or foreign value that parsed): it names nothing usable.
+    log_warning("source cache: spec record " + spec.key().to_hex() + " of family " + family + " names key " +
+                record->key + ", but its facts hash to " + (valid ? facts.key().to_hex() : valid.error().message) +
+                "; treating the spec as uncached (the next compile rewrites the record)");
+    return std::optional<SourceResult>();
+  }
   auto hit = JC_TRY(m_store.get(facts.key(), cache::CountMiss::no));
   if (!hit) return std::optional<SourceResult>();
   auto result = decode(facts, hit->bytes, cache::source_of(hit->tier));

@@ -6,15 +6,15 @@
 // unless those agree with the request, its entry and target included.
 //
 // Beside each entry, a spec record under the spec key (kernel_request.hpp): a small JSON
-// value {"format", "key", "source_xxh3", "headers"} so that lookup() finds an entry by
-// family + spec alone, without the source.
+// value {"format", "key", "source_xxh3", "headers", "entry", "options"} so that lookup()
+// finds an entry by family + spec + target alone, without the source.
 //
 // Shadow verification: when a request comes with its source and a spec record exists,
-// the source (and header) digests must be the recorded ones. A difference means the
-// family's spec does not determine its source (some input that changes the code is not
-// a spec fact): compile() refuses with ErrorCode::invalid_input naming the family, the
-// spec facts and both digests, and serves nothing. A family whose source changes on
-// purpose must say so in a spec fact (a version).
+// the source and header digests, the entry and the options must be the recorded ones. A
+// difference means the family's spec does not determine its kernel (some input that
+// changes the code is not a spec fact): compile() refuses with ErrorCode::invalid_input
+// naming the family, the spec facts and each difference with both values, and serves
+// nothing. A family whose source changes on purpose must say so in a spec fact (a version).
 #pragma once
 
 #include <cstdint>
@@ -32,9 +32,10 @@
 namespace jitcache {
 
 // Bump when the spec record's JSON changes.
-inline constexpr int k_spec_record_format = 1;
+inline constexpr int k_spec_record_format = 2;
 
 struct SourceResult {
+  std::string entry;
   std::vector<std::uint8_t> cubin;
   std::string ptx;
   ResourceUsage usage;
@@ -42,7 +43,20 @@ struct SourceResult {
   bool from_cache = false;
   cache::CacheKey key;
   cache::Source source = cache::Source::produced;
+  bool verified = false;  // compile(): the request was checked against an existing spec record
 };
+
+// A spec record: what one spec was built from.
+struct SpecRecord {
+  std::string key;  // the source bundle's key, 32 hex digits
+  std::string source_xxh3;
+  std::map<std::string, std::string> headers;  // header.<name> fact -> digest
+  std::string entry;
+  std::string options;  // normalized_options
+};
+
+// A spec record's JSON (format k_spec_record_format); invalid_input naming the field.
+Result<SpecRecord> parse_spec_record(std::span<const std::byte> bytes);
 
 using SourceCompileFn = std::function<Result<SourceOutput>(const SourceInput&)>;
 using ToolProbe = std::function<Result<ToolFacts>(SourceKind)>;
@@ -81,18 +95,13 @@ class SourceCache {
   // and names another source or other headers; fine when none exists.
   Status verify_spec(const KernelRequest& request);
 
-  // The entry for a spec, by the spec record; std::nullopt when there is none (or the
-  // entry it names is gone). Never compiles.
+  // The entry for a spec, by the spec record (the kind comes from the family's schema, the
+  // entry and options from the record); std::nullopt when there is none (or the entry it
+  // names is gone). Never compiles.
   Result<std::optional<SourceResult>> lookup(const std::string& family, const std::map<std::string, std::string>& spec,
-                                             SourceKind kind, const std::string& entry, const std::string& target,
-                                             const std::vector<std::string>& options = {});
+                                             const std::string& target);
 
  private:
-  struct SpecRecord {
-    std::string key;
-    std::string source_xxh3;
-    std::map<std::string, std::string> headers;  // header.<name> fact -> digest
-  };
   // A request whose spec is valid and whose source agrees with the spec record, if any.
   struct Checked {
     cache::Facts facts;  // the full key's

@@ -37,15 +37,11 @@
 #include <utility>
 #include <vector>
 
+#include "jitcache/compile.hpp"  // SourceKind
 #include "jitcache/error.hpp"
 #include "runtime/compile/compiler.hpp"  // ResourceUsage
 
 namespace jitcache {
-
-enum class SourceKind { cuda, nvvm, ptx };
-
-const char* to_string(SourceKind kind);  // "cuda", "nvvm", "ptx"
-std::optional<SourceKind> parse_source_kind(std::string_view text);
 
 struct SourceInput {
   SourceKind kind = SourceKind::cuda;

@@ -59,7 +59,7 @@ KernelRequest sample_request() {
 }
 
 SpecSchema sample_schema() {
-  return SpecSchema{"scaler", {{"dtype", FactDomain{{"f32", "bf16"}}}, {"block", FactDomain{}}}};
+  return SpecSchema{"scaler", SourceKind::cuda, {{"dtype", FactDomain{{"f32", "bf16"}}}, {"block", FactDomain{}}}};
 }
 
 class SourceCacheTest : public jitcache::testing::TempDirTest {
@@ -154,9 +154,21 @@ TEST(KernelRequestFacts, SpecKeyIgnoresTheSource) {
   EXPECT_FALSE(sa->get("source_xxh3"));
   EXPECT_NE(request_facts(a, tools)->key(), request_facts(b, tools)->key());
   EXPECT_NE(sa->key(), request_facts(a, tools)->key());
+  // What the spec does not name is for the record to hold, not for the spec key.
+  b.entry = "scale_v2";
+  b.options = {"-lineinfo"};
+  EXPECT_EQ(spec_facts(b, tools)->key(), sa->key());
+  EXPECT_FALSE(sa->get("entry"));
+  EXPECT_FALSE(sa->get("options"));
   KernelRequest c = a;
   c.spec["dtype"] = "bf16";
   EXPECT_NE(spec_facts(c, tools)->key(), sa->key());
+  c = a;
+  c.target = "sm_100a";
+  EXPECT_NE(spec_facts(c, tools)->key(), sa->key());
+  c = a;
+  c.kind = SourceKind::ptx;
+  EXPECT_NE(spec_facts(c, fake_tools(SourceKind::ptx))->key(), sa->key());
   // From a stored bundle's facts, the same spec key; other facts are refused.
   const auto from_bundle = spec_facts_of(*request_facts(b, tools));
   ASSERT_TRUE(from_bundle) << from_bundle.error().to_string();
@@ -199,8 +211,8 @@ TEST(SpecSchemaTest, RegistryRefusesAConflictingReRegistration) {
   auto conflict = registry.add(other);
   ASSERT_FALSE(conflict);
   EXPECT_NE(conflict.error().message.find("scaler"), std::string::npos);
-  EXPECT_FALSE(registry.add(SpecSchema{"bad name", {}}));
-  EXPECT_FALSE(registry.add(SpecSchema{"f", {{"x", FactDomain{{"a", "a"}}}}}));
+  EXPECT_FALSE(registry.add(SpecSchema{"bad name", SourceKind::cuda, {}}));
+  EXPECT_FALSE(registry.add(SpecSchema{"f", SourceKind::cuda, {{"x", FactDomain{{"a", "a"}}}}}));
   ASSERT_TRUE(registry.find("scaler"));
   EXPECT_EQ(*registry.find("scaler"), sample_schema());
 
@@ -218,7 +230,7 @@ TEST(SpecSchemaTest, RegistryIsThreadSafe) {
   for (int t = 0; t < 8; ++t)
     threads.emplace_back([&, t] {
       for (int i = 0; i < 200; ++i) {
-        SpecSchema s{"fam" + std::to_string(i % 10), {{"v", FactDomain{{"a"}}}}};
+        SpecSchema s{"fam" + std::to_string(i % 10), SourceKind::cuda, {{"v", FactDomain{{"a"}}}}};
         if (!registry.add(s)) ++failures;
         if (i >= 10 && !registry.find("fam" + std::to_string((i + t) % 10))) ++failures;
       }
@@ -345,7 +357,7 @@ TEST_F(SourceCacheTest, AnUnusableSpecRecordIsDroppedAndWrittenAgain) {
   ASSERT_TRUE(spec);
   const std::string junk = "{\"format\": \"1\", \"key\": 7}";
   ASSERT_TRUE(store->put(spec->key(), *spec, std::as_bytes(std::span(junk.data(), junk.size())), 0));
-  auto missing = cache->lookup(r.family, r.spec, r.kind, r.entry, r.target, r.options);
+  auto missing = cache->lookup(r.family, r.spec, r.target);
   ASSERT_TRUE(missing) << missing.error().to_string();
   EXPECT_FALSE(*missing);
   ASSERT_TRUE(store->put(spec->key(), *spec, std::as_bytes(std::span(junk.data(), junk.size())), 0));
@@ -353,14 +365,14 @@ TEST_F(SourceCacheTest, AnUnusableSpecRecordIsDroppedAndWrittenAgain) {
   ASSERT_TRUE(compiled) << compiled.error().to_string();
   const std::string not_json = "\x01not json";
   EXPECT_FALSE(check_source_content(*spec, std::as_bytes(std::span(not_json.data(), not_json.size()))));
-  auto found = cache->lookup(r.family, r.spec, r.kind, r.entry, r.target, r.options);
+  auto found = cache->lookup(r.family, r.spec, r.target);
   ASSERT_TRUE(found && *found);
   EXPECT_EQ((*found)->key, compiled->key);
 }
 
 TEST_F(SourceCacheTest, ForgettingFamilyIsCaughtByShadowVerification) {
   // The family's source depends on a latent scale that is not one of its spec facts.
-  ASSERT_TRUE(registry.add(SpecSchema{"forgetful", {{"dtype", FactDomain{{"f32"}}}}}));
+  ASSERT_TRUE(registry.add(SpecSchema{"forgetful", SourceKind::cuda, {{"dtype", FactDomain{{"f32"}}}}}));
   KernelRequest one;
   one.family = "forgetful";
   one.spec = {{"dtype", "f32"}};
@@ -396,30 +408,98 @@ TEST_F(SourceCacheTest, ForgettingFamilyIsCaughtByShadowVerification) {
   EXPECT_EQ(compiles.load(), 1);
 }
 
+TEST_F(SourceCacheTest, AnotherEntryOrOptionsForOneSpecIsAnIncompleteSpec) {
+  const KernelRequest r = sample_request();
+  ASSERT_TRUE(cache->compile(r));
+  KernelRequest renamed = r;
+  renamed.entry = "scale_v2";
+  auto caught = cache->compile(renamed);
+  ASSERT_FALSE(caught);
+  EXPECT_EQ(caught.error().code, ErrorCode::invalid_input);
+  EXPECT_NE(caught.error().message.find("entry scale was cached, this request has scale_v2"), std::string::npos)
+      << caught.error().message;
+  KernelRequest debug = r;
+  debug.options.push_back("-lineinfo");
+  caught = cache->compile(debug);
+  ASSERT_FALSE(caught);
+  EXPECT_NE(caught.error().message.find("options [-O3, --use_fast_math] was cached, this request has "
+                                        "[-O3, --use_fast_math, -lineinfo]"),
+            std::string::npos)
+      << caught.error().message;
+  KernelRequest header = r;
+  header.headers.push_back({"extra.h", "#define Y 2\n"});
+  caught = cache->compile(header);
+  ASSERT_FALSE(caught);
+  EXPECT_NE(caught.error().message.find("header.extra.h (absent) was cached"), std::string::npos)
+      << caught.error().message;
+  EXPECT_EQ(compiles.load(), 1);
+  // A verified request says so.
+  auto again = cache->compile(r);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->verified);
+}
+
+TEST_F(SourceCacheTest, AKindOtherThanTheFamilysIsRefused) {
+  KernelRequest r = sample_request();
+  r.kind = SourceKind::ptx;
+  r.headers.clear();
+  auto refused = cache->compile(r);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(refused.error().message.find("declared with cuda sources; this request is ptx"), std::string::npos)
+      << refused.error().message;
+  EXPECT_EQ(compiles.load(), 0);
+}
+
+TEST_F(SourceCacheTest, ARecordNamingAnotherKeyIsAMissAndIsRewritten) {
+  const KernelRequest r = sample_request();
+  auto compiled = cache->compile(r);
+  ASSERT_TRUE(compiled);
+  EXPECT_FALSE(compiled->verified);  // no record before this compile
+  const auto spec = spec_facts(r, fake_tools(r.kind));
+  ASSERT_TRUE(spec);
+  auto stored = store->get(spec->key());
+  ASSERT_TRUE(stored && *stored);
+  std::string text(reinterpret_cast<const char*>((*stored)->bytes->data()), (*stored)->bytes->size());
+  const std::string real = compiled->key.to_hex();
+  text.replace(text.find(real), real.size(), std::string(32, '0'));
+  ASSERT_TRUE(store->put(spec->key(), *spec, std::as_bytes(std::span(text.data(), text.size())), 0));
+  reopen();
+  auto miss = cache->lookup(r.family, r.spec, r.target);
+  ASSERT_TRUE(miss) << miss.error().to_string();
+  EXPECT_FALSE(*miss);
+  auto again = cache->compile(r);  // everything else agrees: served, and the record is rewritten
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_TRUE(again->from_cache);
+  auto found = cache->lookup(r.family, r.spec, r.target);
+  ASSERT_TRUE(found && *found);
+  EXPECT_EQ((*found)->key, compiled->key);
+  EXPECT_EQ((*found)->entry, "scale");
+}
+
 TEST_F(SourceCacheTest, LookupBySpecAlone) {
   const KernelRequest r = sample_request();
-  auto miss = cache->lookup(r.family, r.spec, r.kind, r.entry, r.target, r.options);
+  auto miss = cache->lookup(r.family, r.spec, r.target);
   ASSERT_TRUE(miss) << miss.error().to_string();
   EXPECT_FALSE(*miss);
   auto compiled = cache->compile(r);
   ASSERT_TRUE(compiled);
 
   reopen();
-  auto found = cache->lookup(r.family, r.spec, r.kind, r.entry, r.target, r.options);
+  auto found = cache->lookup(r.family, r.spec, r.target);
   ASSERT_TRUE(found) << found.error().to_string();
   ASSERT_TRUE(*found);
   EXPECT_EQ((*found)->key, compiled->key);
   EXPECT_EQ((*found)->cubin, compiled->cubin);
   EXPECT_TRUE((*found)->from_cache);
 
-  auto other_spec = cache->lookup(r.family, {{"dtype", "bf16"}, {"block", "128"}}, r.kind, r.entry, r.target,
-                                  r.options);
+  auto other_spec = cache->lookup(r.family, {{"dtype", "bf16"}, {"block", "128"}}, r.target);
   ASSERT_TRUE(other_spec);
   EXPECT_FALSE(*other_spec);
-  auto other_target = cache->lookup(r.family, r.spec, r.kind, r.entry, "sm_100a", r.options);
+  auto other_target = cache->lookup(r.family, r.spec, "sm_100a");
   ASSERT_TRUE(other_target);
   EXPECT_FALSE(*other_target);
-  auto bad_spec = cache->lookup(r.family, {{"dtype", "f16"}, {"block", "128"}}, r.kind, r.entry, r.target);
+  auto bad_spec = cache->lookup(r.family, {{"dtype", "f16"}, {"block", "128"}}, r.target);
   EXPECT_FALSE(bad_spec);
   EXPECT_EQ(compiles.load(), 1);
 }

@@ -25,7 +25,7 @@ KernelRequest sample_request() {
 }
 
 SpecSchema sample_schema() {
-  return SpecSchema{"scaler", {{"dtype", FactDomain{{"f32", "bf16"}}}, {"block", FactDomain{}}}};
+  return SpecSchema{"scaler", SourceKind::cuda, {{"dtype", FactDomain{{"f32", "bf16"}}}, {"block", FactDomain{}}}};
 }
 
 class SourceCacheNvrtc : public jitcache::testing::TempDirTest {};
@@ -70,7 +70,7 @@ TEST_F(SourceCacheNvrtc, RealCompileIsCachedAndItsCubinChecked) {
     auto again = cache.compile(r);
     ASSERT_TRUE(again) << again.error().to_string();
     EXPECT_TRUE(again->from_cache);
-    auto found = cache.lookup(r.family, r.spec, r.kind, r.entry, r.target, r.options);
+    auto found = cache.lookup(r.family, r.spec, r.target);
     ASSERT_TRUE(found && *found);
   }
   EXPECT_EQ(compiles.load(), 1);
@@ -91,7 +91,9 @@ TEST_F(SourceCacheNvrtc, PtxThroughNvJitLinkIsKeyedOnItsToolAndCached) {
   EXPECT_FALSE(jl->contains("nvrtc"));
 
   SpecRegistry registry;
-  ASSERT_TRUE(registry.add(sample_schema()));
+  SpecSchema ptx_schema = sample_schema();
+  ptx_schema.kind = SourceKind::ptx;
+  ASSERT_TRUE(registry.add(ptx_schema));
   KernelRequest r = cu;
   r.kind = SourceKind::ptx;
   r.text = made->ptx;

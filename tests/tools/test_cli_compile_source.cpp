@@ -1,0 +1,125 @@
+// `jitcache compile --source`: one kernel from outside (CUDA C++, NVVM IR, PTX) compiled
+// through the cache as a library would with Runtime::compile: keyed on its family and spec
+// facts, a hit the second time, shadow-verified against the spec's record, with the
+// tools' refusals and every bad argument reported.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_fixture.hpp"
+
+namespace jitcache {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::CliOutcome;
+
+const fs::path k_golden = jitcache::testing::source_dir() / "tests" / "runtime" / "compile" / "golden";
+
+class CliCompileSourceTest : public testing::CliCommandTest {
+ protected:
+  fs::path write(const std::string& name, const std::string& text) const {
+    const fs::path path = dir() / name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+};
+
+TEST_F(CliCompileSourceTest, NvvmIrIsCompiledThenAHitThenVerified) {
+  const std::vector<std::string> args = {"compile",  "--source", (k_golden / "axpy_nvvm.ll").string(),
+                                         "--entry",  "axpy",     "--arch",
+                                         "sm_100a",  "--family", "axpy",
+                                         "--fact",   "dtype=f32", "--json"};
+  const CliOutcome first = run(args);
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  const json a = parse(first);
+  EXPECT_EQ(a["kind"], "nvvm");  // from the extension
+  EXPECT_EQ(a["entry"], "axpy");
+  EXPECT_EQ(a["target"], "sm_100a");
+  EXPECT_EQ(a["family"], "axpy");
+  EXPECT_EQ(a["spec"]["dtype"], "f32");
+  EXPECT_EQ(a["from_cache"], false);
+  EXPECT_GT(a["cubin_bytes"].get<int>(), 0);
+  EXPECT_GT(a["resources"]["registers"].get<int>(), 0);
+  EXPECT_NE(a["log"].get<std::string>().find("nvJitLink"), std::string::npos);
+
+  const CliOutcome second = run(args);
+  ASSERT_EQ(second.code, 0) << second.out << second.err;
+  const json b = parse(second);
+  EXPECT_EQ(b["from_cache"], true);
+  EXPECT_EQ(b["verified"], true);
+  EXPECT_EQ(b["key"], a["key"]);
+
+  // The text form, and the cubin written out.
+  const fs::path cubin = dir() / "axpy.cubin";
+  const CliOutcome text = run({"compile", "--source", (k_golden / "axpy_nvvm.ll").string(), "--entry", "axpy",
+                               "--arch", "sm_100a", "--family", "axpy", "--fact", "dtype=f32", "--cubin-out",
+                               cubin.string()});
+  ASSERT_EQ(text.code, 0) << text.out << text.err;
+  EXPECT_NE(text.out.find("nvvm axpy for sm_100a: from the cache, key " + a["key"].get<std::string>()),
+            std::string::npos)
+      << text.out;
+  EXPECT_EQ(fs::file_size(cubin), a["cubin_bytes"].get<std::uintmax_t>());
+}
+
+TEST_F(CliCompileSourceTest, ASourceThatChangedUnderOneSpecIsRefused) {
+  const fs::path v1 = write("k.cu", "extern \"C\" __global__ void k(float* x) { x[0] = 1.0f; }\n");
+  ASSERT_EQ(run({"compile", "--source", v1.string(), "--entry", "k", "--arch", "sm_90", "--fact", "v=1"}).code, 0);
+  const fs::path v2 = write("k2.cu", "extern \"C\" __global__ void k(float* x) { x[0] = 2.0f; }\n");
+  expect_refused({"compile", "--source", v2.string(), "--entry", "k", "--arch", "sm_90", "--fact", "v=1"}, 1,
+                 {"spec of kernel family cli is incomplete", "v=1", "source_xxh3"});
+  // Saying what changed in a fact makes it another spec.
+  EXPECT_EQ(run({"compile", "--source", v2.string(), "--entry", "k", "--arch", "sm_90", "--fact", "v=2"}).code, 0);
+}
+
+TEST_F(CliCompileSourceTest, PtxAndCudaKindsAndOptions) {
+  const fs::path cu = k_golden / "axpy.cu";
+  const CliOutcome o = run({"compile", "--source", cu.string(), "--entry", "axpy", "--arch", "sm_120a",
+                            "--option=--use_fast_math", "--json"});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_EQ(parse(o)["kind"], "cuda");
+  // PTX under a name that says nothing: --kind.
+  const fs::path ptx = write("axpy.txt", ".version 8.0\n.target sm_90\n.address_size 64\n"
+                                         ".visible .entry axpy() { ret; }\n");
+  const CliOutcome p = run({"compile", "--source", ptx.string(), "--kind", "ptx", "--entry", "axpy", "--arch",
+                            "sm_90", "--family", "asm", "--json"});
+  ASSERT_EQ(p.code, 0) << p.out << p.err;
+  EXPECT_EQ(parse(p)["kind"], "ptx");
+}
+
+TEST_F(CliCompileSourceTest, BadArgumentsAndToolErrorsAreNamed) {
+  const std::string cu = (k_golden / "axpy.cu").string();
+  expect_usage_error({"compile", "--source", cu, "--arch", "sm_90"}, "--source needs --entry");
+  expect_usage_error({"compile", "--source", cu, "--entry", "axpy"}, "exactly one --arch");
+  expect_usage_error({"compile", "--source", cu, "--entry", "axpy", "--arch", "sm_90", "sm_100a"},
+                     "exactly one --arch");
+  expect_usage_error({"compile", "--source", write("x.bin", "x").string(), "--entry", "k", "--arch", "sm_90"},
+                     "give --kind");
+  expect_usage_error({"compile", "--source", cu, "--kind", "rust", "--entry", "axpy", "--arch", "sm_90"},
+                     "--kind rust");
+  expect_usage_error({"compile", "--source", cu, "--entry", "axpy", "--arch", "sm_90", "--fact", "novalue"},
+                     "--fact novalue: expected NAME=VALUE");
+  expect_usage_error({"compile", "--source", cu, "--entry", "axpy", "--arch", "sm_90", "--fact", "a=1", "--fact",
+                      "a=2"},
+                     "--fact a is given twice");
+  expect_usage_error({"compile", "--source", cu, "--entry", "axpy", "--arch", "sm_75"}, "sm_75");
+  expect_usage_error({"compile", "--source", (dir() / "missing.cu").string(), "--entry", "k", "--arch", "sm_90"},
+                     "missing.cu");
+  expect_usage_error({"compile", "--entry", "axpy"}, "need --source");
+  expect_usage_error({"compile", "--fact", "a=1"}, "need --source");
+  // The tools' refusals name the tool and carry its log.
+  const CliOutcome ir = run({"compile", "--source", write("bad.ll", "not IR\n").string(), "--entry", "k", "--arch",
+                             "sm_90"});
+  EXPECT_NE(ir.code, 0);
+  EXPECT_NE(ir.err.find("libNVVM"), std::string::npos) << ir.err;
+  const CliOutcome entry = run({"compile", "--source", cu, "--entry", "nope", "--arch", "sm_90"});
+  EXPECT_NE(entry.code, 0);
+  EXPECT_NE(entry.err.find("nope"), std::string::npos) << entry.err;
+}
+
+}  // namespace
+}  // namespace jitcache

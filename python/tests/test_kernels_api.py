@@ -179,7 +179,7 @@ CHILD = r"""
 import hashlib, json, os, sys, time
 import jitcache
 cache_dir, barrier, index = sys.argv[1], sys.argv[2], sys.argv[3]
-source = sys.stdin.read()
+source = open(os.path.join(barrier, "source.cu")).read()
 with jitcache.Runtime(cache_dir=cache_dir, device="none", verify_spec=0) as rt:
     rt.declare_family("race", "cuda", {"dtype": ["f32"]})
     open(os.path.join(barrier, "ready." + index), "w").close()
@@ -199,21 +199,17 @@ def test_eight_processes_compile_one_request_once(cache_dir: Path, tmp_path: Pat
     compiles it, the seven others wait for it and read it from the cache."""
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    source = scale_cuda(1.25)
+    (barrier / "source.cu").write_text(scale_cuda(1.25))
     procs = [
         subprocess.Popen([sys.executable, "-c", CHILD, str(cache_dir), str(barrier), str(i)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=python_env)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=python_env)
         for i in range(8)
     ]
     try:
-        for p in procs:
-            p.stdin.write(source)
-            p.stdin.close()
         deadline = time.monotonic() + 90
         while len(list(barrier.glob("ready.*"))) < 8:
             failed = [p for p in procs if p.poll() is not None]
-            assert not failed, failed[0].stderr.read()
+            assert not failed, failed[0].communicate()[1]
             assert time.monotonic() < deadline, "the children did not all get ready"
             time.sleep(0.01)
         (barrier / "go").touch()
@@ -278,7 +274,8 @@ def test_bad_input_of_each_kind(rt: jitcache.Runtime, kind: str) -> None:
 def test_arguments_checked_in_python(rt: jitcache.Runtime) -> None:
     rt.declare_family("hand.ptx", "ptx", {"dtype": None})
     with pytest.raises(jitcache.InvalidArgumentError, match="kind: expected one of 'cuda', 'nvvm', 'ptx', got 'llvm'"):
-        compile_scale(rt, "ptx", kind="llvm")
+        rt.compile(family="hand.ptx", spec={"dtype": "f32"}, kind="llvm", source=scale_ptx(),
+                   entry="scale_copy", target=TARGET)
     with pytest.raises(jitcache.InvalidArgumentError, match="kind"):
         rt.declare_family("hand.other", "CUDA", {})
     with pytest.raises(TypeError, match=r"spec\['dtype'\]: expected a str, got int"):

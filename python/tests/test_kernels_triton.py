@@ -4,8 +4,8 @@ triton.compile() makes PTX for an explicit GPUTarget without a GPU. For compute
 capability 9.0 and up Triton writes the arch-specific target (`.target sm_90a`,
 `sm_100a`, `sm_120a`). Its PTX ISA version follows the ptxas Triton bundles, newer than
 the toolkit's nvJitLink may know, so the Blackwell PTX is asked for at ISA 9.0
-(options={"ptx_version": 90}). jitcache's targets include sm_100a and sm_120a, not
-sm_90a: the sm_90a PTX is refused, by name.
+(options={"ptx_version": 90}). All three are jitcache targets (sm_90a on request); the
+sm_90a PTX is refused for plain sm_90, with ptxas' reason.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ tl = pytest.importorskip("triton.language")
 FAMILY = "triton.axpy"
 FACTS = {"dtype": ["fp32", "fp16"], "BLOCK": ["256", "1024"], "num_warps": []}
 SPEC = {"dtype": "fp32", "BLOCK": "1024", "num_warps": "4"}
-CAPS = {100: "sm_100a", 120: "sm_120a"}
+CAPS = {90: "sm_90a", 100: "sm_100a", 120: "sm_120a"}
 
 
 @triton.jit
@@ -71,12 +71,12 @@ def compile_ptx(rt: jitcache.Runtime, ptx: dict, target: str) -> jitcache.Compil
 
 
 def test_triton_writes_the_arch_specific_targets(triton_ptx: dict) -> None:
-    for cap, target in ((90, "sm_90a"), *CAPS.items()):
+    for cap, target in CAPS.items():
         assert re.search(rf"^\.target {target}\b", triton_ptx[cap]["ptx"], re.M), cap
     assert re.search(r"^\.version 9\.0$", triton_ptx[100]["ptx"], re.M)
 
 
-def test_triton_ptx_compiles_for_blackwell_then_comes_from_the_cache(
+def test_triton_ptx_compiles_for_each_target_then_comes_from_the_cache(
     triton_ptx: dict, cache_dir: Path, python_env: dict, cli: Path
 ) -> None:
     first = {}
@@ -109,16 +109,16 @@ def test_triton_ptx_compiles_for_blackwell_then_comes_from_the_cache(
     assert report["entries"] >= len(CAPS)
 
 
-def test_sm_90a_ptx_is_refused_by_name(triton_ptx: dict, cache_dir: Path) -> None:
-    """Triton's cap-90 PTX is for sm_90a, which is not a jitcache target: a clear refusal
-    naming the target, and the PTX does not pass for plain sm_90 either (ptxas says why)."""
+def test_sm_90a_ptx_is_refused_for_sm_90_by_name(triton_ptx: dict, cache_dir: Path) -> None:
+    """Triton's cap-90 PTX is for sm_90a only: compiled for plain sm_90 it is a CompileError
+    naming nvJitLink, the target and ptxas' reason, and nothing is stored."""
     with jitcache.Runtime(cache_dir=cache_dir, device="none") as rt:
         rt.declare_family(FAMILY, "ptx", FACTS)
-        with pytest.raises(jitcache.InvalidArgumentError, match="sm_90a") as refused:
-            compile_ptx(rt, triton_ptx[90], "sm_90a")
-        assert "target" in str(refused.value)
         with pytest.raises(jitcache.CompileError, match="sm_90a") as failed:
             compile_ptx(rt, triton_ptx[90], "sm_90")
-        assert "nvjitlink" in str(failed.value).lower()
-        # Nothing was stored for either.
+        message = str(failed.value)
+        assert "nvjitlink" in message.lower() and "sm_90" in message, message
         assert rt.lookup(FAMILY, SPEC, "sm_90").outcome == "miss"
+        # The same PTX for a target jitcache does not know is refused before any tool runs.
+        with pytest.raises(jitcache.InvalidArgumentError, match="sm_90x"):
+            compile_ptx(rt, triton_ptx[90], "sm_90x")

@@ -150,6 +150,17 @@ def test_verify_spec_turns_hits_into_verify(cache_dir: Path, monkeypatch: pytest
         assert rt.lookup("hand.ptx", spec, TARGET).outcome == "verify"
 
 
+def test_a_verify_fraction_samples_the_hits(cache_dir: Path) -> None:
+    """verify_spec=0.5: about half the hits are chosen (200 lookups: both outcomes, each far
+    from all or none; a failure here is a 1 in 10**16 event, not bad luck)."""
+    with jitcache.Runtime(cache_dir=cache_dir, device="none", verify_spec=0.5) as rt:
+        rt.declare_family("hand.ptx", "ptx", {"dtype": []})
+        compile_scale(rt, "ptx")
+        outcomes = [rt.lookup("hand.ptx", {"dtype": "f32"}, TARGET).outcome for _ in range(200)]
+    assert set(outcomes) == {"hit", "verify"}
+    assert 40 <= outcomes.count("verify") <= 160, outcomes.count("verify")
+
+
 @pytest.mark.parametrize("value", ["2", "abc", "-0.5", "nan"])
 def test_a_bad_verify_spec_variable_is_a_clear_error(
     cache_dir: Path, monkeypatch: pytest.MonkeyPatch, value: str

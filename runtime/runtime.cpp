@@ -137,7 +137,7 @@ class RuntimeImpl final : public Runtime {
       : m_options(std::move(options)),
         m_cache(std::move(cache)),
         m_opened(std::move(opened)),
-        m_sources(*m_opened.store, source_options(m_families)),
+        m_sources(*m_opened.store, source_options(m_families, *m_opened.compiler)),
         m_verify_fraction(verify_fraction) {
     if (m_options.device == DeviceUse::none) {
       m_device.reason = "device use disabled";
@@ -312,9 +312,12 @@ class RuntimeImpl final : public Runtime {
     return {};
   }
 
-  static SourceCacheOptions source_options(const SpecRegistry& families) {
+  // The runtime's NVRTC fingerprint is the kernel cache's, remembered in the cache
+  // directory: a fresh process's first CUDA request compiles no fingerprint program.
+  static SourceCacheOptions source_options(const SpecRegistry& families, const Compiler& nvrtc) {
     SourceCacheOptions options;
     options.registry = &families;
+    options.tools = [&nvrtc](SourceKind kind) { return probe_tools(kind, &nvrtc); };
     return options;
   }
 

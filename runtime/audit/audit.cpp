@@ -186,29 +186,6 @@ std::optional<Finding> audit_source_entry(const cache::CacheKey& key, std::uint3
 
 // What a spec record says (check_source_content has found it well formed). Parsed here
 // while source_cache.hpp keeps its reader private.
-struct SpecRecordView {
-  std::string key;
-  std::string source_xxh3;
-  std::map<std::string, std::string> headers;  // header.<name> fact -> digest
-  std::optional<std::string> entry;            // recorded by newer formats
-};
-
-std::optional<SpecRecordView> read_spec_record(const cache::SharedBytes& bytes) {
-  const auto json =
-      nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()), nullptr, false);
-  if (!json.is_object() || !json.contains("key") || !json["key"].is_string() || !json.contains("source_xxh3") ||
-      !json["source_xxh3"].is_string())
-    return std::nullopt;
-  SpecRecordView record;
-  record.key = json["key"].get<std::string>();
-  record.source_xxh3 = json["source_xxh3"].get<std::string>();
-  if (json.contains("headers") && json["headers"].is_object())
-    for (const auto& [name, value] : json["headers"].items())
-      if (value.is_string()) record.headers[name] = value.get<std::string>();
-  if (json.contains("entry") && json["entry"].is_string()) record.entry = json["entry"].get<std::string>();
-  return record;
-}
-
 std::map<std::string, std::string> header_facts(const cache::Facts& facts) {
   std::map<std::string, std::string> headers;
   for (const auto& [name, value] : facts.fields())
@@ -281,9 +258,9 @@ void audit_source_entries(const std::vector<cache::EntryInfo>& entries,
       f.explanation = std::move(explanation);
       report.findings.push_back(f);
     };
-    const auto record = read_spec_record(bytes);
+    const auto record = parse_spec_record(std::span<const std::byte>(*bytes));
     if (!record) {
-      add(FindingKind::bad_source_entry, "spec record: its key or source_xxh3 is not a string");
+      add(FindingKind::bad_source_entry, record.error().message);
       continue;
     }
     const auto named = by_key.find(record->key);
@@ -316,9 +293,14 @@ void audit_source_entries(const std::vector<cache::EntryInfo>& entries,
           "spec record's header digests differ from those of the bundle " + record->key + " it names");
       continue;
     }
-    if (record->entry && *record->entry != fact_or(bundle, "entry", "(absent)"))
-      add(FindingKind::bad_source_entry, "spec record says entry " + *record->entry + ", the bundle " + record->key +
+    if (record->entry != fact_or(bundle, "entry", "(absent)")) {
+      add(FindingKind::bad_source_entry, "spec record says entry " + record->entry + ", the bundle " + record->key +
                                              " it names holds " + fact_or(bundle, "entry", "(absent)"));
+      continue;
+    }
+    if (record->options != fact_or(bundle, "options", "(absent)"))
+      add(FindingKind::bad_source_entry, "spec record's options differ from those of the bundle " + record->key +
+                                             " it names");
   }
 }
 

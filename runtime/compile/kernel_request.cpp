@@ -166,12 +166,15 @@ std::vector<std::string> tools_for(SourceKind kind) {
   return {};
 }
 
-Result<ToolFacts> probe_tools(SourceKind kind) {
+Result<ToolFacts> probe_tools(SourceKind kind, const Compiler* nvrtc) {
   ToolFacts tools;
   for (const std::string& tool : tools_for(kind)) {
     if (tool == "nvrtc") {
-      // One compiler object per process: its fingerprint is computed once.
-      static const std::unique_ptr<Compiler> nvrtc = make_nvrtc_compiler();
+      if (nvrtc == nullptr) {
+        // One compiler object per process: its fingerprint is computed once.
+        static const std::unique_ptr<Compiler> process_nvrtc = make_nvrtc_compiler();
+        nvrtc = process_nvrtc.get();
+      }
       tools[tool] = ToolFact{nvrtc->version(), JC_TRY(nvrtc->fingerprint())};
     } else if (tool == "libnvvm") {
       const NvvmLibrary* lib = JC_TRY(nvvm_library());

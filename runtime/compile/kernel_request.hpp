@@ -76,8 +76,11 @@ using ToolFacts = std::map<std::string, ToolFact>;  // "nvrtc", "libnvvm", "nvji
 // The tools a kind runs, in order.
 std::vector<std::string> tools_for(SourceKind kind);
 
-// The process's tools for `kind`: loads them (unavailable when one is missing).
-Result<ToolFacts> probe_tools(SourceKind kind);
+// The process's tools for `kind`: loads them (unavailable when one is missing). NVRTC's
+// fingerprint is `nvrtc`'s when given (the runtime's compiler, which remembers it in the
+// cache directory, so that a fresh process does not compile the fingerprint program), else
+// a process-wide compiler's.
+Result<ToolFacts> probe_tools(SourceKind kind, const Compiler* nvrtc = nullptr);
 
 // The options as they enter the key: each trimmed of surrounding white space, empty ones
 // dropped, order kept (it can matter to the tools), joined by newlines.

@@ -14,6 +14,8 @@
 
 #include "jitcache/log.hpp"
 #include "runtime/compile/compiler.hpp"
+#include "runtime/compile/mla_family.hpp"
+#include "runtime/compile/source_compiler.hpp"
 #include "runtime/compile/toolkit_library.hpp"
 #include "support/atomic_file.hpp"
 #include "support/env.hpp"
@@ -151,22 +153,34 @@ class NvrtcCompiler final : public Compiler {
 
   Result<CompiledArtifact> compile(const GeneratedSource& source) const override {
     const auto started = std::chrono::steady_clock::now();
-    // NVRTC wants NUL-terminated strings; the embedded views are literals, so they are.
-    std::vector<NvrtcHeader> headers;
-    for (const auto& h : source.headers) headers.push_back({h.include_name.data(), h.text.data()});
-
     CompiledArtifact artifact;
     artifact.spec = source.spec;
     artifact.entry = source.entry;
     artifact.facts = source.facts;
     artifact.options = options(source.spec);
-    auto compiled = run_nvrtc(source.program_name, source.source, headers, artifact.options,
-                              source.program_name + " (" + source.spec.label() + ")");
+    // One compile path: the variant goes through compile_source as the request an outside
+    // library would send for it, checked against the family's schema first (a spec the
+    // schema does not know is an error here, not a kernel). compile_source puts the target's
+    // architecture option first and keeps the caller's -v where options() put it, so NVRTC
+    // gets exactly artifact.options, in order (a test holds that).
+    const KernelRequest request = mla_request(source, artifact.options);
+    JC_TRY(validate_mla_request(request));
+    SourceInput input;
+    input.kind = request.kind;
+    input.text = request.text;
+    input.headers = request.headers;
+    input.entry = request.entry;
+    input.target = request.target;
+    input.options = request.options;
+    input.name = source.program_name;
+    auto compiled = compile_source(input);
     if (!compiled) return std::unexpected(std::move(compiled.error()));
     artifact.ptx = std::move(compiled->ptx);
     artifact.cubin = std::move(compiled->cubin);
+    // The bundle keeps NVRTC's own log, as it did before there was a second tool to label.
     artifact.log = std::move(compiled->log);
-    artifact.usage = parse_ptxas_usage(artifact.log, artifact.entry);
+    if (artifact.log.starts_with(k_nvrtc_log_heading)) artifact.log.erase(0, k_nvrtc_log_heading.size());
+    artifact.usage = compiled->usage;
     artifact.compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
     return artifact;

@@ -110,7 +110,7 @@ Status check_stored_content(const cache::Facts& facts, std::span<const std::byte
 SourceCache::SourceCache(cache::Store& store, SourceCacheOptions options)
     : m_store(store), m_options(std::move(options)) {
   if (!m_options.compile) m_options.compile = compile_source;
-  if (!m_options.tools) m_options.tools = probe_tools;
+  if (!m_options.tools) m_options.tools = [](SourceKind kind) { return probe_tools(kind); };
 }
 
 const SpecRegistry& SourceCache::registry() const {

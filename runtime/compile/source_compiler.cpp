@@ -2,6 +2,7 @@
 
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "kernel_templates/kernel_spec.hpp"
@@ -46,6 +47,8 @@ Status check_options(const SourceInput& input) {
 
 // ---- NVRTC --------------------------------------------------------------------------
 
+constexpr const char* k_ptxas_verbose = "--ptxas-options=-v";
+
 std::string nvrtc_version() {
   int major = 0, minor = 0;
   if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
@@ -55,8 +58,12 @@ std::string nvrtc_version() {
 Result<SourceOutput> compile_cuda(const SourceInput& input, const std::string& name) {
   std::vector<NvrtcHeader> headers;
   for (const auto& [include_name, text] : input.headers) headers.push_back({include_name.c_str(), text.c_str()});
-  // -v: ptxas' report of the entry's resources, which changes nothing in the binary.
-  std::vector<std::string> options = {"--gpu-architecture=" + input.target, "--ptxas-options=-v"};
+  // -v: ptxas' report of the entry's resources, which changes nothing in the binary. A
+  // caller that passes it already keeps it where it put it (the NVRTC back end, whose
+  // option list must reach NVRTC unchanged), rather than NVRTC getting it twice.
+  std::vector<std::string> options = {"--gpu-architecture=" + input.target};
+  if (std::find(input.options.begin(), input.options.end(), k_ptxas_verbose) == input.options.end())
+    options.emplace_back(k_ptxas_verbose);
   options.insert(options.end(), input.options.begin(), input.options.end());
   auto compiled = run_nvrtc(name, input.text, headers, options, name + " for " + input.target);
   if (!compiled) return std::unexpected(std::move(compiled.error()));
@@ -64,7 +71,7 @@ Result<SourceOutput> compile_cuda(const SourceInput& input, const std::string& n
   out.cubin = std::move(compiled->cubin);
   out.ptx = std::move(compiled->ptx);
   out.usage = parse_ptxas_usage(compiled->log, input.entry);
-  out.log = "== NVRTC ==\n" + compiled->log;
+  out.log = std::string(k_nvrtc_log_heading) + compiled->log;
   out.tools["nvrtc"] = nvrtc_version();
   for (const auto& o : options) out.effective_options.push_back("nvrtc: " + o);
   return out;

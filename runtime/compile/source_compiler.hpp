@@ -54,11 +54,15 @@ struct SourceInput {
   // An exact target: "sm_90", "sm_100a", "sm_120a", ...
   std::string target;
   // Extra options for the tool that reads the source: NVRTC (cuda), libNVVM's verify and
-  // compile (nvvm), nvJitLink (ptx). No architecture option.
+  // compile (nvvm), nvJitLink (ptx). No architecture option. (For cuda, NVRTC gets the
+  // architecture option, then --ptxas-options=-v unless these hold it already, then these.)
   std::vector<std::string> options;
   // For messages and the tools' logs; empty: "input.cu", "input.ll" or "input.ptx".
   std::string name;
 };
+
+// The line that starts NVRTC's part of SourceOutput::log.
+inline constexpr std::string_view k_nvrtc_log_heading = "== NVRTC ==\n";
 
 struct SourceOutput {
   std::vector<std::uint8_t> cubin;

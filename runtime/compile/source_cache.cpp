@@ -59,6 +59,12 @@ struct DecodedSource final : cache::Decoded {
   SourceResult result;
 };
 
+// A parsed spec record kept beside its JSON in the memory tier: a warm lookup parses nothing.
+struct DecodedRecord final : cache::Decoded {
+  explicit DecodedRecord(SpecRecord r) : record(std::move(r)) {}
+  SpecRecord record;
+};
+
 }  // namespace
 
 Result<SpecRecord> parse_spec_record(std::span<const std::byte> bytes) {
@@ -122,6 +128,8 @@ Result<ToolFacts> SourceCache::tools(SourceKind kind) const { return m_options.t
 Result<std::optional<SpecRecord>> SourceCache::read_record(const cache::Facts& spec) {
   auto hit = JC_TRY(m_store.get(spec.key(), cache::CountMiss::no));
   if (!hit) return std::optional<SpecRecord>();
+  if (auto done = std::dynamic_pointer_cast<const DecodedRecord>(hit->decoded))
+    return std::optional<SpecRecord>(done->record);
   auto record = parse_spec_record(std::span<const std::byte>(*hit->bytes));
   if (!record) {
     // Verified against its digest but not a spec record (a foreign or buggy writer): it
@@ -134,6 +142,7 @@ Result<std::optional<SpecRecord>> SourceCache::read_record(const cache::Facts& s
     }
     return std::optional<SpecRecord>();
   }
+  m_store.attach(spec.key(), hit->bytes, std::make_shared<const DecodedRecord>(*record));
   return std::optional<SpecRecord>(std::move(*record));
 }
 
@@ -307,7 +316,14 @@ Result<std::optional<SourceResult>> SourceCache::lookup(const std::string& famil
   }
   auto hit = JC_TRY(m_store.get(facts.key(), cache::CountMiss::no));
   if (!hit) return std::optional<SourceResult>();
+  if (auto done = std::dynamic_pointer_cast<const DecodedSource>(hit->decoded)) {
+    SourceResult result = done->result;
+    result.source = cache::source_of(hit->tier);
+    result.from_cache = true;
+    return std::optional<SourceResult>(std::move(result));
+  }
   auto result = decode(facts, hit->bytes, cache::source_of(hit->tier));
+  if (result) m_store.attach(facts.key(), hit->bytes, std::make_shared<const DecodedSource>(*result));
   if (!result) {
     // Not this spec's bundle: say nothing is there (compile() will replace it).
     log_warning("source cache: unusable entry " + facts.key().to_hex() + ": " + result.error().message);

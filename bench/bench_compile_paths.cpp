@@ -28,15 +28,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 // The kernels are the compile tests' golden files (tests/runtime/compile/golden), so the
 // figures are for exactly what the tests check.
-std::string golden(const char* name) {
-  const std::string path = std::string(JITCACHE_SOURCE_DIR) + "/tests/runtime/compile/golden/" + name;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "bench_compile_paths: cannot read %s\n", path.c_str());
-    std::exit(2);
-  }
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+std::string golden(const char* name) { return bench::golden_kernel(JITCACHE_SOURCE_DIR, name); }
 
 Result<SourceOutput> compile(SourceKind kind, const std::string& text, const std::string& target) {
   SourceInput in;

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.hpp"
 #include "jitcache/runtime.hpp"
 
 namespace {
@@ -36,15 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-std::string golden(const char* name) {
-  const std::string path = std::string(JITCACHE_SOURCE_DIR) + "/tests/runtime/compile/golden/" + name;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "bench_spec_lookup: cannot read %s\n", path.c_str());
-    std::exit(2);
-  }
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+std::string golden(const char* name) { return bench::golden_kernel(JITCACHE_SOURCE_DIR, name); }
 
 const std::map<std::string, std::string> k_spec{{"dtype", "f32"}, {"block", "256"}};
 
@@ -132,10 +125,6 @@ Sample run_child(const char* self, const std::string& dir, const char* mode, Sou
   return s;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -183,8 +172,8 @@ int main(int argc, char** argv) {
         process.push_back(s.process_ms);
       }
       std::printf("%-6s %-13s %10.2f %10.3f %12.1f\n", to_string(kind),
-                  std::string(mode) == "spec" ? "spec (lookup)" : "source", median(open), median(call),
-                  median(process));
+                  std::string(mode) == "spec" ? "spec (lookup)" : "source", bench::median(open), bench::median(call),
+                  bench::median(process));
     }
   }
 
@@ -205,7 +194,7 @@ int main(int argc, char** argv) {
       source_us.push_back(ms_since(t) * 1000.0 / calls);
     }
     std::printf("  %-5s lookup by spec %8.1f us   compile with source (verified) %8.1f us   source %zu bytes\n",
-                to_string(kind), median(spec_us), median(source_us), r.text.size());
+                to_string(kind), bench::median(spec_us), bench::median(source_us), r.text.size());
   }
   std::error_code ec;
   std::filesystem::remove_all(pattern, ec);

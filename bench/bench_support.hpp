@@ -1,15 +1,33 @@
-// Helpers shared by the bench programs: order statistics of samples, and cache facts of
-// the shape the kernel cache stores (so that a benchmark's keys and index rows are as
-// large as real ones) without generating or compiling anything.
+// Helpers shared by the bench programs: order statistics of samples, cache facts of the
+// shape the kernel cache stores (so that a benchmark's keys and index rows are as large as
+// real ones) without generating or compiling anything, and the compile tests' golden
+// kernels.
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "cache/facts.hpp"
 
 namespace jitcache::bench {
+
+// A golden file of the compile tests (tests/runtime/compile/golden), so that a benchmark's
+// figures are for exactly what the tests check; `source_dir` is the repository root.
+// Exits when the file cannot be read: a figure of nothing would be meaningless.
+inline std::string golden_kernel(const std::string& source_dir, const char* name) {
+  const std::string path = source_dir + "/tests/runtime/compile/golden/" + name;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", path.c_str());
+    std::exit(2);
+  }
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0.0;

@@ -14,6 +14,7 @@
 #include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/audit/audit.hpp"
 #include "runtime/audit/remote_audit.hpp"
+#include "runtime/compile/kernel_request.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "tools/cli.hpp"
 #include "tools/entry_filter.hpp"
@@ -85,6 +86,11 @@ void print_table(const std::vector<EntryInfo>& entries) {
   for (const EntryInfo& e : entries) {
     std::vector<std::string> row{e.key.to_hex().substr(0, k_key_prefix_chars)};
     for (std::string_view name : k_column_facts) row.push_back(fact_or_dash(e, name));
+    // A kernel from outside has no kernel fact of jitcache's own: its family names it, and
+    // a spec record (what lookups by spec read) says so.
+    if (is_request_facts(e.facts))
+      row[1] = fact_or_dash(e, "family") +
+               (e.facts.get("record") == k_record_spec_index ? " (spec record)" : ":" + fact_or_dash(e, "entry"));
     row.push_back(cache::format_size(e.size));
     row.push_back(cache::format_time(e.created_ms, cache::TimeFormat::human));
     row.push_back(cache::format_time(e.last_used_ms, cache::TimeFormat::human));

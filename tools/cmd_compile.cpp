@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "jitcache/runtime.hpp"
+#include "runtime/compiled_kernel_json.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "support/atomic_file.hpp"
 #include "support/regular_file.hpp"
@@ -104,23 +105,8 @@ int run_compile_source(const CompileArgs& args, const GlobalOptions& global) {
     if (auto written = write_file_atomic(args.cubin_out, parts); !written) return report(written.error());
   }
   if (args.json) {
-    nlohmann::json doc = {{"family", k.family},
-                          {"spec", request.spec},
-                          {"kind", to_string(k.kind)},
-                          {"entry", k.entry},
-                          {"target", k.target},
-                          {"key", k.key},
-                          {"from_cache", k.from_cache},
-                          {"from_remote", k.from_remote},
-                          {"verified", k.verified},
-                          {"ms", k.ms},
-                          {"cubin_bytes", k.cubin.size()},
-                          {"resources",
-                           {{"registers", k.usage.registers},
-                            {"stack_frame_bytes", k.usage.stack_frame_bytes},
-                            {"spill_store_bytes", k.usage.spill_store_bytes},
-                            {"spill_load_bytes", k.usage.spill_load_bytes}}},
-                          {"log", k.log}};
+    nlohmann::json doc = to_json(k);
+    doc["spec"] = request.spec;
     std::printf("%s\n", doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("%s %s for %s: %s, key %s, %zu cubin bytes, %d registers, %d spill bytes, %.1f ms%s\n",

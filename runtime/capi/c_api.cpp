@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "jitcache/runtime.hpp"
+#include "runtime/compiled_kernel_json.hpp"
 #include "kernel_templates/kernel_spec.hpp"
 #include "runtime/compile/binding_guard.hpp"
 #include "runtime/kv/host_executor.hpp"
@@ -513,25 +514,6 @@ jitcache_status hand_out_kernel(CompiledKernel&& kernel, jitcache_kernel** out) 
   return JITCACHE_OK;
 }
 
-nlohmann::json describe(const CompiledKernel& k) {
-  return {{"family", k.family},
-          {"kind", to_string(k.kind)},
-          {"entry", k.entry},
-          {"target", k.target},
-          {"key", k.key},
-          {"from_cache", k.from_cache},
-          {"from_remote", k.from_remote},
-          {"verified", k.verified},
-          {"ms", k.ms},
-          {"cubin_bytes", k.cubin.size()},
-          {"resources",
-           {{"registers", k.usage.registers},
-            {"stack_frame_bytes", k.usage.stack_frame_bytes},
-            {"spill_store_bytes", k.usage.spill_store_bytes},
-            {"spill_load_bytes", k.usage.spill_load_bytes}}},
-          {"log", k.log}};
-}
-
 }  // namespace
 }  // namespace jitcache
 
@@ -924,7 +906,7 @@ jitcache_status jitcache_kernel_describe(const jitcache_kernel* kernel, char** o
   return guarded(__func__, [&](const char* self) {
     if (kernel == nullptr) return null_argument(self, "kernel");
     if (out == nullptr) return null_argument(self, "out");
-    return hand_out(describe(kernel->kernel), out);
+    return hand_out(to_json(kernel->kernel), out);
   });
 }
 

@@ -1,5 +1,4 @@
 #include "runtime/compile/cache_archive.hpp"
-#include "runtime/compile/source_cache.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernel_templates/generator.hpp"
+#include "runtime/compile/source_cache.hpp"
 #include "support/atomic_file.hpp"
 #include "support/hmac.hpp"
 #include "support/little_endian.hpp"

@@ -157,6 +157,11 @@ SpecRegistry& SpecRegistry::global() {
   return registry;
 }
 
+SourceInput source_input(const KernelRequest& request, std::string name) {
+  return SourceInput{request.kind,  request.text,    request.headers, request.entry,
+                     request.target, request.options, std::move(name)};
+}
+
 std::vector<std::string> tools_for(SourceKind kind) {
   switch (kind) {
     case SourceKind::cuda: return {"nvrtc"};

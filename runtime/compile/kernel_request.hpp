@@ -73,6 +73,10 @@ struct ToolFact {
 };
 using ToolFacts = std::map<std::string, ToolFact>;  // "nvrtc", "libnvvm", "nvjitlink"
 
+// What the compile step (compile_source) takes for `request`; `name` names it in messages
+// and the tools' logs (empty: the kind's default).
+SourceInput source_input(const KernelRequest& request, std::string name = {});
+
 // The tools a kind runs, in order.
 std::vector<std::string> tools_for(SourceKind kind);
 

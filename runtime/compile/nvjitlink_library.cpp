@@ -1,7 +1,6 @@
 #include "runtime/compile/nvjitlink_library.hpp"
 
 #include <array>
-#include <mutex>
 
 namespace jitcache {
 
@@ -66,13 +65,12 @@ Result<NvJitLinkLibrary> load_nvjitlink(const std::vector<std::string>& candidat
   return jl;
 }
 
+namespace {
+Result<NvJitLinkLibrary> load_toolkit_nvjitlink() { return load_nvjitlink(nvjitlink_candidates()); }
+}  // namespace
+
 Result<const NvJitLinkLibrary*> nvjitlink_library() {
-  // Leaked on purpose: compiles may still run on other threads while statics are destroyed.
-  static std::once_flag once;
-  static Result<NvJitLinkLibrary>* loaded = nullptr;
-  std::call_once(once, [] { loaded = new Result<NvJitLinkLibrary>(load_nvjitlink(nvjitlink_candidates())); });
-  if (!*loaded) return std::unexpected(loaded->error());
-  return &**loaded;
+  return load_once<NvJitLinkLibrary, &load_toolkit_nvjitlink>();
 }
 
 Result<std::string> nvjitlink_fingerprint() {

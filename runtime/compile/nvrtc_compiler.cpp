@@ -165,15 +165,7 @@ class NvrtcCompiler final : public Compiler {
     // gets exactly artifact.options, in order (a test holds that).
     const KernelRequest request = mla_request(source, artifact.options);
     JC_TRY(validate_mla_request(request));
-    SourceInput input;
-    input.kind = request.kind;
-    input.text = request.text;
-    input.headers = request.headers;
-    input.entry = request.entry;
-    input.target = request.target;
-    input.options = request.options;
-    input.name = source.program_name;
-    auto compiled = compile_source(input);
+    auto compiled = compile_source(source_input(request, source.program_name));
     if (!compiled) return std::unexpected(std::move(compiled.error()));
     artifact.ptx = std::move(compiled->ptx);
     artifact.cubin = std::move(compiled->cubin);

@@ -1,7 +1,6 @@
 #include "runtime/compile/nvvm_library.hpp"
 
 #include <array>
-#include <mutex>
 
 namespace jitcache {
 
@@ -70,14 +69,11 @@ Result<NvvmLibrary> load_nvvm(const std::vector<std::string>& candidates) {
   return nvvm;
 }
 
-Result<const NvvmLibrary*> nvvm_library() {
-  // Leaked on purpose: compiles may still run on other threads while statics are destroyed.
-  static std::once_flag once;
-  static Result<NvvmLibrary>* loaded = nullptr;
-  std::call_once(once, [] { loaded = new Result<NvvmLibrary>(load_nvvm(nvvm_candidates())); });
-  if (!*loaded) return std::unexpected(loaded->error());
-  return &**loaded;
-}
+namespace {
+Result<NvvmLibrary> load_toolkit_nvvm() { return load_nvvm(nvvm_candidates()); }
+}  // namespace
+
+Result<const NvvmLibrary*> nvvm_library() { return load_once<NvvmLibrary, &load_toolkit_nvvm>(); }
 
 Result<std::string> nvvm_fingerprint() {
   const NvvmLibrary* nvvm = JC_TRY(nvvm_library());

@@ -232,9 +232,7 @@ Result<SourceResult> SourceCache::compile(const KernelRequest& request) {
 Result<SourceResult> SourceCache::fetch(const KernelRequest& request, const cache::Facts& facts) {
   const SourceCompileFn& compile_fn = m_options.compile;
   const cache::Producer producer = [&]() -> Result<cache::Produced> {
-    SourceInput input{request.kind, request.text, request.headers, request.entry, request.target, request.options,
-                      request.family + "." + request.entry};
-    const SourceOutput out = JC_TRY(compile_fn(input));
+    const SourceOutput out = JC_TRY(compile_fn(source_input(request, request.family + "." + request.entry)));
     CompiledArtifact artifact;
     artifact.entry = request.entry;
     artifact.cubin = out.cubin;

@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,19 @@ Result<Fn> resolve_symbol(const ToolkitLibrary& library, const char* name) {
     return make_error(ErrorCode::unavailable,
                       library.file.string() + " has no symbol " + name + " (too old, or not the library it is named after)");
   return reinterpret_cast<Fn>(symbol);
+}
+
+// The process's one load of a library: `load` runs once, on the first call from any
+// thread, and its result (the library or the error) is kept for the life of the process.
+// Leaked on purpose: compiles may still run on other threads while statics are destroyed.
+// Each instantiation (one per library type and loader) has its own once.
+template <class Library, auto load>
+Result<const Library*> load_once() {
+  static std::once_flag once;
+  static Result<Library>* loaded = nullptr;
+  std::call_once(once, [] { loaded = new Result<Library>(load()); });
+  if (!*loaded) return std::unexpected(loaded->error());
+  return &**loaded;
 }
 
 // "PATH size N mtime S.NS ctime S.NS inode DEV:INO": what tells two builds of a library

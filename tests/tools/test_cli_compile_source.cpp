@@ -121,5 +121,23 @@ TEST_F(CliCompileSourceTest, BadArgumentsAndToolErrorsAreNamed) {
   EXPECT_NE(entry.err.find("nope"), std::string::npos) << entry.err;
 }
 
+// The cache commands see kernels from outside for what they are.
+TEST_F(CliCompileSourceTest, InspectVerifyAndAuditKnowTheEntries) {
+  ASSERT_EQ(run({"compile", "--source", (k_golden / "axpy.cu").string(), "--entry", "axpy", "--arch", "sm_90",
+                 "--family", "blas", "--fact", "dtype=f32"})
+                .code,
+            0);
+  const CliOutcome inspect = run({"inspect"});
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("blas:axpy"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("blas (spec record)"), std::string::npos) << inspect.out;
+  const CliOutcome verify = run({"verify"});
+  EXPECT_EQ(verify.code, 0) << verify.out << verify.err;
+  EXPECT_NE(verify.out.find("checked 2 entries: 0 bad"), std::string::npos) << verify.out;
+  const CliOutcome audit = run({"audit"});
+  EXPECT_EQ(audit.code, 0) << audit.out << audit.err;
+  EXPECT_NE(audit.out.find("no findings"), std::string::npos) << audit.out;
+}
+
 }  // namespace
 }  // namespace jitcache

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capture_support.hpp"
 #include "cli_runner.hpp"
 #include "support/sha256.hpp"
 #include "test_support.hpp"
@@ -29,7 +30,7 @@ using nlohmann::json;
 using testing::CliOutcome;
 using testing::read_text_file;
 
-constexpr const char* k_rev = "0123456789abcdef0123456789abcdef01234567";
+constexpr const char* k_rev = testing::k_capture_revision;
 
 class CalibrateCliTest : public testing::TempDirTest {
  protected:
@@ -51,17 +52,7 @@ class CalibrateCliTest : public testing::TempDirTest {
   }
 
   static json capture(int rank, int tp, const std::vector<double>& max_abs) {
-    return json{{"format", "nvfp4_ds_mla_capture_v1"},
-                {"model", "GLM-5.x"},
-                {"model_revision", k_rev},
-                {"dataset", "wikitext-2"},
-                {"context", 2048},
-                {"tp", tp},
-                {"rank", rank},
-                {"tokens", 65536},
-                {"num_layers", static_cast<int>(max_abs.size())},
-                {"latent_dim", 512},
-                {"max_abs", max_abs}};
+    return testing::capture_json(rank, tp, max_abs);
   }
 
   // GLM-5.x-shaped maxima (log-uniform in [0.02, 5.2]), the same on every rank up to a

@@ -10,27 +10,14 @@
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/kernel_request.hpp"
 #include "runtime/compile/source_cache.hpp"
+#include "source_cache_fakes.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
 namespace {
 
-ToolFacts fake_tools(SourceKind kind) {
-  ToolFacts tools;
-  for (const auto& name : tools_for(kind)) tools[name] = ToolFact{"13.0", name + "-fp"};
-  return tools;
-}
-
-// Not an ELF image: the audit's cubin check is off unless a test turns it on.
-SourceOutput fake_output(const SourceInput& input) {
-  SourceOutput out;
-  const std::string image = "CUBIN:" + input.target + ":" + input.entry + ":" + input.text;
-  out.cubin.assign(image.begin(), image.end());
-  out.ptx = "// ptx of " + input.entry;
-  out.log = "fake\n";
-  out.compile_ms = 1.0;
-  return out;
-}
+using testing::fake_output;
+using testing::fake_tools;
 
 KernelRequest request(const std::string& dtype, const std::string& scale) {
   KernelRequest r;

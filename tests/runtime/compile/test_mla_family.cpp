@@ -134,12 +134,7 @@ TEST(MlaFamily, OnlyTheTargetsOwnArchitectureOptionMovesToTheTargetField) {
       mla_request(generate(spec), {"--gpu-architecture=sm_90", "--std=c++17", "--gpu-architecture=sm_120a"});
   EXPECT_EQ(request.options, (std::vector<std::string>{"--std=c++17", "--gpu-architecture=sm_120a"}));
   // ... and compile_source refuses the stray one before NVRTC runs.
-  SourceInput input;
-  input.text = request.text;
-  input.entry = request.entry;
-  input.target = request.target;
-  input.options = request.options;
-  auto r = compile_source(input);
+  auto r = compile_source(source_input(request));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
   EXPECT_NE(r.error().message.find("--gpu-architecture=sm_120a"), std::string::npos) << r.error().message;
@@ -164,14 +159,7 @@ void expect_same_as_direct_nvrtc(const KernelSpec& spec) {
   ASSERT_OK(direct);
 
   const KernelRequest request = mla_request(source, options);
-  SourceInput input;
-  input.text = request.text;
-  input.headers = request.headers;
-  input.entry = request.entry;
-  input.target = request.target;
-  input.options = request.options;
-  input.name = source.program_name;
-  auto routed = compile_source(input);
+  auto routed = compile_source(source_input(request, source.program_name));
   ASSERT_OK(routed);
   std::vector<std::string> effective;
   for (const std::string& o : routed->effective_options) {

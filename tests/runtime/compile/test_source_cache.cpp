@@ -18,28 +18,15 @@
 #include "runtime/compile/cubin_elf.hpp"
 #include "runtime/compile/kernel_request.hpp"
 #include "runtime/compile/source_cache.hpp"
+#include "source_cache_fakes.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
 namespace {
 
-ToolFacts fake_tools(SourceKind kind, const std::string& fingerprint = "fp-1") {
-  ToolFacts tools;
-  for (const auto& name : tools_for(kind)) tools[name] = ToolFact{"13.0", name + "-" + fingerprint};
-  return tools;
-}
+using testing::fake_output;
+using testing::fake_tools;
 
-SourceOutput fake_output(const SourceInput& input) {
-  SourceOutput out;
-  const std::string image = "CUBIN:" + input.target + ":" + input.entry + ":" + input.text;
-  out.cubin.assign(image.begin(), image.end());
-  out.ptx = "// ptx of " + input.entry;
-  out.usage = {32, 0, 0, 0};
-  out.log = "== fake ==\nok\n";
-  out.compile_ms = 5.0;
-  out.tools["nvrtc"] = "13.0";
-  return out;
-}
 
 std::string scaled_source(const std::string& scale) {
   return "extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= " + scale + "f; }\n";

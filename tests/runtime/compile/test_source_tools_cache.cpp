@@ -40,15 +40,15 @@ TEST_F(SourceCacheNvrtc, RealCompileIsCachedAndItsCubinChecked) {
   r.headers.clear();
   r.options = {"--use_fast_math"};
   std::atomic<int> compiles{0};
+  SourceCacheOptions options;
+  options.registry = &registry;
+  options.compile = [&](const SourceInput& input) {
+    ++compiles;  // counted: the second store must not compile
+    return compile_source(input);
+  };
   {
     auto store = cache::Store::open(root);
     ASSERT_TRUE(store);
-    SourceCacheOptions options;
-    options.registry = &registry;
-    options.compile = [&](const SourceInput& input) {
-      ++compiles;
-      return compile_source(input);
-    };
     SourceCache cache(**store, options);
     auto first = cache.compile(r);
     ASSERT_TRUE(first) << first.error().to_string();
@@ -60,12 +60,6 @@ TEST_F(SourceCacheNvrtc, RealCompileIsCachedAndItsCubinChecked) {
   {
     auto store = cache::Store::open(root);
     ASSERT_TRUE(store);
-    SourceCacheOptions options;
-    options.registry = &registry;
-    options.compile = [&](const SourceInput& input) {
-      ++compiles;
-      return compile_source(input);
-    };
     SourceCache cache(**store, options);
     auto again = cache.compile(r);
     ASSERT_TRUE(again) << again.error().to_string();

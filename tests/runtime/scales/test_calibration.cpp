@@ -14,6 +14,7 @@
 #include "runtime/scales/scale_file.hpp"
 #include "runtime/scales/scale_json.hpp"
 #include "support/sha256.hpp"
+#include "capture_support.hpp"
 #include "test_scale_support.hpp"
 #include "test_support.hpp"
 
@@ -24,20 +25,10 @@ using namespace jitcache::testing;
 using scales::Capture;
 using scales::CalibrationOptions;
 
-constexpr const char* k_rev = "0123456789abcdef0123456789abcdef01234567";
+constexpr const char* k_rev = testing::k_capture_revision;
 
 json capture_json(int rank, int tp, const std::vector<double>& max_abs) {
-  return json{{"format", "nvfp4_ds_mla_capture_v1"},
-              {"model", "GLM-5.x"},
-              {"model_revision", k_rev},
-              {"dataset", "wikitext-2"},
-              {"context", 2048},
-              {"tp", tp},
-              {"rank", rank},
-              {"tokens", 100000 + rank},
-              {"num_layers", static_cast<int>(max_abs.size())},
-              {"latent_dim", 512},
-              {"max_abs", max_abs}};
+  return testing::capture_json(rank, tp, max_abs, 100000 + rank);
 }
 
 Capture parse_ok(const json& object, const std::string& name) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Quick start, main job: build, then run jitcache end to end on the bundled GLM-5.x-shaped
 # checkpoint (examples/glm5-mini: 78 calibrated layers + 1 draft layer, scales in a
-# sidecar): resolved scales, a warm cache, what the cache holds, the audit, the kernels'
-# resource table, and the identity-vs-calibrated error table. With a GPU it also runs
+# sidecar): resolved scales, a warm cache, what the cache holds, the audit, a kernel from
+# outside (NVVM IR) cached by spec and shadow-verified, the kernels' resource table, and
+# the identity-vs-calibrated error table. With a GPU it also runs
 # both kernels and compares them with the host executor.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +60,18 @@ if "$jitcache" audit --help >/dev/null 2>&1; then
   section "Audit of the cache against the checkpoint"
   "$jitcache" audit --checkpoint "$checkpoint" --arch sm_100a
 fi
+
+section "Kernels from outside: NVVM IR through libNVVM and nvJitLink, keyed by family and spec"
+ir=tests/runtime/compile/golden/axpy_nvvm.ll
+for arch in sm_90 sm_100a sm_120a; do
+  "$jitcache" compile --source "$ir" --entry axpy --arch "$arch" --family blas --fact dtype=f32
+done
+echo "again: a hit, checked against the source its spec was built from"
+"$jitcache" compile --source "$ir" --entry axpy --arch sm_100a --family blas --fact dtype=f32
+echo "a generator whose source changed without a new spec fact (the seed's bug): refused, nothing served"
+sed 's/fmul float %a, %vx/fmul float %vx, %a/' "$ir" >build/demo-axpy-v2.ll
+"$jitcache" compile --source build/demo-axpy-v2.ll --entry axpy --arch sm_100a --family blas --fact dtype=f32 ||
+  echo "(exit $?)"
 
 if command -v redis-server >/dev/null 2>&1; then
   section "A fleet of two nodes sharing a Redis: signed entries, each kernel compiled once"

@@ -74,6 +74,47 @@ int main(int argc, char** argv) {
       strstr(jitcache_last_error(), "no layer") == NULL)
     goto done;
   if (g_log_lines == 0) goto done;
+
+  /* A kernel from outside: PTX through nvJitLink, then found by its spec alone. */
+  {
+    static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry noop() { ret; }\n";
+    const jitcache_fact spec[1] = {{"variant", "noop"}};
+    jitcache_compile_request request;
+    jitcache_kernel* kernel = NULL;
+    jitcache_kernel* found = NULL;
+    jitcache_lookup_outcome outcome = JITCACHE_LOOKUP_MISS;
+    const uint8_t* cubin = NULL;
+    size_t cubin_size = 0;
+    int same = 0;
+    if (!check(jitcache_declare_family(runtime, "{\"family\": \"consumer\", \"kind\": \"ptx\", "
+                                                "\"facts\": {\"variant\": []}}"),
+               "declare_family"))
+      goto done;
+    jitcache_compile_request_init(&request);
+    request.family = "consumer";
+    request.spec = spec;
+    request.num_spec = 1;
+    request.kind = JITCACHE_KIND_PTX;
+    request.text = ptx;
+    request.text_size = sizeof ptx - 1;
+    request.entry = "noop";
+    request.target = "sm_90";
+    if (!check(jitcache_compile(runtime, &request, &kernel), "compile")) goto done;
+    if (!check(jitcache_kernel_cubin(kernel, &cubin, &cubin_size), "kernel_cubin")) goto done_kernel;
+    if (!check(jitcache_lookup(runtime, "consumer", spec, 1, "sm_90", &outcome, &found), "lookup")) goto done_kernel;
+    if (outcome == JITCACHE_LOOKUP_HIT && found != NULL) {
+      const uint8_t* again = NULL;
+      size_t again_size = 0;
+      same = jitcache_kernel_cubin(found, &again, &again_size) == JITCACHE_OK && again_size == cubin_size &&
+             memcmp(again, cubin, cubin_size) == 0;
+    }
+    printf("kernel from outside: %lu cubin bytes, lookup %s\n", (unsigned long)cubin_size,
+           same ? "hit, same cubin" : "wrong");
+  done_kernel:
+    jitcache_kernel_release(found);
+    jitcache_kernel_release(kernel);
+    if (!same) goto done;
+  }
   ok = 1;
 
 done:

@@ -82,6 +82,18 @@ TEST_F(CliCompileSourceTest, PtxAndCudaKindsAndOptions) {
                             "--option=--use_fast_math", "--json"});
   ASSERT_EQ(o.code, 0) << o.out << o.err;
   EXPECT_EQ(parse(o)["kind"], "cuda");
+  // A named header, and a change in it is a change of the key.
+  const fs::path header = write("defs.h", "#define SCALE 2.0f\n");
+  const fs::path user = write("scaled.cu", "#include \"defs.h\"\n"
+                                           "extern \"C\" __global__ void k(float* x) { x[0] *= SCALE; }\n");
+  const std::vector<std::string> with_header = {"compile", "--source", user.string(), "--entry", "k", "--arch",
+                                                "sm_90", "--include-header", "defs.h=" + header.string(),
+                                                "--fact", "scale=2", "--json"};
+  const CliOutcome h1 = run(with_header);
+  ASSERT_EQ(h1.code, 0) << h1.out << h1.err;
+  write("defs.h", "#define SCALE 3.0f\n");
+  expect_refused(with_header, 1, {"header.defs.h", "was cached"});
+  expect_usage_error({"compile", "--source", user.string(), "--entry", "k", "--arch", "sm_90"}, "defs.h");
   // PTX under a name that says nothing: --kind.
   const fs::path ptx = write("axpy.txt", ".version 8.0\n.target sm_90\n.address_size 64\n"
                                          ".visible .entry axpy() { ret; }\n");

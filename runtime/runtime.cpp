@@ -137,7 +137,7 @@ class RuntimeImpl final : public Runtime {
       : m_options(std::move(options)),
         m_cache(std::move(cache)),
         m_opened(std::move(opened)),
-        m_sources(*m_opened.store, source_options(m_families, *m_opened.compiler)),
+        m_sources(*m_opened.store, source_options(m_families, *m_opened.compiler, tool_memo(m_opened))),
         m_verify_fraction(verify_fraction) {
     if (m_options.device == DeviceUse::none) {
       m_device.reason = "device use disabled";
@@ -313,12 +313,23 @@ class RuntimeImpl final : public Runtime {
   }
 
   // The runtime's NVRTC fingerprint is the kernel cache's, remembered in the cache
-  // directory: a fresh process's first CUDA request compiles no fingerprint program.
-  static SourceCacheOptions source_options(const SpecRegistry& families, const Compiler& nvrtc) {
+  // directory: a fresh process's first CUDA request compiles no fingerprint program. The
+  // same memo keeps libNVVM's and nvJitLink's versions, so that a lookup by spec in a fresh
+  // process loads neither.
+  static SourceCacheOptions source_options(const SpecRegistry& families, const Compiler& nvrtc,
+                                           std::filesystem::path memo) {
     SourceCacheOptions options;
     options.registry = &families;
-    options.tools = [&nvrtc](SourceKind kind) { return probe_tools(kind, &nvrtc); };
+    options.tools = [&nvrtc, memo](SourceKind kind) { return probe_tools(kind, &nvrtc, memo); };
+    options.loaded_tools = [&nvrtc](SourceKind kind) { return probe_tools(kind, &nvrtc); };
     return options;
+  }
+
+  // The fingerprint memo NVRTC's fingerprint uses (open_kernel_cache); none without a
+  // usable cache directory.
+  static std::filesystem::path tool_memo(const OpenedKernelCache& opened) {
+    if (opened.unusable || opened.dir.empty()) return {};
+    return opened.dir / k_fingerprint_memo_name;
   }
 
   RuntimeOptions m_options;

@@ -5,7 +5,9 @@
 #include <set>
 
 #include "cache/hash.hpp"
+#include "jitcache/log.hpp"
 #include "runtime/compile/compiler.hpp"
+#include "runtime/compile/fingerprint_memo.hpp"
 #include "runtime/compile/nvjitlink_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
 
@@ -57,6 +59,51 @@ Result<cache::Facts> spec_level_facts(const KernelRequest& request, const ToolFa
     facts.set("tool." + tool + ".fingerprint", it->second.fingerprint);
   }
   return facts;
+}
+
+// The memo's name for the file a toolkit library would be loaded from, when a path
+// candidate names one: the first candidate that exists, as open_toolkit_library takes the
+// first that loads (and a file the memo knows has loaded before, with the same size, times
+// and inode). A library found only by its soname cannot be told without loading it.
+std::optional<std::string> library_identity(const std::string& tool, const std::vector<std::string>& candidates) {
+  for (const auto& candidate : candidates) {
+    if (candidate.find('/') == std::string::npos) return std::nullopt;
+    std::error_code ec;
+    const auto file = std::filesystem::canonical(candidate, ec);
+    if (ec) continue;
+    if (const auto described = describe_file(file)) return tool + " file " + *described;
+  }
+  return std::nullopt;
+}
+
+// libNVVM's or nvJitLink's version and fingerprint: from the memo when it knows the file,
+// else by loading the library (remembered in the memo when its file is the one a later
+// process will find first).
+Result<ToolFact> toolkit_fact(const std::string& tool, const std::filesystem::path& memo) {
+  const bool nvvm = tool == "libnvvm";
+  std::optional<std::string> identity;
+  if (!memo.empty()) {
+    identity = library_identity(tool, nvvm ? nvvm_candidates() : nvjitlink_candidates());
+    if (identity)
+      if (const auto known = read_memo(memo, *identity); known && !known->version.empty())
+        return ToolFact{known->version, known->fingerprint};
+  }
+  ToolFact fact;
+  std::filesystem::path file;
+  if (nvvm) {
+    const NvvmLibrary* lib = JC_TRY(nvvm_library());
+    fact = ToolFact{lib->version(), JC_TRY(nvvm_fingerprint())};
+    file = lib->library.file;
+  } else {
+    const NvJitLinkLibrary* lib = JC_TRY(nvjitlink_library());
+    fact = ToolFact{lib->version(), JC_TRY(nvjitlink_fingerprint())};
+    file = lib->library.file;
+  }
+  const auto loaded = describe_file(file);
+  if (identity && loaded && *identity == tool + " file " + *loaded)
+    if (auto written = write_memo(memo, *identity, MemoValue{fact.version, fact.fingerprint}); !written)
+      log_debug("fingerprint memo not written: " + written.error().message);
+  return fact;
 }
 
 }  // namespace
@@ -171,7 +218,7 @@ std::vector<std::string> tools_for(SourceKind kind) {
   return {};
 }
 
-Result<ToolFacts> probe_tools(SourceKind kind, const Compiler* nvrtc) {
+Result<ToolFacts> probe_tools(SourceKind kind, const Compiler* nvrtc, const std::filesystem::path& memo) {
   ToolFacts tools;
   for (const std::string& tool : tools_for(kind)) {
     if (tool == "nvrtc") {
@@ -181,12 +228,8 @@ Result<ToolFacts> probe_tools(SourceKind kind, const Compiler* nvrtc) {
         nvrtc = process_nvrtc.get();
       }
       tools[tool] = ToolFact{nvrtc->version(), JC_TRY(nvrtc->fingerprint())};
-    } else if (tool == "libnvvm") {
-      const NvvmLibrary* lib = JC_TRY(nvvm_library());
-      tools[tool] = ToolFact{lib->version(), JC_TRY(nvvm_fingerprint())};
-    } else if (tool == "nvjitlink") {
-      const NvJitLinkLibrary* lib = JC_TRY(nvjitlink_library());
-      tools[tool] = ToolFact{lib->version(), JC_TRY(nvjitlink_fingerprint())};
+    } else {
+      tools[tool] = JC_TRY(toolkit_fact(tool, memo));
     }
   }
   return tools;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -80,11 +81,15 @@ SourceInput source_input(const KernelRequest& request, std::string name = {});
 // The tools a kind runs, in order.
 std::vector<std::string> tools_for(SourceKind kind);
 
-// The process's tools for `kind`: loads them (unavailable when one is missing). NVRTC's
-// fingerprint is `nvrtc`'s when given (the runtime's compiler, which remembers it in the
-// cache directory, so that a fresh process does not compile the fingerprint program), else
-// a process-wide compiler's.
-Result<ToolFacts> probe_tools(SourceKind kind, const Compiler* nvrtc = nullptr);
+// The process's tools for `kind` (unavailable when one is missing). NVRTC's fingerprint is
+// `nvrtc`'s when given (the runtime's compiler, which remembers it in the cache directory,
+// so that a fresh process does not compile the fingerprint program), else a process-wide
+// compiler's. libNVVM and nvJitLink are loaded for their versions, unless `memo` (a
+// fingerprint memo, fingerprint_memo.hpp) knows the file they would be loaded from: a
+// fresh process can then key a lookup without loading them. A library loaded here is
+// remembered in `memo`.
+Result<ToolFacts> probe_tools(SourceKind kind, const Compiler* nvrtc = nullptr,
+                              const std::filesystem::path& memo = {});
 
 // The options as they enter the key: each trimmed of surrounding white space, empty ones
 // dropped, order kept (it can matter to the tools), joined by newlines.

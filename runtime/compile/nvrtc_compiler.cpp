@@ -1,7 +1,6 @@
 #include <dlfcn.h>
 #include <nvrtc.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -14,12 +13,11 @@
 
 #include "jitcache/log.hpp"
 #include "runtime/compile/compiler.hpp"
+#include "runtime/compile/fingerprint_memo.hpp"
 #include "runtime/compile/mla_family.hpp"
 #include "runtime/compile/source_compiler.hpp"
 #include "runtime/compile/toolkit_library.hpp"
-#include "support/atomic_file.hpp"
 #include "support/env.hpp"
-#include "support/regular_file.hpp"
 
 namespace jitcache {
 namespace {
@@ -45,10 +43,6 @@ std::string joined(const std::vector<std::string>& options) {
   return text;
 }
 
-constexpr const char* k_memo_format = "jitcache_compiler_fingerprints_v1";
-constexpr std::size_t k_memo_max_entries = 16;
-constexpr std::size_t k_memo_max_bytes = 64 * 1024;
-
 // What identifies the NVRTC build this process runs, without compiling anything: the
 // loaded libnvrtc file and the libnvrtc-builtins it loads from its own directory. A
 // reinstalled or upgraded toolkit replaces the files, which changes their identity.
@@ -67,55 +61,6 @@ std::optional<std::string> nvrtc_identity() {
   const std::string version = std::to_string(major) + "." + std::to_string(minor);
   const auto builtins = describe_file(library.parent_path() / ("libnvrtc-builtins.so." + version));
   return "nvrtc " + version + "; " + *described + "; builtins " + builtins.value_or("absent");
-}
-
-bool is_fingerprint(const nlohmann::json& value) {
-  if (!value.is_string()) return false;
-  const auto& text = value.get_ref<const std::string&>();
-  return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
-
-// The memo's valid entries; empty for a missing, foreign, oversized or malformed file.
-nlohmann::json read_memo_entries(const std::filesystem::path& file) {
-  nlohmann::json entries = nlohmann::json::object();
-  // Non-blocking and regular only: a FIFO planted in the cache root is a miss, not a hang.
-  const auto opened = RegularFile::open(file, FollowSymlinks::no);
-  if (!opened || opened->status().st_uid != ::geteuid()) return entries;
-  const auto read = opened->read_all(k_memo_max_bytes);
-  if (!read) return entries;
-  const std::string& text = *read;
-  const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object()) return entries;
-  const auto format = doc.find("format");
-  const auto found = doc.find("entries");
-  if (format == doc.end() || *format != k_memo_format || found == doc.end() || !found->is_object())
-    return entries;
-  for (const auto& [identity, fingerprint] : found->items())
-    if (is_fingerprint(fingerprint)) entries[identity] = fingerprint;
-  return entries;
-}
-
-// Adds one entry; concurrent writers each rename a whole file, so the worst case is a
-// lost entry, which is a later miss.
-Status write_memo(const std::filesystem::path& file, const std::string& identity, const std::string& fingerprint) {
-  nlohmann::json entries = read_memo_entries(file);
-  if (entries.size() >= k_memo_max_entries) entries = nlohmann::json::object();
-  entries[identity] = fingerprint;
-  const std::string text = nlohmann::json{{"format", k_memo_format}, {"entries", entries}}.dump(
-                               2, ' ', false, nlohmann::json::error_handler_t::replace) +
-                           "\n";
-
-  AtomicFileOptions options;
-  options.mode = 0600;
-  // Synced before the rename so a crash leaves the old memo or the new one; the directory
-  // is not: a memo lost to a crash is only a later miss.
-  options.sync = SyncRule::file;
-  // The cache root is private: a FIFO or a link planted at the memo's name is replaced.
-  options.replace = ReplaceRule::anything;
-  options.wording = ErrorWording::operation_first;
-  AtomicFileWriter writer = JC_TRY(AtomicFileWriter::create(file, std::move(options)));
-  JC_TRY(writer.write(text));
-  return writer.commit();
 }
 
 class NvrtcCompiler final : public Compiler {
@@ -186,8 +131,7 @@ class NvrtcCompiler final : public Compiler {
     try {
       identity = nvrtc_identity();
       if (!identity) return compute_fingerprint();
-      const nlohmann::json entries = read_memo_entries(memo);
-      if (const auto it = entries.find(*identity); it != entries.end()) return it->get<std::string>();
+      if (const auto known = read_memo(memo, *identity); known && known->version.empty()) return known->fingerprint;
     } catch (const std::exception& e) {
       // The memo is only a shortcut: whatever went wrong, compute.
       log_debug("compiler fingerprint memo " + memo.string() + " not used: " + e.what());
@@ -196,7 +140,7 @@ class NvrtcCompiler final : public Compiler {
     auto computed = compute_fingerprint();
     if (!computed) return computed;
     try {
-      if (auto written = write_memo(memo, *identity, *computed); !written)
+      if (auto written = write_memo(memo, *identity, MemoValue{{}, *computed}); !written)
         log_debug("compiler fingerprint memo not written: " + written.error().message);
     } catch (const std::exception& e) {
       log_debug("compiler fingerprint memo not written: " + std::string(e.what()));

@@ -123,7 +123,15 @@ const SpecRegistry& SourceCache::registry() const {
   return m_options.registry ? *m_options.registry : SpecRegistry::global();
 }
 
-Result<ToolFacts> SourceCache::tools(SourceKind kind) const { return m_options.tools(kind); }
+Result<ToolFacts> SourceCache::tools(SourceKind kind) const {
+  {
+    std::lock_guard lock(m_tools_mutex);
+    if (auto it = m_tools.find(kind); it != m_tools.end()) return it->second;
+  }
+  ToolFacts tools = JC_TRY(m_options.tools(kind));
+  std::lock_guard lock(m_tools_mutex);
+  return m_tools.try_emplace(kind, std::move(tools)).first->second;
+}
 
 Result<std::optional<SpecRecord>> SourceCache::read_record(const cache::Facts& spec) {
   auto hit = JC_TRY(m_store.get(spec.key(), cache::CountMiss::no));
@@ -233,6 +241,17 @@ Result<SourceResult> SourceCache::fetch(const KernelRequest& request, const cach
   const SourceCompileFn& compile_fn = m_options.compile;
   const cache::Producer producer = [&]() -> Result<cache::Produced> {
     const SourceOutput out = JC_TRY(compile_fn(source_input(request, request.family + "." + request.entry)));
+    if (m_options.loaded_tools) {
+      const ToolFacts loaded = JC_TRY(m_options.loaded_tools(request.kind));
+      for (const auto& [tool, fact] : loaded)
+        if (facts.get("tool." + tool + ".fingerprint") != fact.fingerprint)
+          return make_error(ErrorCode::unavailable,
+                            "the " + tool + " this process loaded to compile " + label_of(request) + " (" +
+                                fact.version + ", fingerprint " + fact.fingerprint + ") is not the one its key was "
+                                "made with (fingerprint " +
+                                std::string(facts.get("tool." + tool + ".fingerprint").value_or("(absent)")) +
+                                "): was the toolkit replaced while this process ran? Nothing was stored");
+    }
     CompiledArtifact artifact;
     artifact.entry = request.entry;
     artifact.cubin = out.cubin;

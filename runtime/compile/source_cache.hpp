@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,8 +67,14 @@ struct SourceCacheOptions {
   const SpecRegistry* registry = nullptr;
   // The compile step; empty: compile_source. (Tests count or fake compiles here.)
   SourceCompileFn compile;
-  // The tools' versions and fingerprints; empty: probe_tools.
+  // The tools' versions and fingerprints for keys; empty: probe_tools. Asked once per kind
+  // for the cache's life (a failure is asked again).
   ToolProbe tools;
+  // The tools as a compile loaded them, checked against the key's before a compiled entry
+  // is stored (`tools` may answer from a memo without loading anything, and a toolkit
+  // replaced under a running process must not store its binary under the old tool's key).
+  // Empty: no check (a fake compile step).
+  ToolProbe loaded_tools;
   // Whether a read also checks that the cubin is an ELF image holding the entry as a
   // function (cubin_elf.hpp). Off only for tests whose compile step is a fake.
   bool check_cubin = true;
@@ -119,6 +126,8 @@ class SourceCache {
 
   cache::Store& m_store;
   SourceCacheOptions m_options;
+  mutable std::mutex m_tools_mutex;
+  mutable std::map<SourceKind, ToolFacts> m_tools;  // by kind, once known
 };
 
 }  // namespace jitcache

@@ -133,6 +133,26 @@ TEST_F(CliCompileSourceTest, BadArgumentsAndToolErrorsAreNamed) {
   EXPECT_NE(entry.err.find("nope"), std::string::npos) << entry.err;
 }
 
+// A hit keys its request without loading libNVVM or nvJitLink: the fingerprint memo in
+// the cache directory knows their versions from the first process that loaded them. The
+// dynamic loader's own trace (LD_DEBUG=files) says which libraries a process opened.
+TEST_F(CliCompileSourceTest, AHitInAFreshProcessLoadsNeitherLibnvvmNorNvJitLink) {
+  const std::vector<std::string> args = {"--cache-dir", m_root.string(), "compile", "--source",
+                                         (k_golden / "axpy_nvvm.ll").string(), "--entry", "axpy", "--arch",
+                                         "sm_90", "--json"};
+  const std::vector<std::string> env = {"LD_DEBUG=files"};
+  const CliOutcome cold = testing::run_cli(dir(), args, env, {"JITCACHE_DIR=", "XDG_CACHE_HOME="});
+  ASSERT_EQ(cold.code, 0) << cold.err;
+  EXPECT_NE(cold.err.find("libnvvm"), std::string::npos) << "the trace should show the cold compile loading it";
+  EXPECT_NE(cold.err.find("libnvJitLink"), std::string::npos);
+  const CliOutcome hit = testing::run_cli(dir(), args, env, {"JITCACHE_DIR=", "XDG_CACHE_HOME="});
+  ASSERT_EQ(hit.code, 0) << hit.err;
+  EXPECT_EQ(parse(hit)["from_cache"], true);
+  EXPECT_EQ(hit.err.find("libnvvm"), std::string::npos) << hit.err.substr(0, 4000);
+  EXPECT_EQ(hit.err.find("libnvJitLink"), std::string::npos);
+  EXPECT_EQ(parse(hit)["key"], parse(cold)["key"]);
+}
+
 // The cache commands see kernels from outside for what they are.
 TEST_F(CliCompileSourceTest, InspectVerifyAndAuditKnowTheEntries) {
   ASSERT_EQ(run({"compile", "--source", (k_golden / "axpy.cu").string(), "--entry", "axpy", "--arch", "sm_90",

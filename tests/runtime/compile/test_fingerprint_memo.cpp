@@ -9,6 +9,7 @@
 
 #include "jitcache/runtime.hpp"
 #include "runtime/compile/compiler.hpp"
+#include "runtime/compile/fingerprint_memo.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
@@ -176,6 +177,60 @@ TEST_F(FingerprintMemoTest, TheRuntimeKeepsItsMemoInTheCacheRoot) {
   ASSERT_TRUE(doc.is_object());
   ASSERT_EQ(doc["entries"].size(), 1u);
   EXPECT_EQ(doc["entries"].begin().value(), true_fingerprint());
+}
+
+// The toolkit libraries' entries (libNVVM, nvJitLink) share the memo: an entry has the
+// library's version and fingerprint, under the identity of the file a fresh process would
+// load; NVRTC's entries and theirs never stand in for each other.
+TEST_F(FingerprintMemoTest, ToolkitLibraryEntriesRoundTripBesideNvrtcs) {
+  const std::string nvrtc_identity = identity();
+  ASSERT_TRUE(write_memo(memo(), "libnvvm file X", MemoValue{"2.0 (NVVM IR 2.0, debug 3.2)", std::string(32, 'a')}));
+  const auto tool = read_memo(memo(), "libnvvm file X");
+  ASSERT_TRUE(tool);
+  EXPECT_EQ(tool->version, "2.0 (NVVM IR 2.0, debug 3.2)");
+  EXPECT_EQ(tool->fingerprint, std::string(32, 'a'));
+  const auto nvrtc = read_memo(memo(), nvrtc_identity);
+  ASSERT_TRUE(nvrtc);
+  EXPECT_TRUE(nvrtc->version.empty());
+  EXPECT_EQ(nvrtc->fingerprint, true_fingerprint());
+  // NVRTC still takes its own entry, and only that one.
+  EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+  EXPECT_FALSE(read_memo(memo(), "libnvvm file Y"));
+  // Entries of a wrong shape are misses.
+  auto doc = read_json(memo());
+  doc["entries"]["a"] = {{"version", ""}, {"fingerprint", std::string(32, 'a')}};
+  doc["entries"]["b"] = {{"version", "1"}, {"fingerprint", "short"}};
+  doc["entries"]["c"] = {{"version", "1"}, {"fingerprint", std::string(32, 'a')}, {"extra", 1}};
+  doc["entries"]["d"] = 7;
+  write_text(memo(), doc.dump());
+  for (const char* name : {"a", "b", "c", "d"}) EXPECT_FALSE(read_memo(memo(), name)) << name;
+  EXPECT_TRUE(read_memo(memo(), "libnvvm file X"));
+}
+
+// A runtime remembers libNVVM and nvJitLink in its memo after loading them, under the
+// identity of the files it found (the next process then loads neither; the CLI test
+// AHitInAFreshProcessLoadsNeitherLibnvvmNorNvJitLink watches the loader).
+TEST_F(FingerprintMemoTest, TheRuntimeRemembersTheToolkitLibrariesItLoads) {
+  RuntimeOptions options;
+  options.cache_dir = dir() / "cache";
+  options.device = DeviceUse::none;
+  auto runtime = Runtime::open(options);
+  ASSERT_TRUE(runtime) << runtime.error().to_string();
+  ASSERT_TRUE((*runtime)->declare_family(SpecSchema{"memo.ptx", SourceKind::ptx, {}}));
+  const std::string ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k() { ret; }\n";
+  auto compiled = (*runtime)->compile(KernelRequest{"memo.ptx", {}, SourceKind::ptx, ptx, {}, "k", "sm_90", {}});
+  if (!compiled && compiled.error().code == ErrorCode::unavailable) GTEST_SKIP() << compiled.error().to_string();
+  ASSERT_TRUE(compiled) << compiled.error().to_string();
+  const auto doc = read_json(dir() / "cache" / k_fingerprint_memo_name);
+  ASSERT_TRUE(doc.is_object());
+  bool found = false;
+  for (const auto& [identity, value] : doc["entries"].items())
+    if (identity.starts_with("nvjitlink file ")) {
+      found = true;
+      EXPECT_TRUE(value.is_object()) << value.dump();
+      EXPECT_FALSE(value["version"].get<std::string>().empty());
+    }
+  EXPECT_TRUE(found) << doc.dump(2);
 }
 
 }  // namespace

@@ -112,6 +112,35 @@ TEST_F(SourceCacheNvrtc, PtxThroughNvJitLinkIsKeyedOnItsToolAndCached) {
   EXPECT_EQ(compiles.load(), 1);
 }
 
+// A compile whose tools are not the ones its key was made with (a toolkit replaced under a
+// running process, a memo that lied) stores nothing.
+TEST_F(SourceCacheNvrtc, AToolOtherThanTheKeysIsRefusedBeforeStoring) {
+  auto real = probe_tools(SourceKind::cuda);
+  if (!real) GTEST_SKIP() << real.error().to_string();
+  SpecRegistry registry;
+  ASSERT_TRUE(registry.add(sample_schema()));
+  auto store = cache::Store::open(dir() / "cache");
+  ASSERT_TRUE(store);
+  SourceCacheOptions options;
+  options.registry = &registry;
+  options.tools = [&](SourceKind) -> Result<ToolFacts> {
+    ToolFacts keyed = *real;
+    keyed["nvrtc"].fingerprint = std::string(32, 'f');
+    return keyed;
+  };
+  options.loaded_tools = [](SourceKind kind) { return probe_tools(kind); };
+  SourceCache cache(**store, options);
+  KernelRequest r = sample_request();
+  r.headers.clear();
+  auto refused = cache.compile(r);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::unavailable);
+  EXPECT_NE(refused.error().message.find("was the toolkit replaced"), std::string::npos) << refused.error().message;
+  auto entries = (*store)->list();
+  ASSERT_TRUE(entries);
+  EXPECT_TRUE(entries->empty());
+}
+
 TEST(SourceCacheTools, EachKindIsKeyedOnTheToolsItRuns) {
   for (SourceKind kind : {SourceKind::cuda, SourceKind::nvvm, SourceKind::ptx}) {
     auto tools = probe_tools(kind);

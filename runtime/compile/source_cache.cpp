@@ -230,9 +230,18 @@ Result<SourceResult> SourceCache::compile(const KernelRequest& request) {
     fetched = fetch(request, facts);
   }
   if (!fetched) return fetched;
+  std::optional<SpecRecord> now = record;
+  if (!now) {
+    // Another process may have recorded this spec while this one compiled (both found no
+    // record on a cold cache). A record of another source means the spec is incomplete:
+    // said now, not at the next verified request. Only the moment between this read and
+    // the write below is left for the audit (incomplete-spec) to find.
+    now = JC_TRY(read_record(spec));
+    if (now) JC_TRY(check_record(request, facts, *now));
+  }
   // A record that agrees with the request on everything but names another key was damaged
   // (the key is a function of what it compared): it is rewritten like a missing one.
-  if (!record || record->key != facts.key().to_hex()) write_record(spec, facts);
+  if (!now || now->key != facts.key().to_hex()) write_record(spec, facts);
   fetched->verified = record.has_value();
   return fetched;
 }

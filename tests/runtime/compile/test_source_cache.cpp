@@ -464,6 +464,52 @@ TEST_F(SourceCacheTest, ARecordNamingAnotherKeyIsAMissAndIsRewritten) {
   EXPECT_EQ((*found)->entry, "scale");
 }
 
+// Two processes compile one spec from two sources at once on a cold cache: neither finds a
+// record before compiling. The one that finishes second finds the other's record when it
+// is about to write its own, and reports the incomplete spec instead of serving.
+TEST_F(SourceCacheTest, AConcurrentFirstCompileOfAnotherSourceIsCaught) {
+  ASSERT_TRUE(registry.add(SpecSchema{"forgetful", SourceKind::cuda, {{"dtype", FactDomain{{"f32"}}}}}));
+  KernelRequest one;
+  one.family = "forgetful";
+  one.spec = {{"dtype", "f32"}};
+  one.text = scaled_source("1.0");
+  one.entry = "scale";
+  one.target = "sm_90";
+  KernelRequest half = one;
+  half.text = scaled_source("0.5");
+
+  auto other_store = cache::Store::open(dir() / "cache");  // the other process's view
+  ASSERT_TRUE(other_store) << other_store.error().to_string();
+  SourceCacheOptions other_options;
+  other_options.registry = &registry;
+  other_options.compile = [](const SourceInput& input) -> Result<SourceOutput> { return fake_output(input); };
+  other_options.tools = [](SourceKind kind) -> Result<ToolFacts> { return fake_tools(kind); };
+  other_options.check_cubin = false;
+  SourceCache other(**other_store, other_options);
+
+  bool raced = false;
+  SourceCacheOptions options = other_options;
+  options.compile = [&](const SourceInput& input) -> Result<SourceOutput> {
+    if (!raced) {
+      raced = true;  // while this compile runs, the other process compiles and records `half`
+      auto theirs = other.compile(half);
+      EXPECT_TRUE(theirs) << theirs.error().to_string();
+    }
+    return fake_output(input);
+  };
+  SourceCache mine(*store, options);
+  auto caught = mine.compile(one);
+  ASSERT_TRUE(raced);
+  ASSERT_FALSE(caught);
+  EXPECT_EQ(caught.error().code, ErrorCode::invalid_input);
+  EXPECT_NE(caught.error().message.find("spec of kernel family forgetful is incomplete"), std::string::npos)
+      << caught.error().message;
+  // The record still names the source that was recorded first.
+  auto found = other.lookup("forgetful", one.spec, "sm_90");
+  ASSERT_TRUE(found && *found);
+  EXPECT_EQ((*found)->cubin, fake_output(source_input(half)).cubin);
+}
+
 TEST_F(SourceCacheTest, LookupBySpecAlone) {
   const KernelRequest r = sample_request();
   auto miss = cache->lookup(r.family, r.spec, r.target);

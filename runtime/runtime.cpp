@@ -113,13 +113,13 @@ bool chosen_for_verification(double fraction) {
   return std::uniform_real_distribution<double>(0.0, 1.0)(generator) < fraction;
 }
 
-CompiledKernel to_kernel(const KernelRequest& request, SourceResult&& result,
+CompiledKernel to_kernel(const std::string& family, const std::string& target, SourceResult&& result,
                          std::chrono::steady_clock::time_point started) {
   CompiledKernel k;
-  k.family = request.family;
-  k.kind = request.kind;
+  k.family = family;
+  k.kind = result.kind;
   k.entry = std::move(result.entry);
-  k.target = request.target;
+  k.target = target;
   k.cubin = std::move(result.cubin);
   k.usage = result.usage;
   k.log = std::move(result.log);
@@ -159,7 +159,7 @@ class RuntimeImpl final : public Runtime {
   Result<CompiledKernel> compile(const KernelRequest& request) override {
     const auto started = std::chrono::steady_clock::now();
     SourceResult result = JC_TRY(m_sources.compile(request));
-    return to_kernel(request, std::move(result), started);
+    return to_kernel(request.family, request.target, std::move(result), started);
   }
 
   Result<KernelLookup> lookup(const std::string& family, const std::map<std::string, std::string>& spec,
@@ -172,13 +172,8 @@ class RuntimeImpl final : public Runtime {
       out.outcome = LookupOutcome::verify;
       return out;
     }
-    KernelRequest request;
-    request.family = family;
-    request.spec = spec;
-    request.kind = m_families.find(family)->kind;  // lookup() validated the family
-    request.target = target;
     out.outcome = LookupOutcome::hit;
-    out.kernel = to_kernel(request, std::move(*found), started);
+    out.kernel = to_kernel(family, target, std::move(*found), started);
     return out;
   }
 

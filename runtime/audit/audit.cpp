@@ -2,7 +2,6 @@
 
 #include <cstring>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "kernel_templates/variant_dimensions.hpp"
@@ -184,21 +183,6 @@ std::optional<Finding> audit_source_entry(const cache::CacheKey& key, std::uint3
   return std::nullopt;
 }
 
-// What a spec record says (check_source_content has found it well formed). Parsed here
-// while source_cache.hpp keeps its reader private.
-std::map<std::string, std::string> header_facts(const cache::Facts& facts) {
-  std::map<std::string, std::string> headers;
-  for (const auto& [name, value] : facts.fields())
-    if (name.starts_with("header.")) headers[name] = value;
-  return headers;
-}
-
-std::string describe_spec(const std::map<std::string, std::string>& spec) {
-  std::string out = "{";
-  for (const auto& [name, value] : spec) out += (out.size() > 1 ? ", " : "") + name.substr(5) + "=" + value;
-  return out + "}";
-}
-
 // The checks that compare source cache entries, over the entries with no finding of their
 // own (a bad one is reported once, as itself): bundles of one spec key built from
 // different sources, and each spec record against the bundle it names.
@@ -239,7 +223,9 @@ void audit_source_entries(const std::vector<cache::EntryInfo>& entries,
       listed += (listed.empty() ? "" : "; ") + ref.key + " (source_xxh3 " + ref.source_xxh3 + ")";
       f.entries.push_back(std::move(ref));
     }
-    f.explanation = "the spec of kernel family " + f.kernel + " is incomplete: spec " + describe_spec(f.spec) +
+    std::map<std::string, std::string> spec;
+    for (const auto& [name, value] : f.spec) spec[name.substr(std::string_view("spec.").size())] = value;
+    f.explanation = "the spec of kernel family " + f.kernel + " is incomplete: spec " + describe_spec(spec) +
                     " for " + f.target + " has " + std::to_string(bundles.size()) + " entries, differing in " +
                     differ + ": " + listed + "; some input that changes the code is not a spec fact";
     report.findings.push_back(std::move(f));
@@ -282,25 +268,14 @@ void audit_source_entries(const std::vector<cache::EntryInfo>& entries,
                                              spec->key().to_hex() + ", not this record's");
       continue;
     }
-    const std::string source = fact_or(bundle, "source_xxh3", "(absent)");
-    if (record->source_xxh3 != source) {
-      add(FindingKind::bad_source_entry, "spec record says source_xxh3 " + record->source_xxh3 + ", the bundle " +
-                                             record->key + " it names has source_xxh3 " + source);
-      continue;
-    }
-    if (record->headers != header_facts(bundle)) {
-      add(FindingKind::bad_source_entry,
-          "spec record's header digests differ from those of the bundle " + record->key + " it names");
-      continue;
-    }
-    if (record->entry != fact_or(bundle, "entry", "(absent)")) {
-      add(FindingKind::bad_source_entry, "spec record says entry " + record->entry + ", the bundle " + record->key +
-                                             " it names holds " + fact_or(bundle, "entry", "(absent)"));
-      continue;
-    }
-    if (record->options != fact_or(bundle, "options", "(absent)"))
-      add(FindingKind::bad_source_entry, "spec record's options differ from those of the bundle " + record->key +
-                                             " it names");
+    const auto differences = record_differences(*record, bundle);
+    if (differences.empty()) continue;
+    std::string listed;
+    for (const RecordDifference& d : differences)
+      listed += (listed.empty() ? "" : "; ") + d.what + " " + d.recorded + " in the record, " + d.found +
+                " in the bundle";
+    add(FindingKind::bad_source_entry,
+        "spec record disagrees with the bundle " + record->key + " it names: " + listed);
   }
 }
 

@@ -165,21 +165,20 @@ Status validate_spec(const SpecSchema& schema, const std::map<std::string, std::
 Status SpecRegistry::add(SpecSchema schema) {
   JC_TRY(check_schema(schema));
   std::lock_guard lock(m_mutex);
-  auto [it, inserted] = m_schemas.try_emplace(schema.family, schema);
-  if (!inserted && !(it->second == schema))
+  auto [it, inserted] = m_schemas.try_emplace(schema.family, std::make_shared<const SpecSchema>(schema));
+  if (!inserted && !(*it->second == schema))
     return make_error(ErrorCode::invalid_argument,
                       "spec schema of family " + schema.family + " is already registered with different facts");
   return {};
 }
 
-std::optional<SpecSchema> SpecRegistry::find(const std::string& family) const {
+std::shared_ptr<const SpecSchema> SpecRegistry::find(const std::string& family) const {
   std::lock_guard lock(m_mutex);
   auto it = m_schemas.find(family);
-  if (it == m_schemas.end()) return std::nullopt;
-  return it->second;
+  return it == m_schemas.end() ? nullptr : it->second;
 }
 
-Result<SpecSchema> SpecRegistry::validate(const std::string& family,
+Result<std::shared_ptr<const SpecSchema>> SpecRegistry::validate(const std::string& family,
                                           const std::map<std::string, std::string>& spec) const {
   auto schema = find(family);
   if (!schema)
@@ -187,14 +186,14 @@ Result<SpecSchema> SpecRegistry::validate(const std::string& family,
                                                 "' is not declared (declare its spec schema first: "
                                                 "Runtime::declare_family, jitcache_declare_family)");
   JC_TRY(validate_spec(*schema, spec));
-  return std::move(*schema);
+  return schema;
 }
 
 Status SpecRegistry::validate(const KernelRequest& request) const {
-  const SpecSchema schema = JC_TRY(validate(request.family, request.spec));
-  if (schema.kind != request.kind)
+  const auto schema = JC_TRY(validate(request.family, request.spec));
+  if (schema->kind != request.kind)
     return make_error(ErrorCode::invalid_argument, "kernel family " + request.family + " is declared with " +
-                                                       to_string(schema.kind) + " sources; this request is " +
+                                                       to_string(schema->kind) + " sources; this request is " +
                                                        to_string(request.kind));
   return {};
 }
@@ -202,6 +201,12 @@ Status SpecRegistry::validate(const KernelRequest& request) const {
 SpecRegistry& SpecRegistry::global() {
   static SpecRegistry registry;
   return registry;
+}
+
+std::string describe_spec(const std::map<std::string, std::string>& spec) {
+  std::string out;
+  for (const auto& [name, value] : spec) out += (out.empty() ? "" : ", ") + name + "=" + value;
+  return "{" + out + "}";
 }
 
 SourceInput source_input(const KernelRequest& request, std::string name) {

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -52,10 +53,12 @@ Status validate_spec(const SpecSchema& schema, const std::map<std::string, std::
 class SpecRegistry {
  public:
   Status add(SpecSchema schema);
-  std::optional<SpecSchema> find(const std::string& family) const;
+  // Shared, immutable: a lookup copies no schema.
+  std::shared_ptr<const SpecSchema> find(const std::string& family) const;
   // The schema of the family (not_found when unregistered), with the spec checked against
   // it (invalid_argument naming the fact).
-  Result<SpecSchema> validate(const std::string& family, const std::map<std::string, std::string>& spec) const;
+  Result<std::shared_ptr<const SpecSchema>> validate(const std::string& family,
+                                                     const std::map<std::string, std::string>& spec) const;
   // The same for a request, whose kind must also be the family's.
   Status validate(const KernelRequest& request) const;
   // The process's registry.
@@ -63,7 +66,7 @@ class SpecRegistry {
 
  private:
   mutable std::mutex m_mutex;
-  std::map<std::string, SpecSchema> m_schemas;
+  std::map<std::string, std::shared_ptr<const SpecSchema>> m_schemas;
 };
 
 // One tool that touches the binary: its version and its fingerprint (a digest of the
@@ -77,6 +80,9 @@ using ToolFacts = std::map<std::string, ToolFact>;  // "nvrtc", "libnvvm", "nvji
 // What the compile step (compile_source) takes for `request`; `name` names it in messages
 // and the tools' logs (empty: the kind's default).
 SourceInput source_input(const KernelRequest& request, std::string name = {});
+
+// A spec for messages: "{name=value, ...}".
+std::string describe_spec(const std::map<std::string, std::string>& spec);
 
 // The tools a kind runs, in order.
 std::vector<std::string> tools_for(SourceKind kind);

@@ -12,18 +12,16 @@
 namespace jitcache {
 namespace {
 
-std::string describe_spec(const KernelRequest& request) {
-  std::string out = "{";
-  bool first = true;
-  for (const auto& [name, value] : request.spec) {
-    out += (first ? "" : ", ") + name + "=" + value;
-    first = false;
-  }
-  return out + "}";
+// The header.<name> facts (the headers' digests) of a request's or a bundle's facts.
+std::map<std::string, std::string> header_digests(const cache::Facts& facts) {
+  std::map<std::string, std::string> headers;
+  for (const auto& [name, value] : facts.fields())
+    if (name.starts_with("header.")) headers[name] = value;
+  return headers;
 }
 
 std::string label_of(const KernelRequest& request) {
-  return request.family + describe_spec(request) + " " + request.entry + " for " + request.target;
+  return request.family + describe_spec(request.spec) + " " + request.entry + " for " + request.target;
 }
 
 std::span<const std::byte> as_bytes(const std::string& text) {
@@ -66,6 +64,28 @@ struct DecodedRecord final : cache::Decoded {
 };
 
 }  // namespace
+
+std::vector<RecordDifference> record_differences(const SpecRecord& record, const cache::Facts& facts) {
+  std::vector<RecordDifference> out;
+  auto compare = [&](const std::string& what, const std::string& recorded, const std::string& found) {
+    if (recorded != found) out.push_back(RecordDifference{what, recorded, found});
+  };
+  auto fact = [&](std::string_view name) { return std::string(facts.get(name).value_or("(absent)")); };
+  compare("source_xxh3", record.source_xxh3, fact("source_xxh3"));
+  compare("entry", record.entry, fact("entry"));
+  compare("options", options_list(record.options), options_list(fact("options")));
+  const auto headers = header_digests(facts);
+  std::set<std::string> names;
+  for (const auto& [name, digest] : record.headers) names.insert(name);
+  for (const auto& [name, digest] : headers) names.insert(name);
+  for (const auto& name : names) {
+    const auto was = record.headers.find(name);
+    const auto now = headers.find(name);
+    compare(name, was == record.headers.end() ? "(absent)" : was->second,
+            now == headers.end() ? "(absent)" : now->second);
+  }
+  return out;
+}
 
 Result<SpecRecord> parse_spec_record(std::span<const std::byte> bytes) {
   const auto json = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
@@ -156,30 +176,15 @@ Result<std::optional<SpecRecord>> SourceCache::read_record(const cache::Facts& s
 
 Status SourceCache::check_record(const KernelRequest& request, const cache::Facts& facts,
                                  const SpecRecord& record) const {
-  std::map<std::string, std::string> headers;
-  for (const auto& [name, value] : facts.fields())
-    if (name.starts_with("header.")) headers[name] = value;
-  std::vector<std::string> differences;
-  auto compare = [&](const std::string& what, const std::string& recorded, const std::string& now) {
-    if (recorded != now) differences.push_back(what + " " + recorded + " was cached, this request has " + now);
-  };
-  compare("source_xxh3", record.source_xxh3, std::string(*facts.get("source_xxh3")));
-  compare("entry", record.entry, request.entry);
-  compare("options", options_list(record.options), options_list(*facts.get("options")));
-  std::set<std::string> names;
-  for (const auto& [name, digest] : record.headers) names.insert(name);
-  for (const auto& [name, digest] : headers) names.insert(name);
-  for (const auto& name : names) {
-    const auto was = record.headers.find(name);
-    const auto now = headers.find(name);
-    compare(name, was == record.headers.end() ? "(absent)" : was->second,
-            now == headers.end() ? "(absent)" : now->second);
-  }
+  const auto differences = record_differences(record, facts);
   if (differences.empty()) return {};
   std::string message = "the spec of kernel family " + request.family + " is incomplete: spec " +
-                        describe_spec(request) + " (" + to_string(request.kind) + " for " + request.target +
+                        describe_spec(request.spec) + " (" + to_string(request.kind) + " for " + request.target +
                         ") does not determine its kernel: ";
-  for (std::size_t i = 0; i < differences.size(); ++i) message += (i ? "; " : "") + differences[i];
+  for (std::size_t i = 0; i < differences.size(); ++i) {
+    const RecordDifference& d = differences[i];
+    message += (i ? "; " : "") + d.what + " " + d.recorded + " was cached, this request has " + d.found;
+  }
   message += ". Some input that changes the code is not a spec fact; the cached entry is not served.";
   return make_error(ErrorCode::invalid_input, message);
 }
@@ -189,9 +194,7 @@ void SourceCache::write_record(const cache::Facts& spec, const cache::Facts& fac
   json["format"] = k_spec_record_format;
   json["key"] = facts.key().to_hex();
   json["source_xxh3"] = std::string(*facts.get("source_xxh3"));
-  json["headers"] = nlohmann::json::object();
-  for (const auto& [name, value] : facts.fields())
-    if (name.starts_with("header.")) json["headers"][name] = value;
+  json["headers"] = header_digests(facts);
   json["entry"] = std::string(*facts.get("entry"));
   json["options"] = std::string(*facts.get("options"));
   const std::string text = json.dump();
@@ -301,6 +304,8 @@ Result<SourceResult> SourceCache::decode(const cache::Facts& facts, const cache:
   }
   SourceResult result;
   result.entry = artifact->entry;
+  // check_source_artifact held the bundle to the key's facts, whose kind request_facts wrote.
+  result.kind = parse_source_kind(facts.get("kind").value_or("")).value_or(SourceKind::cuda);
   result.cubin = std::move(artifact->cubin);
   result.ptx = std::move(artifact->ptx);
   result.usage = artifact->usage;
@@ -314,13 +319,13 @@ Result<SourceResult> SourceCache::decode(const cache::Facts& facts, const cache:
 Result<std::optional<SourceResult>> SourceCache::lookup(const std::string& family,
                                                         const std::map<std::string, std::string>& spec_values,
                                                         const std::string& target) {
-  const SpecSchema schema = JC_TRY(registry().validate(family, spec_values));
+  const auto schema = JC_TRY(registry().validate(family, spec_values));
   KernelRequest request;
   request.family = family;
   request.spec = spec_values;
-  request.kind = schema.kind;
+  request.kind = schema->kind;
   request.target = target;
-  const ToolFacts tools = JC_TRY(this->tools(schema.kind));
+  const ToolFacts tools = JC_TRY(this->tools(schema->kind));
   const cache::Facts spec = JC_TRY(spec_facts(request, tools));
   const auto record = JC_TRY(read_record(spec));
   if (!record) return std::optional<SourceResult>();

@@ -37,6 +37,7 @@ inline constexpr int k_spec_record_format = 2;
 
 struct SourceResult {
   std::string entry;
+  SourceKind kind = SourceKind::cuda;
   std::vector<std::uint8_t> cubin;
   std::string ptx;
   ResourceUsage usage;
@@ -58,6 +59,16 @@ struct SpecRecord {
 
 // A spec record's JSON (format k_spec_record_format); invalid_input naming the field.
 Result<SpecRecord> parse_spec_record(std::span<const std::byte> bytes);
+
+// How a spec record disagrees with the facts of an entry (a request's, or a stored
+// bundle's: both hold source_xxh3, entry, options and header.<name>): what differs, as the
+// record has it and as the facts do (options as "[a, b]"). Empty when they agree.
+struct RecordDifference {
+  std::string what;  // "source_xxh3", "entry", "options", "header.<name>"
+  std::string recorded;
+  std::string found;
+};
+std::vector<RecordDifference> record_differences(const SpecRecord& record, const cache::Facts& facts);
 
 using SourceCompileFn = std::function<Result<SourceOutput>(const SourceInput&)>;
 using ToolProbe = std::function<Result<ToolFacts>(SourceKind)>;

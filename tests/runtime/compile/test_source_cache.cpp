@@ -45,6 +45,20 @@ KernelRequest sample_request() {
   return r;
 }
 
+// A family whose source depends on a scale that is not one of its spec facts (the seed's
+// latent scale).
+SpecSchema forgetful_schema() { return SpecSchema{"forgetful", SourceKind::cuda, {{"dtype", FactDomain{{"f32"}}}}}; }
+
+KernelRequest forgetful_request(const std::string& scale) {
+  KernelRequest r;
+  r.family = "forgetful";
+  r.spec = {{"dtype", "f32"}};
+  r.text = scaled_source(scale);
+  r.entry = "scale";
+  r.target = "sm_90";
+  return r;
+}
+
 SpecSchema sample_schema() {
   return SpecSchema{"scaler", SourceKind::cuda, {{"dtype", FactDomain{{"f32", "bf16"}}}, {"block", FactDomain{}}}};
 }
@@ -359,18 +373,12 @@ TEST_F(SourceCacheTest, AnUnusableSpecRecordIsDroppedAndWrittenAgain) {
 
 TEST_F(SourceCacheTest, ForgettingFamilyIsCaughtByShadowVerification) {
   // The family's source depends on a latent scale that is not one of its spec facts.
-  ASSERT_TRUE(registry.add(SpecSchema{"forgetful", SourceKind::cuda, {{"dtype", FactDomain{{"f32"}}}}}));
-  KernelRequest one;
-  one.family = "forgetful";
-  one.spec = {{"dtype", "f32"}};
-  one.text = scaled_source("1.0");
-  one.entry = "scale";
-  one.target = "sm_90";
+  ASSERT_TRUE(registry.add(forgetful_schema()));
+  const KernelRequest one = forgetful_request("1.0");
   ASSERT_TRUE(cache->compile(one));
   EXPECT_TRUE(cache->verify_spec(one));
 
-  KernelRequest half = one;
-  half.text = scaled_source("0.5");
+  const KernelRequest half = forgetful_request("0.5");
   const ToolFacts tools = fake_tools(SourceKind::cuda);
   const std::string d1(*request_facts(one, tools)->get("source_xxh3"));
   const std::string d2(*request_facts(half, tools)->get("source_xxh3"));
@@ -468,15 +476,9 @@ TEST_F(SourceCacheTest, ARecordNamingAnotherKeyIsAMissAndIsRewritten) {
 // record before compiling. The one that finishes second finds the other's record when it
 // is about to write its own, and reports the incomplete spec instead of serving.
 TEST_F(SourceCacheTest, AConcurrentFirstCompileOfAnotherSourceIsCaught) {
-  ASSERT_TRUE(registry.add(SpecSchema{"forgetful", SourceKind::cuda, {{"dtype", FactDomain{{"f32"}}}}}));
-  KernelRequest one;
-  one.family = "forgetful";
-  one.spec = {{"dtype", "f32"}};
-  one.text = scaled_source("1.0");
-  one.entry = "scale";
-  one.target = "sm_90";
-  KernelRequest half = one;
-  half.text = scaled_source("0.5");
+  ASSERT_TRUE(registry.add(forgetful_schema()));
+  const KernelRequest one = forgetful_request("1.0");
+  const KernelRequest half = forgetful_request("0.5");
 
   auto other_store = cache::Store::open(dir() / "cache");  // the other process's view
   ASSERT_TRUE(other_store) << other_store.error().to_string();

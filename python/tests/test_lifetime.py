@@ -20,6 +20,19 @@ from conftest import TARGET
 from jitcache import _lib
 from jitcache.errors import InvalidArgumentError
 
+def _run_child(tmp_path: Path, script: str, env: dict, cache: Path, checkpoint: Path) -> tuple[dict, str]:
+    """Runs `script` in a fresh Python with (cache, checkpoint, target); its last line of
+    output as JSON, and its stderr. A crash (the old behaviour) fails here."""
+    path = tmp_path / "child.py"
+    path.write_text(script)
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", str(path), str(cache), str(checkpoint), TARGET],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
 # Four threads prepare in a loop on a warm cache until their runtime is closed under them;
 # each says how its calls ended.
 CLOSE_UNDER_THREADS = r"""
@@ -62,14 +75,7 @@ print(json.dumps({"ends": ends, "prepared": prepared[0]}), flush=True)
 def test_closing_a_runtime_under_preparing_threads_finishes_or_refuses_each_call(
     warm_cache: Path, glm5_mini: Path, python_env: dict, tmp_path: Path
 ) -> None:
-    script = tmp_path / "close.py"
-    script.write_text(CLOSE_UNDER_THREADS)
-    done = subprocess.run(
-        [sys.executable, str(script), str(warm_cache), str(glm5_mini), TARGET],
-        capture_output=True, text=True, env=python_env, timeout=240,
-    )
-    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result, _ = _run_child(tmp_path, CLOSE_UNDER_THREADS, python_env, warm_cache, glm5_mini)
     assert result["ends"] == ["closed"] * 4, result
     assert result["prepared"] > 0
 
@@ -149,17 +155,10 @@ print(json.dumps({"codes": codes, "compiled": compiled[0]}), flush=True)
 def test_a_child_forked_while_a_thread_compiles_opens_its_own_runtime_and_compiles(
     warm_cache: Path, glm5_mini: Path, python_env: dict, tmp_path: Path
 ) -> None:
-    script = tmp_path / "fork.py"
-    script.write_text(FORK_WHILE_COMPILING)
     cache = tmp_path / "cache"  # warm for the children's prepare; the compiles are new
     shutil.copytree(warm_cache, cache)
-    done = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", str(script), str(cache), str(glm5_mini), TARGET],
-        capture_output=True, text=True, env=python_env, timeout=300,
-    )
-    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["codes"] == [0] * 8, (result, done.stderr[-2000:])
+    result, stderr = _run_child(tmp_path, FORK_WHILE_COMPILING, python_env, cache, glm5_mini)
+    assert result["codes"] == [0] * 8, (result, stderr[-2000:])
     assert result["compiled"] > 0
 
 

@@ -5,6 +5,9 @@
 #include <chrono>
 #include <mutex>
 #include <random>
+#include <vector>
+
+#include <unistd.h>
 
 #include "cache/store.hpp"
 #include "kernel_templates/variant_plan.hpp"
@@ -16,6 +19,7 @@
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "runtime/compile/source_cache.hpp"
 #include "runtime/scales/model_config.hpp"
+#include "support/call_gate.hpp"
 #include "support/env.hpp"
 
 namespace jitcache {
@@ -131,7 +135,20 @@ CompiledKernel to_kernel(const std::string& family, const std::string& target, S
   return k;
 }
 
-class RuntimeImpl final : public Runtime {
+// The runtimes this thread is inside a call of, or running a progress callback for (on a
+// compile worker): close() from there would wait for itself.
+thread_local std::vector<const void*> t_inside;
+
+class Inside {
+ public:
+  explicit Inside(const void* runtime) { t_inside.push_back(runtime); }
+  ~Inside() { t_inside.pop_back(); }
+  Inside(const Inside&) = delete;
+  Inside& operator=(const Inside&) = delete;
+};
+
+// The runtime's work; ClosableRuntime below is what callers hold.
+class RuntimeImpl final {
  public:
   RuntimeImpl(RuntimeOptions options, CacheStatus cache, OpenedKernelCache opened, double verify_fraction)
       : m_options(std::move(options)),
@@ -154,16 +171,16 @@ class RuntimeImpl final : public Runtime {
     m_device.target = m_driver->device().target;
   }
 
-  Status declare_family(const SpecSchema& schema) override { return m_families.add(schema); }
+  Status declare_family(const SpecSchema& schema) { return m_families.add(schema); }
 
-  Result<CompiledKernel> compile(const KernelRequest& request) override {
+  Result<CompiledKernel> compile(const KernelRequest& request) {
     const auto started = std::chrono::steady_clock::now();
     SourceResult result = JC_TRY(m_sources.compile(request));
     return to_kernel(request.family, request.target, std::move(result), started);
   }
 
   Result<KernelLookup> lookup(const std::string& family, const std::map<std::string, std::string>& spec,
-                              const std::string& target) override {
+                              const std::string& target) {
     const auto started = std::chrono::steady_clock::now();
     auto found = JC_TRY(m_sources.lookup(family, spec, target));
     KernelLookup out;
@@ -177,11 +194,10 @@ class RuntimeImpl final : public Runtime {
     return out;
   }
 
-  DeviceStatus device() const override { return m_device; }
-  const std::filesystem::path& cache_dir() const override { return m_cache.dir; }
-  const CacheStatus& cache_status() const override { return m_cache; }
+  DeviceStatus device() const { return m_device; }
+  const CacheStatus& cache_status() const { return m_cache; }
 
-  Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) override {
+  Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) {
     const auto started = std::chrono::steady_clock::now();
     // The caller's mistake comes first, before a missing device is.
     if (model.checkpoint.empty()) return std::unexpected(empty_checkpoint_error());
@@ -240,6 +256,7 @@ class RuntimeImpl final : public Runtime {
       info.stored = fetched.source == cache::Source::disk || m_store.contains(fetched.key).value_or(false);
       prepared.m_kernels[i] = std::move(kernel);
       if (m_options.progress) {
+        const Inside inside(this);
         std::lock_guard lock(progress_mutex);
         m_options.progress(PrepareProgress{++done, specs.size(), specs[i].label(), info.compiled_now,
                                            ms_since(started), info.from_remote});
@@ -339,6 +356,81 @@ class RuntimeImpl final : public Runtime {
   DeviceStatus m_device;
 };
 
+// A RuntimeImpl behind a CallGate, tied to the process that opened it. close() refuses new
+// calls, waits for the ones in flight, then releases the work; a forked child is refused
+// every call (the parent's threads, locks and connections did not come along) and must
+// open its own runtime.
+class ClosableRuntime final : public Runtime {
+ public:
+  explicit ClosableRuntime(std::unique_ptr<RuntimeImpl> impl)
+      : m_impl(std::move(impl)),
+        m_identity(m_impl.get()),
+        m_device(m_impl->device()),
+        m_cache(m_impl->cache_status()),
+        m_pid(::getpid()) {}
+
+  ~ClosableRuntime() override { (void)close(); }
+
+  Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) override {
+    return call([&](RuntimeImpl& impl) { return impl.prepare(model); });
+  }
+  Status declare_family(const SpecSchema& schema) override {
+    return call([&](RuntimeImpl& impl) { return impl.declare_family(schema); });
+  }
+  Result<CompiledKernel> compile(const KernelRequest& request) override {
+    return call([&](RuntimeImpl& impl) { return impl.compile(request); });
+  }
+  Result<KernelLookup> lookup(const std::string& family, const std::map<std::string, std::string>& spec,
+                              const std::string& target) override {
+    return call([&](RuntimeImpl& impl) { return impl.lookup(family, spec, target); });
+  }
+
+  Status close() override {
+    if (std::find(t_inside.begin(), t_inside.end(), m_identity) != t_inside.end())
+      return make_error(ErrorCode::invalid_argument,
+                        "runtime close: called from inside a call on this runtime (a progress or log callback), "
+                        "which it would wait for; close it after that call returns");
+    if (::getpid() != m_pid) {
+      // The parent's threads may have been inside it at fork(): waiting for them, or
+      // destroying what they held, could hang the child. Left as it is.
+      m_gate.close();
+      std::lock_guard lock(m_release_mutex);
+      (void)m_impl.release();
+      return {};
+    }
+    m_gate.close_and_drain();
+    std::lock_guard lock(m_release_mutex);
+    m_impl.reset();
+    return {};
+  }
+
+  DeviceStatus device() const override { return m_device; }
+  const std::filesystem::path& cache_dir() const override { return m_cache.dir; }
+  const CacheStatus& cache_status() const override { return m_cache; }
+
+ private:
+  template <class Body>
+  auto call(Body&& body) -> decltype(body(std::declval<RuntimeImpl&>())) {
+    const pid_t pid = ::getpid();
+    if (pid != m_pid)
+      return make_error(ErrorCode::invalid_argument,
+                        "runtime created in process " + std::to_string(m_pid) + " used in process " +
+                            std::to_string(pid) + ": a forked child must open its own Runtime");
+    const auto pass = m_gate.enter();
+    if (!pass) return make_error(ErrorCode::invalid_argument, "runtime closed (close() was called)");
+    const Inside inside(m_identity);
+    return body(*m_impl);
+  }
+
+  std::unique_ptr<RuntimeImpl> m_impl;
+  const void* m_identity;  // m_impl's address, which progress callbacks are marked with
+  CallGate m_gate;
+  std::mutex m_release_mutex;
+  DeviceStatus m_device;
+  CacheStatus m_cache;
+  pid_t m_pid;
+};
+
 }  // namespace
 
 const char* to_string(LookupOutcome outcome) {
@@ -417,8 +509,8 @@ Result<std::unique_ptr<Runtime>> Runtime::open(RuntimeOptions options) {
     verify = JC_TRY(env::get_fraction(env::jitcache_verify_spec));
   }
   auto [status, opened] = JC_TRY(open_cache(options));
-  return std::unique_ptr<Runtime>(
-      new RuntimeImpl(std::move(options), std::move(status), std::move(opened), verify));
+  return std::unique_ptr<Runtime>(new ClosableRuntime(
+      std::make_unique<RuntimeImpl>(std::move(options), std::move(status), std::move(opened), verify)));
 }
 
 }  // namespace jitcache

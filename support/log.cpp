@@ -1,5 +1,7 @@
 #include "jitcache/log.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -13,6 +15,12 @@ namespace {
 std::mutex g_sink_mutex;
 std::shared_ptr<const LogSink> g_sink;  // null: stderr
 std::atomic<LogLevel> g_level{LogLevel::info};
+
+// fork() from one thread while another copies the sink would leave the child's mutex held
+// for ever: the forking thread takes it around fork() (it is held only to copy a pointer).
+void lock_sink() { g_sink_mutex.lock(); }
+void unlock_sink() { g_sink_mutex.unlock(); }
+[[maybe_unused]] const int g_fork_handlers = pthread_atfork(&lock_sink, &unlock_sink, &unlock_sink);
 
 void write_stderr(LogLevel level, std::string_view message) {
   std::fprintf(stderr, "jitcache %s: %.*s\n", to_string(level), static_cast<int>(message.size()),

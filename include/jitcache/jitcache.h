@@ -18,17 +18,33 @@
  *   - Only `jitcache_*` symbols are exported by libjitcache.so.
  *
  * Handles, ownership and thread safety
- *   jitcache_runtime  Created by jitcache_runtime_open, destroyed by
- *                     jitcache_runtime_close (exactly once, by the caller). Any number
- *                     of threads may call jitcache_prepare and the other runtime
- *                     functions on one runtime at the same time; closing must not race
- *                     with any other call on that runtime.
- *   jitcache_model    Created by jitcache_prepare, destroyed by jitcache_model_release
- *                     (exactly once, by the caller). Immutable: every query and launch
- *                     may be called from any thread at the same time. A model holds
- *                     what it needs (kernels, loaded modules), so it stays valid after
- *                     its runtime is closed; release must not race with other calls on
- *                     that model.
+ *   jitcache_runtime  Created by jitcache_runtime_open, closed by jitcache_runtime_close.
+ *                     Any number of threads may call jitcache_prepare and the other
+ *                     runtime functions on one runtime at the same time, and one may
+ *                     close it meanwhile: the calls already inside run to their end
+ *                     (close waits for them), a call that starts later fails with
+ *                     JITCACHE_ERROR_INVALID_ARGUMENT ("runtime closed"). Closing twice
+ *                     is harmless. A closed handle keeps a few bytes for the process's
+ *                     life so that a late call finds it closed, not freed.
+ *   jitcache_model    Created by jitcache_prepare, released by jitcache_model_release.
+ *                     Immutable: every query and launch may be called from any thread
+ *                     at the same time. A model holds what it needs (kernels, loaded
+ *                     modules), so it stays valid after its runtime is closed. Release
+ *                     follows the runtime's rule: it waits for the calls in flight on
+ *                     the model, later calls fail with JITCACHE_ERROR_INVALID_ARGUMENT
+ *                     ("model closed"), releasing twice is harmless.
+ *   jitcache_kernel   Created by jitcache_compile or jitcache_lookup, owned by the
+ *                     caller, released once; independent of the runtime.
+ *
+ * fork()
+ *   A runtime belongs to the process that opened it. In a child made by fork(), every
+ *   call on a runtime of the parent fails with JITCACHE_ERROR_INVALID_ARGUMENT ("runtime
+ *   created in process P used in process C: a forked child must open its own Runtime"),
+ *   and jitcache_runtime_close there only marks it closed: the parent's threads, locks
+ *   and connections did not come along. The child opens its own runtime, which works,
+ *   compiles included: fork() waits while another thread is inside NVRTC (pthread_atfork),
+ *   so the child never inherits NVRTC's locks held. Models of the parent keep their host
+ *   functions in the child; CUDA itself does not survive fork().
  */
 #ifndef JITCACHE_JITCACHE_H
 #define JITCACHE_JITCACHE_H
@@ -195,8 +211,10 @@ JITCACHE_API void jitcache_runtime_options_init(jitcache_runtime_options* option
  * an unknown JITCACHE_* variable, are JITCACHE_ERROR_INVALID_INPUT. */
 JITCACHE_API jitcache_status jitcache_runtime_open(const jitcache_runtime_options* options,
                                                    jitcache_runtime** out);
-/* Destroys a runtime (NULL is a no-op). Models prepared by it stay valid. Does nothing
- * when called from inside a log callback (see jitcache_log_fn). */
+/* Closes a runtime (NULL is a no-op): waits for the calls in flight on it to return, then
+ * frees what it holds; later calls on it fail with JITCACHE_ERROR_INVALID_ARGUMENT. Models
+ * prepared by it stay valid. Does nothing when called from inside a log callback (see
+ * jitcache_log_fn), or in a forked child beyond marking it closed (see "fork()"). */
 JITCACHE_API void jitcache_runtime_close(jitcache_runtime* runtime);
 
 typedef struct jitcache_device_status {
@@ -206,12 +224,12 @@ typedef struct jitcache_device_status {
   const char* target; /* e.g. "sm_90"; "" without a device */
 } jitcache_device_status;
 
-/* The device found at open. The strings are owned by the runtime and valid until it is
- * closed. */
+/* The device found at open. The strings are owned by the runtime and stay valid after it
+ * is closed; a closed runtime is JITCACHE_ERROR_INVALID_ARGUMENT. */
 JITCACHE_API jitcache_status jitcache_runtime_device(const jitcache_runtime* runtime,
                                                      jitcache_device_status* out);
 /* The cache directory in use (in memory-only mode: the one that was refused, or "").
- * Owned by the runtime, valid until it is closed. */
+ * Owned by the runtime; "" once it is closed. */
 JITCACHE_API const char* jitcache_runtime_cache_dir(const jitcache_runtime* runtime);
 
 typedef struct jitcache_cache_status {
@@ -221,7 +239,8 @@ typedef struct jitcache_cache_status {
 } jitcache_cache_status;
 
 /* How the runtime's cache is backed; decided at open. The strings are owned by the
- * runtime and valid until it is closed. */
+ * runtime and stay valid after it is closed; a closed runtime is
+ * JITCACHE_ERROR_INVALID_ARGUMENT. */
 JITCACHE_API jitcache_status jitcache_runtime_cache_status(const jitcache_runtime* runtime,
                                                            jitcache_cache_status* out);
 
@@ -241,7 +260,8 @@ JITCACHE_API jitcache_status jitcache_runtime_cache_status(const jitcache_runtim
 JITCACHE_API jitcache_status jitcache_prepare(jitcache_runtime* runtime, const char* checkpoint,
                                               jitcache_rope rope, const char* target,
                                               const char* scales_override, jitcache_model** out);
-/* Destroys a model (NULL is a no-op). */
+/* Releases a model (NULL is a no-op), after the calls in flight on it have returned;
+ * later calls on it fail with JITCACHE_ERROR_INVALID_ARGUMENT. */
 JITCACHE_API void jitcache_model_release(jitcache_model* model);
 
 /* Main layers plus draft (MTP) layers: 79 for GLM-5.x. */
@@ -489,8 +509,9 @@ JITCACHE_API void jitcache_compile_request_init(jitcache_compile_request* reques
  *   {"family": "name", "kind": "cuda" | "nvvm" | "ptx",
  *    "facts": {"dtype": ["f16", "bf16"], "block": []}}
  * where [] allows any non-empty string. Family and fact names are 1 to 64 of
- * [A-Za-z0-9_.-]. Declaring a family again with the same schema is fine, with another one
- * JITCACHE_ERROR_INVALID_ARGUMENT. */
+ * [A-Za-z0-9_.-]. A key given twice in one object (two "facts", or one fact twice) is
+ * JITCACHE_ERROR_INVALID_ARGUMENT naming it. Declaring a family again with the same schema
+ * is fine, with another one JITCACHE_ERROR_INVALID_ARGUMENT. */
 JITCACHE_API jitcache_status jitcache_declare_family(jitcache_runtime* runtime, const char* schema_json);
 
 /* The request's kernel, from the cache or compiled (once per key across processes). */

@@ -5,7 +5,8 @@
 // compiles the misses in parallel (once per key across processes), checks each artifact's
 // embedded facts against the layers bound to it, and returns per-layer bindings.
 //
-// Thread safety: a Runtime may be used from many threads at once. A PreparedModel is
+// Thread safety: a Runtime may be used from many threads at once, and closed while they
+// call it (close()). A PreparedModel is
 // immutable after prepare(); its accessors and launch functions are safe to call from
 // any thread.
 #pragma once
@@ -218,6 +219,18 @@ class Runtime {
   // compile()), or a hit chosen for verification (see RuntimeOptions::verify_spec).
   virtual Result<KernelLookup> lookup(const std::string& family, const std::map<std::string, std::string>& spec,
                                       const std::string& target) = 0;
+
+  // Closes the runtime: calls that start afterwards fail with invalid_argument ("runtime
+  // closed"); close waits for the calls already inside (a prepare that compiles) to return,
+  // then releases the cache, the compiler and the device. Idempotent; the destructor closes.
+  // Models it prepared stay usable. From inside a call on this runtime (its progress
+  // callback, on that call's thread) it would wait for itself: invalid_argument there.
+  //
+  // A Runtime belongs to the process that opened it. In a child made by fork() every call
+  // fails with invalid_argument naming both processes, and close() only marks it closed
+  // (the parent's threads and locks did not come along); the child opens its own Runtime,
+  // which works, compiles included.
+  virtual Status close() = 0;
 
   virtual DeviceStatus device() const = 0;
   virtual const std::filesystem::path& cache_dir() const = 0;

@@ -426,7 +426,8 @@ class Model:
 
     # ---- lifetime ----
     def close(self) -> None:
-        """Releases the model's handle (idempotent); later use raises InvalidArgumentError."""
+        """Releases the model's handle (idempotent), after the calls other threads are making
+        on it have returned; later use raises InvalidArgumentError."""
         self._handle = None
         self._finalizer()
 
@@ -617,6 +618,12 @@ class Runtime:
     ``verify_spec``: the fraction (0 to 1) of :meth:`lookup` hits answered "verify" instead,
     so that the caller generates the source and :meth:`compile` checks the family's spec
     still determines it; None follows JITCACHE_VERIFY_SPEC (a boolean or a fraction; unset: 0).
+
+    Threads and processes: any number of threads may call one runtime, and :meth:`close`
+    may come from another one meanwhile. A runtime belongs to the process that opened it: in
+    a child made by ``os.fork()`` (multiprocessing's "fork" start method, vLLM's workers)
+    its calls raise InvalidArgumentError, and the child opens its own ``Runtime``, which
+    works, compiles included, even when the parent forked while a thread was compiling.
     """
 
     def __init__(
@@ -676,7 +683,9 @@ class Runtime:
             raise
 
     def close(self) -> None:
-        """Closes the runtime (idempotent). Models it prepared stay usable."""
+        """Closes the runtime (idempotent). Calls other threads are making (a prepare that
+        compiles) run to their end first; a call that starts afterwards raises
+        InvalidArgumentError ("runtime closed"). Models it prepared stay usable."""
         if self._handle is not None:
             self._handle = None
             self._finalizer()
@@ -756,6 +765,8 @@ class Runtime:
         for name, allowed in facts.items():
             if not isinstance(name, str):
                 raise TypeError(f"facts: a fact name must be a str, got {type(name).__name__}")
+            if name in domains:  # a mapping whose items() repeat a name: neither one wins
+                raise InvalidArgumentError(f"facts: fact {name!r} is given twice")
             domains[name] = [] if allowed is None else _string_list(f"facts[{name!r}]", allowed)
         schema = json.dumps({"family": family, "kind": kind, "facts": domains})
         _log.sync()

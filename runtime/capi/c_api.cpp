@@ -18,29 +18,14 @@
 #include <nlohmann/json.hpp>
 
 #include "jitcache/runtime.hpp"
+#include "runtime/capi/handles.hpp"
+#include "runtime/capi/schema_json.hpp"
 #include "runtime/compiled_kernel_json.hpp"
 #include "kernel_templates/kernel_spec.hpp"
 #include "runtime/compile/binding_guard.hpp"
 #include "runtime/kv/host_executor.hpp"
 #include "runtime/kv/kv_tools.hpp"
 #include "runtime/scales/scale_resolver.hpp"
-
-struct jitcache_runtime {
-  std::unique_ptr<jitcache::Runtime> runtime;
-  // Held here so the strings handed out stay valid for the runtime's life.
-  jitcache::DeviceStatus device;
-  std::string cache_dir;
-  std::string cache_reason;
-  jitcache_cache_mode cache_mode = JITCACHE_CACHE_READ_WRITE;
-};
-
-struct jitcache_model {
-  std::shared_ptr<const jitcache::PreparedModel> model;
-};
-
-struct jitcache_kernel {
-  jitcache::CompiledKernel kernel;
-};
 
 namespace jitcache {
 namespace {
@@ -119,6 +104,11 @@ jitcache_status guarded(const char* function, Body&& body) noexcept {
 
 jitcache_status null_argument(const char* function, const char* name) {
   return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + name + " is NULL");
+}
+
+// A call on a handle that was closed, or whose close began while the call waited.
+jitcache_status closed_handle(const char* function, const char* what) {
+  return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + what + " closed");
 }
 
 jitcache_status refused_in_log_callback(const char* function) {
@@ -378,6 +368,8 @@ template <class Args>
 jitcache_status model_host_kernel(const char* self, const jitcache_model* model, int32_t layer,
                                   const Args* args) {
   if (model == nullptr) return null_argument(self, "model");
+  const auto pass = model->gate.enter();
+  if (!pass) return closed_handle(self, "model");
   if (args == nullptr) return null_argument(self, "args");
   const LayerBinding* b = model->model->layer(layer);
   if (b == nullptr)
@@ -471,40 +463,6 @@ Result<KernelRequest> read_request(const char* self, const jitcache_compile_requ
     request.options.emplace_back(r.options[i]);
   }
   return request;
-}
-
-Result<SpecSchema> read_schema(const char* self, const char* text) {
-  const std::string what = std::string(self) + ": schema";
-  const auto json = nlohmann::json::parse(text, nullptr, false);
-  if (json.is_discarded() || !json.is_object())
-    return make_error(ErrorCode::invalid_argument, what + " is not a JSON object");
-  for (const auto& [name, value] : json.items())
-    if (name != "family" && name != "kind" && name != "facts")
-      return make_error(ErrorCode::invalid_argument,
-                        what + ": unknown field '" + name + "' (expected family, kind, facts)");
-  SpecSchema schema;
-  if (!json.contains("family") || !json["family"].is_string())
-    return make_error(ErrorCode::invalid_argument, what + ": field 'family' is missing or not a string");
-  schema.family = json["family"].get<std::string>();
-  if (!json.contains("kind") || !json["kind"].is_string() ||
-      !parse_source_kind(json["kind"].get<std::string>()))
-    return make_error(ErrorCode::invalid_argument, what + ": field 'kind' must be \"cuda\", \"nvvm\" or \"ptx\"");
-  schema.kind = *parse_source_kind(json["kind"].get<std::string>());
-  if (!json.contains("facts") || !json["facts"].is_object())
-    return make_error(ErrorCode::invalid_argument, what + ": field 'facts' is missing or not an object");
-  for (const auto& [name, values] : json["facts"].items()) {
-    if (!values.is_array())
-      return make_error(ErrorCode::invalid_argument,
-                        what + ": field 'facts." + name + "' must be a list of allowed values ([] for any)");
-    FactDomain domain;
-    for (const auto& value : values) {
-      if (!value.is_string())
-        return make_error(ErrorCode::invalid_argument, what + ": field 'facts." + name + "' holds a non-string");
-      domain.allowed.push_back(value.get<std::string>());
-    }
-    schema.facts.emplace(name, std::move(domain));
-  }
-  return schema;
 }
 
 jitcache_status hand_out_kernel(CompiledKernel&& kernel, jitcache_kernel** out) {
@@ -628,14 +586,15 @@ void jitcache_runtime_close(jitcache_runtime* runtime) {
          "jitcache_runtime_close: called from inside a jitcache log callback; the runtime stays open");
     return;
   }
-  // Destructors of the runtime do not throw; a C caller could not handle it if they did.
-  delete runtime;
+  // Waits for the calls in flight; closing does not throw (a C caller could not handle it).
+  capi::close_runtime(runtime);
 }
 
 jitcache_status jitcache_runtime_device(const jitcache_runtime* runtime, jitcache_device_status* out) {
   return guarded(__func__, [&](const char* self) {
     if (runtime == nullptr) return null_argument(self, "runtime");
     if (out == nullptr) return null_argument(self, "out");
+    if (runtime->closed) return closed_handle(self, "runtime");
     out->available = runtime->device.available ? 1 : 0;
     out->reason = runtime->device.reason.c_str();
     out->name = runtime->device.name.c_str();
@@ -645,13 +604,14 @@ jitcache_status jitcache_runtime_device(const jitcache_runtime* runtime, jitcach
 }
 
 const char* jitcache_runtime_cache_dir(const jitcache_runtime* runtime) {
-  return runtime == nullptr ? "" : runtime->cache_dir.c_str();
+  return runtime == nullptr || runtime->closed ? "" : runtime->cache_dir.c_str();
 }
 
 jitcache_status jitcache_runtime_cache_status(const jitcache_runtime* runtime, jitcache_cache_status* out) {
   return guarded(__func__, [&](const char* self) {
     if (runtime == nullptr) return null_argument(self, "runtime");
     if (out == nullptr) return null_argument(self, "out");
+    if (runtime->closed) return closed_handle(self, "runtime");
     out->mode = runtime->cache_mode;
     out->dir = runtime->cache_dir.c_str();
     out->reason = runtime->cache_reason.c_str();
@@ -691,11 +651,15 @@ jitcache_status jitcache_prepare_with(jitcache_runtime* runtime, const jitcache_
   });
 }
 
-void jitcache_model_release(jitcache_model* model) { delete model; }
+void jitcache_model_release(jitcache_model* model) {
+  if (model != nullptr) capi::release_model(model);
+}
 
 jitcache_status jitcache_model_num_layers(const jitcache_model* model, int32_t* out) {
   return guarded(__func__, [&](const char* self) {
     if (model == nullptr) return null_argument(self, "model");
+    const auto pass = model->gate.enter();
+    if (!pass) return closed_handle(self, "model");
     if (out == nullptr) return null_argument(self, "out");
     *out = static_cast<int32_t>(model->model->layers().size());
     return JITCACHE_OK;
@@ -705,6 +669,8 @@ jitcache_status jitcache_model_num_layers(const jitcache_model* model, int32_t* 
 jitcache_status jitcache_model_layer(const jitcache_model* model, int32_t layer, jitcache_layer_info* out) {
   return guarded(__func__, [&](const char* self) {
     if (model == nullptr) return null_argument(self, "model");
+    const auto pass = model->gate.enter();
+    if (!pass) return closed_handle(self, "model");
     if (out == nullptr) return null_argument(self, "out");
     const LayerBinding* b = model->model->layer(layer);
     if (b == nullptr)
@@ -722,6 +688,8 @@ jitcache_status jitcache_model_layer(const jitcache_model* model, int32_t layer,
 jitcache_status jitcache_model_stats(const jitcache_model* model, jitcache_prepare_stats* out) {
   return guarded(__func__, [&](const char* self) {
     if (model == nullptr) return null_argument(self, "model");
+    const auto pass = model->gate.enter();
+    if (!pass) return closed_handle(self, "model");
     if (out == nullptr) return null_argument(self, "out");
     const PrepareStats& s = model->model->stats();
     out->variants = s.variants;
@@ -733,13 +701,17 @@ jitcache_status jitcache_model_stats(const jitcache_model* model, jitcache_prepa
 }
 
 const char* jitcache_model_target(const jitcache_model* model) {
-  return model == nullptr ? "" : model->model->target().c_str();
+  if (model == nullptr) return "";
+  const auto pass = model->gate.enter();
+  return pass ? model->model->target().c_str() : "";
 }
 
 jitcache_status jitcache_launch_writer(const jitcache_model* model, int32_t layer,
                                        const jitcache_writer_launch* args, void* stream) {
   return guarded(__func__, [&](const char* self) {
     if (model == nullptr) return null_argument(self, "model");
+    const auto pass = model->gate.enter();
+    if (!pass) return closed_handle(self, "model");
     if (args == nullptr) return null_argument(self, "args");
     WriterLaunch a;
     a.kv_c = args->kv_c;
@@ -760,6 +732,8 @@ jitcache_status jitcache_launch_gather(const jitcache_model* model, int32_t laye
                                        const jitcache_gather_launch* args, void* stream) {
   return guarded(__func__, [&](const char* self) {
     if (model == nullptr) return null_argument(self, "model");
+    const auto pass = model->gate.enter();
+    if (!pass) return closed_handle(self, "model");
     if (args == nullptr) return null_argument(self, "args");
     GatherLaunch a;
     a.cache = args->cache;
@@ -779,6 +753,8 @@ void jitcache_string_free(char* text) { std::free(text); }
 jitcache_status jitcache_model_describe(const jitcache_model* model, char** out) {
   return guarded(__func__, [&](const char* self) {
     if (model == nullptr) return null_argument(self, "model");
+    const auto pass = model->gate.enter();
+    if (!pass) return closed_handle(self, "model");
     if (out == nullptr) return null_argument(self, "out");
     return hand_out(describe(*model->model), out);
   });

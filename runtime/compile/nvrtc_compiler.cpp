@@ -18,6 +18,7 @@
 #include "runtime/compile/source_compiler.hpp"
 #include "runtime/compile/toolkit_library.hpp"
 #include "support/env.hpp"
+#include "support/fork_guard.hpp"
 
 namespace jitcache {
 namespace {
@@ -152,6 +153,7 @@ class NvrtcCompiler final : public Compiler {
   // NVRTC supports: what distinguishes builds that report the same version.
   static Result<std::string> compute_fingerprint() {
     const char* source = "extern \"C\" __global__ void jc_fingerprint(float* p, float s) { p[0] = __fdiv_rn(p[1], s); }\n";
+    const ToolSection section;  // NVRTC's own locks, held while it compiles (fork_guard.hpp)
     nvrtcProgram raw = nullptr;
     if (nvrtcCreateProgram(&raw, source, "fingerprint.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS)
       return make_error(ErrorCode::compile, "NVRTC could not create the fingerprint program");
@@ -187,6 +189,7 @@ Result<NvrtcOutput> run_nvrtc(const std::string& program_name, const std::string
     header_texts.push_back(h.text);
     header_names.push_back(h.name);
   }
+  const ToolSection section;  // NVRTC's own locks, held while it compiles (fork_guard.hpp)
   nvrtcProgram raw = nullptr;
   nvrtcResult rc = nvrtcCreateProgram(&raw, source.c_str(), program_name.c_str(), static_cast<int>(header_texts.size()),
                                       header_texts.data(), header_names.data());

@@ -174,6 +174,27 @@ TEST_F(CApiCompileTest, BadSchemasAreRefusedNamingTheField) {
   EXPECT_EQ(jitcache_declare_family(m_runtime, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);
 }
 
+// Issue 24 item 16: a key given twice was taken silently, the last one winning (another
+// parser keeps the first): the family's meaning depended on the reader.
+TEST_F(CApiCompileTest, AKeyGivenTwiceInASchemaIsRefusedNamingIt) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"family": "twice", "family": "axpy2", "kind": "cuda", "facts": {}})", "key 'family' is given twice"},
+      {R"({"family": "twice", "kind": "ptx", "kind": "cuda", "facts": {}})", "key 'kind' is given twice"},
+      {R"({"family": "twice", "kind": "cuda", "facts": {"tile": ["8"], "dtype": [], "tile": []}})",
+       "key 'facts.tile' is given twice"},
+      {R"({"family": "twice", "kind": "cuda", "facts": {"a": []}, "facts": {"b": []}})",
+       "key 'facts' is given twice"},
+  };
+  for (const auto& [schema, expected] : cases) {
+    EXPECT_EQ(jitcache_declare_family(m_runtime, schema), JITCACHE_ERROR_INVALID_ARGUMENT) << schema;
+    EXPECT_NE(last_error().find(expected), std::string::npos) << schema << ": " << last_error();
+  }
+  // The same names in different objects are no duplicates.
+  EXPECT_EQ(jitcache_declare_family(m_runtime, R"({"family": "twice", "kind": "cuda", "facts": {"kind": [], "family": []}})"),
+            JITCACHE_OK)
+      << last_error();
+}
+
 TEST_F(CApiCompileTest, BadRequestsAreRefusedNamingTheField) {
   jitcache_kernel* k = nullptr;
   auto refused = [&](jitcache_compile_request r, jitcache_status status, const std::string& expected) {

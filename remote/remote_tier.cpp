@@ -1,7 +1,5 @@
 #include "remote/remote_tier.hpp"
 
-#include <sys/random.h>
-
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
@@ -9,36 +7,13 @@
 
 #include "cache/tally.hpp"
 #include "jitcache/log.hpp"
+#include "remote/lease_protocol.hpp"
 
 namespace jitcache::remote {
 namespace {
 
 constexpr std::string_view k_entry_infix = "v1:entry:";
 constexpr std::string_view k_lease_infix = "v1:lease:";
-
-// Deletes or extends the lease only while it still holds our token: a lease that expired
-// and was taken by another node is theirs.
-constexpr std::string_view k_release_script =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
-constexpr std::string_view k_renew_script =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) "
-    "else return 0 end";
-
-std::string random_token() {
-  unsigned char bytes[16];
-  std::size_t got = 0;
-  while (got < sizeof bytes) {
-    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n > 0) got += static_cast<std::size_t>(n);
-  }
-  static constexpr char k_digits[] = "0123456789abcdef";
-  std::string token;
-  for (unsigned char b : bytes) {
-    token += k_digits[b >> 4];
-    token += k_digits[b & 15];
-  }
-  return token;
-}
 
 // SCAN's MATCH is a glob: a prefix holding *, ?, [ or \\ would otherwise match more than itself.
 std::string glob_escaped(std::string_view text) {
@@ -93,6 +68,18 @@ class RedisLease final : public cache::TierLease {
   std::thread m_renewer;
 };
 
+// A name holding a list, a hash, a set...: no node's value, and no reason to fail a read.
+Result<std::optional<RemoteRead>> read_wrong_type(RedisClient& client, std::string_view name) {
+  const Reply type = JC_TRY(client.command({"TYPE", name}));
+  if (type.str == "none") return std::optional<RemoteRead>();  // removed since
+  RemoteRead read;
+  read.rejected = Rejected{Rejection::wrong_type, "a Redis " + type.str + " where a string value belongs"};
+  return std::optional<RemoteRead>(std::move(read));
+}
+
+// Rejections remembered per tier before the memory starts again (a bound, not a target).
+constexpr std::size_t k_max_reported = 4096;
+
 }  // namespace
 
 RemoteTier::RemoteTier(RemoteTierOptions options) : m_options(std::move(options)), m_client(m_options.redis) {}
@@ -112,14 +99,8 @@ std::string RemoteTier::lease_name(const cache::CacheKey& key) const {
 }
 
 std::optional<cache::CacheKey> RemoteTier::key_of(std::string_view name) const {
-  const std::string head = m_options.prefix + std::string(k_entry_infix);
-  if (!name.starts_with(head)) return std::nullopt;
-  const std::string_view hex = name.substr(head.size());
-  // Only the canonical (lowercase) spelling: the signature covers the exact name.
-  if (hex.size() != cache::k_hash_hex_chars || !cache::detail::is_hex(hex)) return std::nullopt;
-  auto key = cache::CacheKey::from_hex(hex);
-  if (!key || key->to_hex() != hex) return std::nullopt;
-  return *key;
+  ParsedName parsed = parse(name);
+  return parsed.kind == NameKind::entry ? parsed.key : std::nullopt;
 }
 
 Result<std::optional<RemoteRead>> RemoteTier::read(std::string_view name) {
@@ -129,10 +110,12 @@ Result<std::optional<RemoteRead>> RemoteTier::read(std::string_view name) {
   // 0 for both.
   auto replies =
       JC_TRY(m_client.pipeline({{"GETRANGE", name, "0", last}, {"STRLEN", name}, {"EXISTS", name}}));
-  for (const Reply& reply : replies)
-    if (reply.type == Reply::Type::error)
-      return make_error(ErrorCode::io, "remote cache " + m_client.display() + ": reading " + std::string(name) +
-                                           ": " + reply.str);
+  for (const Reply& reply : replies) {
+    if (reply.type != Reply::Type::error) continue;
+    if (reply.str.starts_with("WRONGTYPE")) return read_wrong_type(m_client, name);
+    return make_error(ErrorCode::io,
+                      "remote cache " + m_client.display() + ": reading " + std::string(name) + ": " + reply.str);
+  }
   const std::string& value = replies[0].str;
   RemoteRead read;
   read.stored_bytes = static_cast<std::uint64_t>(replies[1].integer);
@@ -176,7 +159,7 @@ Result<std::optional<cache::TierHit>> RemoteTier::fetch(const cache::CacheKey& k
   if ((*got)->rejected) {
     const std::string line = "remote cache: rejected the value of " + key.to_hex() + " (" + entry_name(key) +
                              "): " + (*got)->rejected->to_string() + "; not loaded";
-    if (report == Report::quietly) {
+    if (report == Report::quietly || !first_report(key, *(*got)->rejected)) {
       log_debug(line);
     } else {
       count(&cache::Counters::remote_rejects);
@@ -190,6 +173,12 @@ Result<std::optional<cache::TierHit>> RemoteTier::fetch(const cache::CacheKey& k
   hit.compile_ms = entry.compile_ms;
   hit.facts = std::move(entry.facts);
   return std::optional<cache::TierHit>(std::move(hit));
+}
+
+bool RemoteTier::first_report(const cache::CacheKey& key, const Rejected& rejected) {
+  std::lock_guard lock(m_reported_mutex);
+  if (m_reported.size() >= k_max_reported) m_reported.clear();
+  return m_reported.insert(key.to_hex() + ":" + rejected.to_string()).second;
 }
 
 Result<std::optional<cache::TierHit>> RemoteTier::get(const cache::CacheKey& key) {
@@ -280,6 +269,15 @@ Result<cache::Claim> RemoteTier::claim(const cache::CacheKey& key, std::string_v
       }
       return cache::Claim{std::nullopt, std::move(lease)};
     }
+    if (lease_without_expiry(name)) {
+      const std::string line = "remote cache: the lease " + name +
+                               " has no expiry, so no node holds it (set by hand or by a broken client); "
+                               "compiling " + std::string(label.empty() ? key.to_hex() : label) +
+                               " here without it (`jitcache clear --remote --stale` removes such leases)";
+      if (!m_warned_broken_lease.exchange(true)) log_warning(line);
+      else log_debug(line);
+      return cache::Claim{};
+    }
     if (!waiting) {
       waiting = true;
       count(&cache::Counters::remote_lease_waits);
@@ -301,6 +299,15 @@ Result<cache::Claim> RemoteTier::claim(const cache::CacheKey& key, std::string_v
       return cache::Claim{std::move(*stored), nullptr};
     }
   }
+}
+
+bool RemoteTier::lease_without_expiry(const std::string& name) {
+  auto ttl = m_client.command({"PTTL", name});
+  if (!ttl) {
+    log_debug("remote cache: the expiry of lease " + name + ": " + ttl.error().to_string());
+    return false;
+  }
+  return ttl->type == Reply::Type::integer && ttl->integer == -1;
 }
 
 }  // namespace jitcache::remote

@@ -3,6 +3,8 @@
 // Keys. Under a prefix (JITCACHE_REMOTE_PREFIX, default "jitcache:"):
 //   <prefix>v1:entry:<cache key hex>   a signed value (remote/signed_entry.hpp)
 //   <prefix>v1:lease:<cache key hex>   a compile lease: a random token, with an expiry
+// A name belongs to one prefix only (remote/remote_names.hpp has the grammar): a fleet
+// under "jitcache:" never reads, counts or removes the names of a fleet under "jitcache:b:".
 //
 // Reads. get() reads at most max_entry_bytes + 1 bytes (GETRANGE), so a value larger than
 // the bound is rejected without being transferred; then checks length, format, the
@@ -19,7 +21,13 @@
 // holder renews it (every third of its lifetime) while it compiles and deletes it (only
 // if it still holds the token) when done; a holder that dies stops renewing, so its lease
 // expires and another node takes over. A node that finds the lease taken waits, polling
-// for the entry, at most `wait`; it then compiles itself rather than wait forever.
+// for the entry, at most `wait`; it then compiles itself rather than wait forever. A lease
+// with no expiry (set by hand or by a broken client) was never taken by a node: it is
+// ignored (one warning per tier) and the node compiles at once.
+//
+// Rejections. A rejected value is counted and warned about once per key and reason in a
+// tier's life: the probe and the get of one request, or a later request of the same
+// process, read the same poisoned value and do not report it again.
 //
 // Failures. Every Redis operation is bounded by the client's timeouts and circuit breaker
 // (remote/redis_client.hpp). Errors are returned to the Store, which counts them, logs
@@ -31,13 +39,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "cache/tier.hpp"
 #include "remote/redis_client.hpp"
+#include "remote/remote_names.hpp"
 #include "remote/signed_entry.hpp"
 
 namespace jitcache::remote {
@@ -98,8 +109,20 @@ class RemoteTier final : public cache::StorageTier {
   // Reads and checks the value stored under `name` (an entry name; its key comes from the
   // name) without counting anything. std::nullopt when nothing is stored there.
   Result<std::optional<RemoteRead>> read(std::string_view name);
-  // The cache key an entry name stands for, or std::nullopt for a foreign name.
+  // What this node may do under the prefix (remote status), each refusal an error with the
+  // server's words: write as a lease is taken (SET NX PX, on <prefix>v1:probe:<random>,
+  // which expires in 10 s whatever happens), read as an entry is read, delete as a lease
+  // is released (a script). `remove` is not tried when nothing could be written.
+  struct Access {
+    Status read;
+    Status write;
+    std::optional<Status> remove;
+  };
+  Access probe_access();
+  // The cache key an entry name stands for, or std::nullopt for any other name.
   std::optional<cache::CacheKey> key_of(std::string_view name) const;
+  // What `name` is under this tier's prefix (remote/remote_names.hpp).
+  ParsedName parse(std::string_view name) const { return parse_name(m_options.prefix, name); }
 
  private:
   void count(std::uint64_t cache::Counters::*field);
@@ -109,10 +132,18 @@ class RemoteTier final : public cache::StorageTier {
   enum class Report { rejections, quietly };
   // The value under `key`, checked; a rejection is logged and, per `report`, counted.
   Result<std::optional<cache::TierHit>> fetch(const cache::CacheKey& key, Report report = Report::rejections);
+  // Whether this rejection of `key` is reported for the first time (then remembered).
+  bool first_report(const cache::CacheKey& key, const Rejected& rejected);
+  // Whether the lease `name`, found taken, has no expiry: no node holds it. False when
+  // that cannot be told (the wait that follows is bounded anyway).
+  bool lease_without_expiry(const std::string& name);
 
   RemoteTierOptions m_options;
   RedisClient m_client;
   cache::CountSink m_sink;
+  std::mutex m_reported_mutex;
+  std::unordered_set<std::string> m_reported;  // "<key>:<reason>", under m_reported_mutex
+  std::atomic<bool> m_warned_broken_lease{false};
 };
 
 }  // namespace jitcache::remote

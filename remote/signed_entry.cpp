@@ -30,6 +30,7 @@ const char* to_string(Rejection rejection) {
     case Rejection::bad_digest: return "digest mismatch";
     case Rejection::oversized: return "oversized";
     case Rejection::bad_content: return "unusable content";
+    case Rejection::wrong_type: return "not a string value";
   }
   return "?";
 }

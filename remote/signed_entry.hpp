@@ -47,6 +47,7 @@ enum class Rejection {
   bad_digest,       // the bytes do not hash to the digest
   oversized,        // larger than the configured bound (not read in full)
   bad_content,      // the bytes are not what the reader expects (the kernel cache's check)
+  wrong_type,       // not a Redis string at all (a list, hash, set...): nobody's value
 };
 const char* to_string(Rejection rejection);
 

@@ -114,8 +114,9 @@ nlohmann::json to_json(const RemoteAuditReport& r) {
                         {"kernel", f.kernel},
                         {"target", f.target},
                         {"explanation", f.explanation}});
-  return {{"remote", r.remote}, {"prefix", r.prefix},     {"clean", r.clean()},       {"names", r.names},
-          {"entries", r.entries}, {"leases", r.leases},   {"verified", r.verified},   {"findings", findings}};
+  return {{"remote", r.remote},   {"prefix", r.prefix},           {"clean", r.clean()},
+          {"names", r.names},     {"other_names", r.other_names}, {"entries", r.entries},
+          {"leases", r.leases},   {"verified", r.verified},       {"findings", findings}};
 }
 
 void print_human(const RemoteAuditReport& r) {
@@ -125,6 +126,9 @@ void print_human(const RemoteAuditReport& r) {
   for (const RemoteFinding& f : r.findings)
     std::printf("%-15s %s (%s, %s): %s\n", to_string(f.kind), f.name.c_str(), f.kernel.c_str(), f.target.c_str(),
                 f.explanation.c_str());
+  if (r.other_names > 0)
+    std::printf("%zu name(s) starting with %s belong to another prefix or to other software: not audited\n",
+                r.other_names, r.prefix.c_str());
 }
 
 int run_remote_audit(const AuditArgs& args, const GlobalOptions& global) {

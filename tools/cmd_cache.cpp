@@ -196,6 +196,7 @@ struct ClearArgs {
   bool stale = false;
   bool dry_run = false;
   bool remote = false;
+  bool foreign = false;
   bool json = false;
 };
 
@@ -244,7 +245,9 @@ int run_clear_all(const Context& context) {
   return k_exit_ok;
 }
 
-// --remote: the shared tier only; this machine's cache is left as it is.
+// --remote: the shared tier only; this machine's cache is left as it is. Both modes audit
+// first: only names of the prefix's grammar are touched, and foreign values only with
+// --foreign.
 int run_clear_remote(const Context& context, const ClearArgs& args) {
   if (int(args.all) + int(args.stale) != 1 || args.filter.any()) {
     std::fprintf(stderr, "jitcache: error: clear --remote: give exactly one of --all or --stale\n");
@@ -253,55 +256,62 @@ int run_clear_remote(const Context& context, const ClearArgs& args) {
   auto tier = open_remote_tier(context.global, "clear --remote");
   if (!tier) return k_exit_usage;
   const cache::DryRun dry_run = args.dry_run ? cache::DryRun::yes : cache::DryRun::no;
+  const ForeignValues foreign = args.foreign ? ForeignValues::remove : ForeignValues::keep;
   const char* verb = args.dry_run ? "would remove" : "removed";
-  nlohmann::ordered_json removed_json = nlohmann::ordered_json::array();
-  std::size_t count = 0, audited = 0;
-  if (args.stale) {
-    auto audit = audit_remote(*tier);
-    if (!audit) return report(audit.error());
-    audited = audit->entries;
-    auto removed = clear_remote_flagged(*tier, *audit, dry_run);
-    if (!removed) return report(removed.error());
-    count = removed->size();
-    for (const RemoteFinding& f : *removed) {
-      if (args.json)
-        removed_json.push_back({{"name", f.name}, {"kind", to_string(f.kind)}, {"reason", f.reason},
-                                {"explanation", f.explanation}});
-      else
-        std::printf("%s %s %s (%s, %s): %s\n", verb, to_string(f.kind), f.name.c_str(), f.kernel.c_str(),
-                    f.target.c_str(), f.explanation.c_str());
-    }
-  } else {
-    auto removed = clear_remote_all(*tier, dry_run);
-    if (!removed) return report(removed.error());
-    count = removed->size();
-    for (const std::string& name : *removed) {
-      if (args.json) removed_json.push_back({{"name", name}});
-      else if (args.dry_run) std::printf("would remove %s\n", name.c_str());
-    }
-  }
+  auto audit = audit_remote(*tier);
+  if (!audit) return report(audit.error());
+  auto cleared = args.stale ? clear_remote_flagged(*tier, *audit, dry_run, foreign)
+                            : clear_remote_all(*tier, *audit, dry_run, foreign);
+  if (!cleared) return report(cleared.error());
+  auto finding_json = [](const RemoteFinding& f) {
+    return nlohmann::ordered_json{
+        {"name", f.name}, {"kind", to_string(f.kind)}, {"reason", f.reason}, {"explanation", f.explanation}};
+  };
   if (args.json) {
+    nlohmann::ordered_json removed = nlohmann::ordered_json::array(), kept = nlohmann::ordered_json::array();
+    if (args.stale)
+      for (const RemoteFinding& f : cleared->removed_findings) removed.push_back(finding_json(f));
+    else
+      for (const std::string& name : cleared->removed) removed.push_back({{"name", name}});
+    for (const RemoteFinding& f : cleared->kept) kept.push_back(finding_json(f));
     std::cout << nlohmann::ordered_json{{"remote", tier->client().display()},
                                         {"prefix", tier->options().prefix},
                                         {"mode", args.stale ? "stale" : "all"},
                                         {"dry_run", args.dry_run},
-                                        {"removed", removed_json}}
+                                        {"foreign", args.foreign},
+                                        {"removed", removed},
+                                        {"kept", kept},
+                                        {"other_names", audit->other_names}}
                      .dump(2)
               << "\n";
-  } else if (args.stale) {
-    std::printf("%s %zu flagged name(s) of %zu remote entries from %s\n", verb, count, audited,
-                tier->client().display().c_str());
-  } else {
-    std::printf("%s %zu name(s) under %s from %s\n", verb, count, tier->options().prefix.c_str(),
-                tier->client().display().c_str());
+    return k_exit_ok;
   }
+  if (args.stale) {
+    for (const RemoteFinding& f : cleared->removed_findings)
+      std::printf("%s %s %s (%s, %s): %s\n", verb, to_string(f.kind), f.name.c_str(), f.kernel.c_str(),
+                  f.target.c_str(), f.explanation.c_str());
+  } else if (args.dry_run) {
+    for (const std::string& name : cleared->removed) std::printf("would remove %s\n", name.c_str());
+  }
+  for (const RemoteFinding& f : cleared->kept)
+    std::printf("kept %s %s: %s\n", to_string(f.kind), f.name.c_str(), f.explanation.c_str());
+  if (args.stale)
+    std::printf("%s %zu flagged name(s) of %zu remote entries from %s", verb, cleared->removed_findings.size(),
+                audit->entries, tier->client().display().c_str());
+  else
+    std::printf("%s %zu name(s) under %s from %s", verb, cleared->removed.size(), tier->options().prefix.c_str(),
+                tier->client().display().c_str());
+  if (!cleared->kept.empty()) std::printf("; kept %zu foreign (--foreign removes them)", cleared->kept.size());
+  if (audit->other_names > 0)
+    std::printf("; left %zu name(s) of other prefixes or software alone", audit->other_names);
+  std::printf("\n");
   return k_exit_ok;
 }
 
 int run_clear(const Context& context, const ClearArgs& args) {
   if (args.remote) return run_clear_remote(context, args);
-  if (args.json) {
-    std::fprintf(stderr, "jitcache: error: clear: --json is for clear --remote\n");
+  if (args.json || args.foreign) {
+    std::fprintf(stderr, "jitcache: error: clear: %s is for clear --remote\n", args.json ? "--json" : "--foreign");
     return k_exit_usage;
   }
   if (int(args.all) + int(args.stale) + int(args.filter.any()) != 1) {
@@ -413,8 +423,12 @@ void register_cache(CLI::App& root, Context& context) {
   add_filter_options(clear, clear_args->filter);
   clear->add_flag("--dry-run", clear_args->dry_run, "Show what would be removed; remove nothing");
   clear->add_flag("--remote", clear_args->remote,
-                  "Clear the shared remote tier instead (with --all: every name under jitcache's prefix, leases "
-                  "included; with --stale: what `jitcache audit --remote` flags); this machine's cache is untouched");
+                  "Clear the shared remote tier instead (with --all: every name of jitcache's prefix, leases "
+                  "included; with --stale: what `jitcache audit --remote` flags); this machine's cache is untouched; "
+                  "names of other prefixes are never touched");
+  clear->add_flag("--foreign", clear_args->foreign,
+                  "With --remote: also remove values this fleet cannot prove are its own (another fleet key's or "
+                  "format's under the same prefix); kept otherwise");
   clear->add_flag("--json", clear_args->json, "One JSON document on stdout (with --remote)");
   context.bind(clear, [&context, clear_args] { return run_clear(context, *clear_args); });
 

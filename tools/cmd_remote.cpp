@@ -15,6 +15,7 @@
 #include "remote/remote_config.hpp"
 #include "runtime/audit/remote_audit.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
+#include "runtime/compile/source_cache.hpp"
 #include "support/env.hpp"
 #include "tools/cli.hpp"
 #include "tools/entry_filter.hpp"
@@ -94,6 +95,8 @@ struct RemoteStatus {
   std::optional<std::string> server_version;
   std::optional<std::size_t> entries;
   std::optional<std::size_t> leases;
+  // What this node may do under the prefix; unset: not probed. Each refusal is in `error`.
+  std::optional<bool> can_read, can_write, can_delete;
   std::optional<std::string> error;  // what stops this node from using the remote
 };
 
@@ -111,7 +114,23 @@ std::optional<std::string> info_field(const std::string& info, std::string_view 
   return std::nullopt;
 }
 
-// Asks the server; fills reachable, latency, version and counts, or error.
+// Whether this node may read, write and delete under the prefix: a server that answers
+// PING may still refuse them (an ACL user without the read commands, a read-only replica).
+void probe_access(remote::RemoteTier& tier, RemoteStatus& status) {
+  const remote::RemoteTier::Access access = tier.probe_access();
+  std::vector<std::string> refused;
+  auto note = [&](std::optional<bool>& allowed, const Status& result, const char* what) {
+    allowed = result.has_value();
+    if (!result) refused.push_back(std::string("cannot ") + what + " under " + status.prefix + " (" +
+                                   result.error().to_string() + ")");
+  };
+  note(status.can_read, access.read, "read");
+  note(status.can_write, access.write, "write");
+  if (access.remove) note(status.can_delete, *access.remove, "delete");
+  for (const std::string& line : refused) status.error = status.error ? *status.error + "; " + line : line;
+}
+
+// Asks the server; fills reachable, latency, version, access and counts, or error.
 void probe(remote::RemoteTier& tier, RemoteStatus& status) {
   using clock = std::chrono::steady_clock;
   std::vector<double> round_trips;
@@ -130,16 +149,18 @@ void probe(remote::RemoteTier& tier, RemoteStatus& status) {
   // INFO is one of the commands a locked-down server may rename or refuse: then no version.
   if (auto info = tier.client().command({"INFO", "server"}); info && info->type == remote::Reply::Type::string)
     status.server_version = info_field(info->str, "redis_version");
+  probe_access(tier, status);
   auto names = tier.list_all_names();
   if (!names) {
-    status.error = "listing " + status.prefix + "*: " + names.error().to_string();
+    if (!status.error) status.error = "listing " + status.prefix + "*: " + names.error().to_string();
     return;
   }
-  const std::string entry_prefix = tier.entry_prefix(), lease_prefix = tier.lease_prefix();
-  status.entries = static_cast<std::size_t>(std::count_if(
-      names->begin(), names->end(), [&](const std::string& n) { return tier.key_of(n).has_value(); }));
-  status.leases = static_cast<std::size_t>(
-      std::count_if(names->begin(), names->end(), [&](const std::string& n) { return n.starts_with(lease_prefix); }));
+  auto count = [&](remote::NameKind kind) {
+    return static_cast<std::size_t>(std::count_if(names->begin(), names->end(),
+                                                  [&](const std::string& n) { return tier.parse(n).kind == kind; }));
+  };
+  status.entries = count(remote::NameKind::entry);
+  status.leases = count(remote::NameKind::lease);
 }
 
 template <typename T>
@@ -185,6 +206,9 @@ int run_status(const Context& context, const StatusArgs& args) {
                                {"server_version", or_null(status.server_version)},
                                {"entries", or_null(status.entries)},
                                {"leases", or_null(status.leases)},
+                               {"can_read", or_null(status.can_read)},
+                               {"can_write", or_null(status.can_write)},
+                               {"can_delete", or_null(status.can_delete)},
                                {"usable", code == k_exit_ok},
                                {"error", or_null(status.error)}};
     std::cout << doc.dump(2) << "\n";
@@ -200,6 +224,10 @@ int run_status(const Context& context, const StatusArgs& args) {
                     k_pings);
       row("reachable", latency);
       row("server", "redis " + status.server_version.value_or("(version not reported)"));
+      auto yes_no = [](const std::optional<bool>& v) { return v ? (*v ? "yes" : "NO") : "not tried"; };
+      if (status.can_read)
+        row("access", std::string("read ") + yes_no(status.can_read) + ", write " + yes_no(status.can_write) +
+                          ", delete " + yes_no(status.can_delete));
       if (status.entries)
         row("entries", std::to_string(*status.entries) + " (compile leases held now: " +
                            std::to_string(*status.leases) + ")");
@@ -225,6 +253,22 @@ struct Skipped {
   std::string why;
 };
 
+// Why an entry cannot be pushed to its name, which holds a value already (SET NX said
+// so): nothing when it is a value every node would load; else the value's problem (not a
+// string, garbage, another fleet's key...), which no push may overwrite.
+Result<std::optional<std::string>> blocked_by(remote::RemoteTier& tier, const cache::CacheKey& key) {
+  const std::string name = tier.entry_name(key);
+  const auto there = JC_TRY(tier.read(name));
+  std::string why;
+  if (!there) why = "it was removed while pushing; push again";
+  else if (there->rejected) why = there->rejected->to_string();
+  else if (auto usable = check_stored_content(there->entry->facts, there->entry->bytes); !usable)
+    why = std::string(remote::to_string(remote::Rejection::bad_content)) + ": " + usable.error().message;
+  if (why.empty()) return std::optional<std::string>();
+  return std::optional<std::string>("the remote holds a bad value at " + name + " (" + why +
+                                    "); `jitcache audit --remote` and `clear --remote --stale` deal with it");
+}
+
 int run_push(const Context& context, const PushArgs& args) {
   KernelCacheOptions cache_options;
   cache_options.remote = RemoteUse::off;  // the store is read; the tier below is written
@@ -241,7 +285,7 @@ int run_push(const Context& context, const PushArgs& args) {
   if (!entries) return report(entries.error());
 
   std::size_t uploaded = 0, present = 0;
-  std::vector<Skipped> skipped;
+  std::vector<Skipped> skipped, blocked;
   for (const cache::EntryInfo& e : *entries) {
     auto fact = [&](std::string_view name) {
       const auto v = e.facts.get(name);
@@ -264,29 +308,46 @@ int run_push(const Context& context, const PushArgs& args) {
                                      " uploaded, " + std::to_string(present) + " already present)");
       return k_exit_usage;
     }
-    (*stored ? uploaded : present)++;
+    if (*stored) {
+      ++uploaded;
+      continue;
+    }
+    auto bad = blocked_by(*tier, e.key);
+    if (!bad) {
+      print_error("remote push", bad.error().to_string());
+      return k_exit_usage;
+    }
+    if (*bad) blocked.push_back({e.key.to_hex(), fact(k_kernel_kinds.fact), fact(k_targets.fact), **bad});
+    else ++present;
   }
 
   if (args.json) {
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const Skipped& s : skipped)
-      list.push_back({{"key", s.key}, {"kernel", s.kernel}, {"target", s.target}, {"why", s.why}});
+    auto list = [](const std::vector<Skipped>& items) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const Skipped& s : items)
+        out.push_back({{"key", s.key}, {"kernel", s.kernel}, {"target", s.target}, {"why", s.why}});
+      return out;
+    };
     std::cout << nlohmann::ordered_json{{"cache_dir", store.root().string()},
                                         {"remote", tier->client().display()},
                                         {"entries", entries->size()},
                                         {"uploaded", uploaded},
                                         {"already_present", present},
-                                        {"skipped", list}}
+                                        {"skipped", list(skipped)},
+                                        {"blocked", list(blocked)}}
                      .dump(2)
               << "\n";
   } else {
     for (const Skipped& s : skipped)
       std::printf("skipped %s (%s, %s): %s\n", s.key.c_str(), s.kernel.c_str(), s.target.c_str(), s.why.c_str());
-    std::printf("pushed %zu local entries to %s: %zu uploaded, %zu already present, %zu skipped\n", entries->size(),
-                tier->client().display().c_str(), uploaded, present, skipped.size());
+    for (const Skipped& s : blocked)
+      std::printf("blocked %s (%s, %s): %s\n", s.key.c_str(), s.kernel.c_str(), s.target.c_str(), s.why.c_str());
+    std::printf("pushed %zu local entries to %s: %zu uploaded, %zu already present, %zu skipped, %zu blocked\n",
+                entries->size(), tier->client().display().c_str(), uploaded, present, skipped.size(), blocked.size());
   }
-  // Skipped entries are findings, as in `jitcache audit`: the local cache holds bad ones.
-  return skipped.empty() ? k_exit_ok : k_exit_findings;
+  // Skipped entries are findings, as in `jitcache audit`: the local cache holds bad ones;
+  // blocked entries too: the remote holds bad values where they belong.
+  return skipped.empty() && blocked.empty() ? k_exit_ok : k_exit_findings;
 }
 
 void register_remote(CLI::App& root, Context& context) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "remote/remote_names.hpp"
+
 #include "runtime/audit/audit.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/kernel_cache.hpp"
@@ -92,6 +94,91 @@ Result<std::vector<std::string>> delete_names(remote::RemoteTier& tier, const st
   return removed;
 }
 
+// Why a rejected value may be another fleet's, or nobody's: a value that is well formed
+// but does not verify under this fleet's key (or cannot be checked at all) is not
+// provably ours; garbage, a truncated value or a list is no fleet's.
+bool not_provably_ours(remote::Rejection why) {
+  switch (why) {
+    case remote::Rejection::bad_signature:
+    case remote::Rejection::unknown_version:
+    case remote::Rejection::oversized: return true;
+    case remote::Rejection::truncated:
+    case remote::Rejection::bad_magic:
+    case remote::Rejection::bad_facts:
+    case remote::Rejection::wrong_key:
+    case remote::Rejection::bad_digest:
+    case remote::Rejection::bad_content:
+    case remote::Rejection::wrong_type: break;
+  }
+  return false;
+}
+
+constexpr std::string_view k_foreign_note =
+    "not provably this fleet's (another fleet's key or format under the same prefix, or an altered value); "
+    "kept unless --foreign";
+
+Status audit_entry(remote::RemoteTier& tier, const std::string& name, const cache::CacheKey& key,
+                   RemoteAuditReport& report) {
+  const auto read = JC_TRY(tier.read(name));
+  if (!read) return {};  // removed since the listing
+  ++report.entries;
+  if (read->rejected) {
+    RemoteFinding f;
+    const bool foreign = not_provably_ours(read->rejected->why);
+    f.kind = foreign ? RemoteFindingKind::foreign : RemoteFindingKind::rejected;
+    f.name = name;
+    f.key = key.to_hex();
+    f.reason = remote::to_string(read->rejected->why);
+    f.explanation = read->rejected->to_string() + (foreign ? "; " + std::string(k_foreign_note) : "");
+    report.findings.push_back(std::move(f));
+    return {};
+  }
+  if (auto found = check_verified(name, key, *read->entry)) {
+    report.findings.push_back(std::move(*found));
+    return {};
+  }
+  ++report.verified;
+  report.verified_names.push_back(name);
+  return {};
+}
+
+// A lease nodes renew while they compile; one with no expiry was never a node's.
+Status audit_lease(remote::RemoteTier& tier, const std::string& name, RemoteAuditReport& report) {
+  const remote::Reply ttl = JC_TRY(tier.client().command({"PTTL", name}));
+  if (ttl.integer == -2) return {};  // released since the listing
+  if (ttl.integer != -1) {
+    ++report.leases;
+    report.held_names.push_back(name);
+    return {};
+  }
+  RemoteFinding f;
+  f.kind = RemoteFindingKind::broken_lease;
+  f.name = name;
+  f.key = name.substr(name.size() - cache::k_hash_hex_chars);
+  f.reason = "no expiry";
+  f.explanation = "a compile lease with no expiry: no node holds it (set by hand or by a broken client); "
+                  "nodes ignore it and compile";
+  report.findings.push_back(std::move(f));
+  return {};
+}
+
+RemoteFinding name_finding(const std::string& name, remote::NameKind kind) {
+  RemoteFinding f;
+  f.name = name;
+  if (kind == remote::NameKind::other_version) {
+    f.kind = RemoteFindingKind::foreign;
+    f.reason = "another format version";
+    f.explanation = "a name of another jitcache format version, which this build cannot check; " +
+                    std::string(k_foreign_note);
+  } else {
+    f.kind = RemoteFindingKind::unknown_schema;
+    f.reason = "foreign name";
+    f.explanation = "a name of format v1 that no node writes (an unknown kind, or a key that is not 32 lowercase "
+                    "hex digits); no node asks for it";
+  }
+  return f;
+}
+
 }  // namespace
 
 const char* to_string(RemoteFindingKind kind) {
@@ -101,6 +188,8 @@ const char* to_string(RemoteFindingKind kind) {
     case RemoteFindingKind::unknown_schema: return "unknown-schema";
     case RemoteFindingKind::fact_mismatch: return "fact-mismatch";
     case RemoteFindingKind::corrupt: return "corrupt";
+    case RemoteFindingKind::foreign: return "foreign";
+    case RemoteFindingKind::broken_lease: return "broken-lease";
   }
   return "?";
 }
@@ -123,66 +212,60 @@ Result<RemoteAuditReport> audit_remote(remote::RemoteTier& tier) {
   RemoteAuditReport report;
   report.remote = tier.client().display();
   report.prefix = tier.options().prefix;
-  const std::string entry_prefix = tier.entry_prefix();
-  const std::string lease_prefix = tier.lease_prefix();
   const auto names = JC_TRY(tier.list_all_names());
-  report.names = names.size();
   for (const std::string& name : names) {
-    if (name.starts_with(lease_prefix)) {
-      ++report.leases;
+    const remote::ParsedName parsed = tier.parse(name);
+    if (parsed.kind == remote::NameKind::not_ours) {
+      ++report.other_names;
       continue;
     }
-    const auto key = tier.key_of(name);
-    if (!key) {
-      RemoteFinding f;
-      f.kind = RemoteFindingKind::unknown_schema;
-      f.name = name;
-      f.reason = "foreign name";
-      f.explanation = name.starts_with(entry_prefix)
-                          ? "an entry name whose key is not 32 lowercase hex digits; no node asks for it"
-                          : "a name this build does not write (another format version's, or not jitcache's)";
-      report.findings.push_back(std::move(f));
-      continue;
+    ++report.names;
+    switch (parsed.kind) {
+      case remote::NameKind::entry: JC_TRY(audit_entry(tier, name, *parsed.key, report)); break;
+      case remote::NameKind::lease: JC_TRY(audit_lease(tier, name, report)); break;
+      case remote::NameKind::probe: report.held_names.push_back(name); break;
+      case remote::NameKind::malformed:
+      case remote::NameKind::other_version: report.findings.push_back(name_finding(name, parsed.kind)); break;
+      case remote::NameKind::not_ours: break;
     }
-    const auto read = JC_TRY(tier.read(name));
-    if (!read) continue;  // removed since the listing
-    ++report.entries;
-    if (read->rejected) {
-      RemoteFinding f;
-      f.kind = read->rejected->why == remote::Rejection::unknown_version ? RemoteFindingKind::unknown_schema
-                                                                          : RemoteFindingKind::rejected;
-      f.name = name;
-      f.key = key->to_hex();
-      f.reason = remote::to_string(read->rejected->why);
-      f.explanation = read->rejected->to_string();
-      report.findings.push_back(std::move(f));
-      continue;
-    }
-    if (auto found = check_verified(name, *key, *read->entry)) {
-      report.findings.push_back(std::move(*found));
-      continue;
-    }
-    ++report.verified;
   }
   return report;
 }
 
-Result<std::vector<RemoteFinding>> clear_remote_flagged(remote::RemoteTier& tier, const RemoteAuditReport& report,
-                                                        cache::DryRun dry_run) {
-  if (dry_run == cache::DryRun::yes) return report.findings;
-  std::vector<std::string> names;
-  for (const RemoteFinding& f : report.findings) names.push_back(f.name);
-  const auto gone = JC_TRY(delete_names(tier, names));
-  std::vector<RemoteFinding> removed;
-  for (const RemoteFinding& f : report.findings)  // not those someone else removed first
-    if (std::find(gone.begin(), gone.end(), f.name) != gone.end()) removed.push_back(f);
-  return removed;
+namespace {
+
+bool removable(const RemoteFinding& f, ForeignValues foreign) {
+  return f.kind != RemoteFindingKind::foreign || foreign == ForeignValues::remove;
 }
 
-Result<std::vector<std::string>> clear_remote_all(remote::RemoteTier& tier, cache::DryRun dry_run) {
-  const auto names = JC_TRY(tier.list_all_names());
-  if (dry_run == cache::DryRun::yes) return names;
-  return delete_names(tier, names);
+// Removes `names` (dry run: none) and the findings among them; `kept` as given.
+Result<RemoteCleared> remove_names(remote::RemoteTier& tier, std::vector<std::string> names,
+                                   const RemoteAuditReport& report, cache::DryRun dry_run, ForeignValues foreign) {
+  RemoteCleared cleared;
+  for (const RemoteFinding& f : report.findings) {
+    if (!removable(f, foreign)) cleared.kept.push_back(f);
+    else names.push_back(f.name);
+  }
+  // Not those someone else removed first.
+  cleared.removed = dry_run == cache::DryRun::yes ? names : JC_TRY(delete_names(tier, names));
+  for (const RemoteFinding& f : report.findings)
+    if (removable(f, foreign) && std::find(cleared.removed.begin(), cleared.removed.end(), f.name) != cleared.removed.end())
+      cleared.removed_findings.push_back(f);
+  return cleared;
+}
+
+}  // namespace
+
+Result<RemoteCleared> clear_remote_flagged(remote::RemoteTier& tier, const RemoteAuditReport& report,
+                                           cache::DryRun dry_run, ForeignValues foreign) {
+  return remove_names(tier, {}, report, dry_run, foreign);
+}
+
+Result<RemoteCleared> clear_remote_all(remote::RemoteTier& tier, const RemoteAuditReport& report,
+                                       cache::DryRun dry_run, ForeignValues foreign) {
+  std::vector<std::string> names = report.verified_names;
+  names.insert(names.end(), report.held_names.begin(), report.held_names.end());
+  return remove_names(tier, std::move(names), report, dry_run, foreign);
 }
 
 }  // namespace jitcache

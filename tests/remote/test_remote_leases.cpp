@@ -247,5 +247,43 @@ TEST_F(RemoteLeaseTest, PoisonedValueIsReportedOnceWhileWaiting) {
   EXPECT_EQ(log.warnings(), 2u) << "the rejection and the end of the wait\n" << log.all();
 }
 
+// A lease with no expiry (set by hand, or by a client that lost its PX) is held by no node:
+// a cold node compiles at once rather than waiting the whole wait, and says so once per
+// tier (before: it waited `wait` for each key, counted as lease waits).
+TEST_F(RemoteLeaseTest, LeaseWithoutExpiryIsIgnoredWithOneWarning) {
+  HangGuard guard(30);
+  RemoteTierOptions patient = options();
+  patient.wait = milliseconds(20000);
+  RemoteTier probe(patient);
+  const Facts first = sample_facts("broken-lease-1"), second = sample_facts("broken-lease-2");
+  for (const Facts& facts : {first, second})
+    ASSERT_OK(server->command({"SET", probe.lease_name(facts.key()), "held-by-nobody"}));
+  jitcache::testing::LogCapture log;
+  Node node = open_node(dir() / "n", patient);
+  const auto start = std::chrono::steady_clock::now();
+  for (const Facts& facts : {first, second}) {
+    CountingProducer producer{make_bytes(2000, seed)};
+    auto got = node.store->get_or_create(facts.key(), facts, producer.producer());
+    ASSERT_OK(got);
+    EXPECT_EQ(got->source, Source::produced);
+    EXPECT_EQ(producer.calls, 1);
+  }
+  EXPECT_LT(ms_since(start), 5000.0) << "waited for a lease no node holds";
+  const Counters c = node.store->session_counters();
+  EXPECT_EQ(c.remote_lease_waits, 0u);
+  EXPECT_EQ(c.remote_uploads, 2u);
+  EXPECT_EQ(log.warnings(), 1u) << log.all();
+  std::size_t named = 0;
+  for (const std::string& line : log.at(LogLevel::warning))
+    if (line.find("has no expiry") != std::string::npos && line.find(probe.lease_name(first.key())) != std::string::npos)
+      ++named;
+  EXPECT_EQ(named, 1u) << log.all();
+  // The broken leases are left for `clear --remote --stale`; a node never deletes a lease
+  // that is not its own.
+  auto left = server->command({"EXISTS", probe.lease_name(first.key()), probe.lease_name(second.key())});
+  ASSERT_OK(left);
+  EXPECT_EQ(left->integer, 2);
+}
+
 }  // namespace
 }  // namespace jitcache::remote

@@ -322,5 +322,45 @@ TEST_F(PoisonTest, ReadReportsEachRejectionWithoutCounting) {
   EXPECT_EQ(tier.key_of(shouted), std::nullopt) << "only the canonical spelling is signed";
 }
 
+// A list where a value belongs is a rejection like any bad value, not an error of the tier
+// (before: WRONGTYPE failed the read, counted as an error with a "tier redis" warning).
+TEST_F(RemoteStoreTest, ValueOfAnotherRedisTypeIsRejected) {
+  const Facts facts = sample_facts("listed");
+  const std::string name = RemoteTier(options()).entry_name(facts.key());
+  ASSERT_OK(server->command({"RPUSH", name, "a", "b"}));
+  jitcache::testing::LogCapture log;
+  Node b = node("b");
+  CountingProducer producer{make_bytes(3000, seed + 7)};
+  auto got = b.store->get_or_create(facts.key(), facts, producer.producer());
+  ASSERT_OK(got);
+  EXPECT_EQ(got->source, Source::produced);
+  const Counters c = b.store->session_counters();
+  EXPECT_EQ(c.remote_rejects, 1u);
+  EXPECT_EQ(c.remote_errors, 0u);
+  EXPECT_EQ(log.warnings(), 1u) << log.all();
+  EXPECT_NE(log.all().find("not a string value: a Redis list"), std::string::npos) << log.all();
+  // Never overwritten: the list is still there (the audit reports it, clear --stale removes it).
+  auto type = server->command({"TYPE", name});
+  ASSERT_OK(type);
+  EXPECT_EQ(type->str, "list");
+}
+
+// A lookup probes the tiers and the fetch that follows asks them again: one poisoned value
+// is one rejection and one warning per request (before: two of each).
+TEST_F(RemoteStoreTest, ProbeThenFetchReportsOnePoisonedValueOnce) {
+  const Facts facts = sample_facts("probed");
+  store_raw(RemoteTier(options()).entry_name(facts.key()), "not a signed value");
+  jitcache::testing::LogCapture log;
+  Node b = node("b");
+  auto probed = b.store->get(facts.key(), cache::CountMiss::no);
+  ASSERT_OK(probed);
+  EXPECT_FALSE(*probed);
+  CountingProducer producer{make_bytes(3000, seed + 8)};
+  ASSERT_OK(b.store->get_or_create(facts.key(), facts, producer.producer()));
+  const Counters c = b.store->session_counters();
+  EXPECT_EQ(c.remote_rejects, 1u);
+  EXPECT_EQ(log.warnings(), 1u) << log.all();
+}
+
 }  // namespace
 }  // namespace jitcache::remote

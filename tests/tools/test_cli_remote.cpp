@@ -18,10 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_runner.hpp"
-#include "redis_server.hpp"
-#include "remote/signed_entry.hpp"
-#include "test_support.hpp"
+#include "cli_remote_fixture.hpp"
 
 namespace jitcache {
 namespace {
@@ -29,106 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::CliOutcome;
+using testing::CliRemoteTest;
+using testing::count_lines;
+using testing::k_checkpoint;
+using testing::k_variants;
 using testing::RedisServer;
-
-const fs::path k_checkpoint = testing::source_dir() / "examples" / "glm5-mini";
-constexpr std::size_t k_variants = 4;  // glm5-mini on one target: writer and gather, identity and dynamic
-
-std::size_t count_lines(const std::string& text, const std::string& needle) {
-  std::size_t n = 0, at = 0;
-  while (at < text.size()) {
-    std::size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    if (text.substr(at, end - at).find(needle) != std::string::npos) ++n;
-    at = end + 1;
-  }
-  return n;
-}
-
-class CliRemoteTest : public testing::TempDirTest {
- protected:
-  void SetUp() override {
-    TempDirTest::SetUp();
-    auto server = RedisServer::start();
-    ASSERT_TRUE(server) << server.error().to_string();
-    m_server = std::move(*server);
-    m_key_file = testing::write_fleet_key(dir());
-    m_remote = m_server->url();
-  }
-
-  // The child's environment: this fleet's remote and key, and timeouts short enough that a
-  // fault costs well under a second.
-  std::vector<std::string> fleet_env() const {
-    std::vector<std::string> env{"JITCACHE_REMOTE_CONNECT_TIMEOUT_MS=200", "JITCACHE_REMOTE_TIMEOUT_MS=300",
-                                 "JITCACHE_REMOTE_LEASE_MS=3000", "JITCACHE_REMOTE_WAIT_MS=30000"};
-    if (!m_remote.empty()) env.push_back("JITCACHE_REMOTE=" + m_remote);
-    if (!m_key_file.empty()) env.push_back("JITCACHE_REMOTE_KEY_FILE=" + m_key_file.string());
-    return env;
-  }
-
-  // The CLI on node `node` (a cache directory of its own), from `scratch` (one per
-  // concurrent process: the runner captures output in files there).
-  CliOutcome jc(const std::string& node, std::vector<std::string> args, const fs::path& scratch = {}) const {
-    if (!node.empty()) args.insert(args.begin(), {"--cache-dir", (dir() / node).string()});
-    const fs::path where = scratch.empty() ? dir() : scratch;
-    fs::create_directories(where);
-    return testing::run_cli(where, std::move(args), fleet_env(), {"JITCACHE_DIR=", "XDG_CACHE_HOME=", "JITCACHE_REMOTE"});
-  }
-
-  static std::vector<std::string> warm_args() {
-    return {"warm", "--checkpoint", k_checkpoint.string(), "--arch", "sm_90", "--jobs", "2", "--json"};
-  }
-
-  // A warm that must succeed; its JSON.
-  json warm(const std::string& node) const {
-    const CliOutcome o = jc(node, warm_args());
-    EXPECT_EQ(o.code, 0) << o.out << o.err;
-    return parse(o);
-  }
-
-  json stats(const std::string& node) const {
-    const CliOutcome o = jc(node, {"stats", "--json"});
-    EXPECT_EQ(o.code, 0) << o.err;
-    return parse(o);
-  }
-
-  static json parse(const CliOutcome& o) {
-    json doc = json::parse(o.out, nullptr, false);
-    EXPECT_FALSE(doc.is_discarded()) << "stdout is not one JSON document:\n" << o.out << o.err;
-    return doc.is_discarded() ? json::object() : doc;
-  }
-
-  std::string fleet_key() const {
-    std::ifstream in(m_key_file, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-
-  // The entry names in the remote, by variant label ("writer/dynamic"), decoded with the
-  // fleet key.
-  std::map<std::string, std::pair<std::string, remote::SignedEntry>> remote_entries() {
-    std::map<std::string, std::pair<std::string, remote::SignedEntry>> out;
-    auto names = m_server->command({"KEYS", "jitcache:v1:entry:*"});
-    EXPECT_TRUE(names) << names.error().to_string();
-    if (!names) return out;
-    for (const remote::Reply& name : names->elements) {
-      auto value = m_server->command({"GET", name.str});
-      EXPECT_TRUE(value) << value.error().to_string();
-      auto key = cache::CacheKey::from_hex(name.str.substr(std::string("jitcache:v1:entry:").size()));
-      EXPECT_TRUE(key.has_value());
-      auto entry = remote::decode_signed_entry(name.str, fleet_key(), value->str, *key);
-      EXPECT_TRUE(entry.has_value()) << name.str << ": " << entry.error().to_string();
-      if (!entry) continue;
-      const std::string label =
-          std::string(*entry->facts.get("kernel")) + "/" + std::string(*entry->facts.get("latent_scale"));
-      out[label] = {name.str, std::move(*entry)};
-    }
-    return out;
-  }
-
-  std::unique_ptr<RedisServer> m_server;
-  fs::path m_key_file;
-  std::string m_remote;
-};
 
 // ---- two nodes --------------------------------------------------------------------------
 
@@ -434,7 +336,8 @@ TEST_F(CliRemoteTest, AuditRemoteFindsPoisonedEntriesAndClearRemovesThem) {
                                  remote::encode_signed_entry(dynamic_name, fleet_key(), dynamic_entry.facts,
                                                              identity_entry.bytes, 1.0)}));
   // A lease of a node compiling now, and a name of another format version.
-  ASSERT_TRUE(m_server->command({"SET", "jitcache:v1:lease:0123", "token"}));
+  const std::string lease = "jitcache:v1:lease:" + std::string(32, '0');
+  ASSERT_TRUE(m_server->command({"SET", lease, "token", "PX", "600000"}));
   ASSERT_TRUE(m_server->command({"SET", "jitcache:v9:entry:0123", "from the future"}));
 
   const CliOutcome audit = jc("", {"audit", "--remote", "--json"});
@@ -448,11 +351,13 @@ TEST_F(CliRemoteTest, AuditRemoteFindsPoisonedEntriesAndClearRemovesThem) {
   ASSERT_EQ(by_name.size(), 4u) << report.dump(2);
   EXPECT_EQ(by_name[garbage_name]["kind"], "rejected");
   EXPECT_EQ(by_name[garbage_name]["key"], garbage_name.substr(garbage_name.rfind(':') + 1));
-  EXPECT_EQ(by_name[resigned_name]["kind"], "rejected");
+  // Another key's signature, or another format: not provably this fleet's.
+  EXPECT_EQ(by_name[resigned_name]["kind"], "foreign");
   EXPECT_EQ(by_name[resigned_name]["reason"], "bad signature");
   EXPECT_EQ(by_name[dynamic_name]["kind"], "stale-identity");
   EXPECT_EQ(by_name[dynamic_name]["kernel"], "writer");
-  EXPECT_EQ(by_name["jitcache:v9:entry:0123"]["kind"], "unknown-schema");
+  EXPECT_EQ(by_name["jitcache:v9:entry:0123"]["kind"], "foreign");
+  EXPECT_EQ(by_name["jitcache:v9:entry:0123"]["reason"], "another format version");
 
   // The human report names each key.
   const CliOutcome text = jc("", {"audit", "--remote"});
@@ -460,17 +365,19 @@ TEST_F(CliRemoteTest, AuditRemoteFindsPoisonedEntriesAndClearRemovesThem) {
   for (const std::string& name : {garbage_name, resigned_name, dynamic_name})
     EXPECT_NE(text.out.find(name), std::string::npos) << text.out;
 
-  // Dry run: listed, nothing removed.
+  // Dry run: listed, nothing removed; the foreign ones are kept.
   const CliOutcome dry = jc("", {"clear", "--remote", "--stale", "--dry-run", "--json"});
   ASSERT_EQ(dry.code, 0) << dry.err;
-  EXPECT_EQ(parse(dry)["removed"].size(), 4u);
+  EXPECT_EQ(parse(dry)["removed"].size(), 2u);
+  EXPECT_EQ(parse(dry)["kept"].size(), 2u);
   EXPECT_EQ(parse(jc("", {"audit", "--remote", "--json"}))["findings"].size(), 4u);
 
   const CliOutcome stale = jc("", {"clear", "--remote", "--stale"});
   ASSERT_EQ(stale.code, 0) << stale.err;
-  EXPECT_NE(stale.out.find("removed 4 flagged name(s) of 4 remote entries"), std::string::npos) << stale.out;
+  EXPECT_NE(stale.out.find("removed 2 flagged name(s) of 4 remote entries"), std::string::npos) << stale.out;
+  EXPECT_NE(stale.out.find("kept 2 foreign"), std::string::npos) << stale.out;
   const json after = parse(jc("", {"audit", "--remote", "--json"}));
-  EXPECT_TRUE(after["findings"].empty()) << after.dump(2);
+  EXPECT_EQ(after["findings"].size(), 2u) << after.dump(2);
   EXPECT_EQ(after["verified"], 1);
   EXPECT_EQ(after["leases"], 1);  // leases are not stale
 
@@ -479,13 +386,15 @@ TEST_F(CliRemoteTest, AuditRemoteFindsPoisonedEntriesAndClearRemovesThem) {
   EXPECT_EQ(b["compiled"], 3);
   EXPECT_EQ(b["from_remote"], 1);
 
-  // --all: entries and leases; the local caches stay as they are.
+  // --all: entries and leases, the foreign ones only with --foreign; the local caches
+  // stay as they are.
   const CliOutcome all_dry = jc("", {"clear", "--remote", "--all", "--dry-run"});
   ASSERT_EQ(all_dry.code, 0) << all_dry.err;
-  EXPECT_NE(all_dry.out.find("would remove 5 name(s) under jitcache:"), std::string::npos) << all_dry.out;
-  const CliOutcome all = jc("", {"clear", "--remote", "--all", "--json"});
+  EXPECT_NE(all_dry.out.find("would remove 4 name(s) under jitcache:"), std::string::npos) << all_dry.out;
+  EXPECT_NE(all_dry.out.find("kept 2 foreign"), std::string::npos) << all_dry.out;
+  const CliOutcome all = jc("", {"clear", "--remote", "--all", "--foreign", "--json"});
   ASSERT_EQ(all.code, 0) << all.err;
-  EXPECT_EQ(parse(all)["removed"].size(), 5u);
+  EXPECT_EQ(parse(all)["removed"].size(), 6u);
   auto left = m_server->command({"DBSIZE"});
   ASSERT_TRUE(left);
   EXPECT_EQ(left->integer, 0);

@@ -125,7 +125,7 @@ TEST_F(CliExitCodeTest, CacheAndCheckpointCommands) {
       {{"inspect", "zz"}, 2, "hex"},
       {{"gc", "--max-size", "lots"}, 2, "lots"},
       {{"clear"}, 2, "--all"},
-      {{"audit"}, 0, "clean"},
+      {{"audit"}, 0, "no findings"},
       {{"audit", "--checkpoint", ckpt}, 2, "needs --arch"},
       {{"audit", "--checkpoint", escaping, "--arch", "sm_90"}, 2, "leaves the checkpoint directory"},
       {{"warm", "--checkpoint", ckpt}, 2, "--arch"},
@@ -138,7 +138,7 @@ TEST_F(CliExitCodeTest, CacheAndCheckpointCommands) {
       {{"import", path("garbage.jcexport")}, 1, "garbage.jcexport"},
       {{"import", path("absent.jcexport")}, 2, "absent.jcexport"},
       {{"remote", "status"}, 2, "remote"},
-      {{"no-such-command"}, 2, "no-such-command"},
+      {{"no-such-command"}, 2, "A subcommand is required"},
   });
 }
 
@@ -155,7 +155,7 @@ TEST_F(CliExitCodeTest, KvCompileAndEnvCommands) {
        "a directory"},
       {{"compile", "--source", path("k.cu"), "--entry", "k", "--arch", "sm_90", "--cubin-out", path("k.cu")}, 1,
        "the same file as the input"},
-      {{"compile", "--source", path("broken.cu"), "--entry", "k", "--arch", "sm_90"}, 1, "broken.cu"},
+      {{"compile", "--source", path("broken.cu"), "--entry", "k", "--arch", "sm_90"}, 1, "NVRTC could not compile"},
       {{"compile", "--source", path("absent.cu"), "--entry", "k", "--arch", "sm_90"}, 2, "absent.cu"},
       {{"compile", "--source", path("k.cu"), "--arch", "sm_90"}, 2, "--entry"},
       {{"env"}, 0, "JITCACHE_DIR"},

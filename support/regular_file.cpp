@@ -7,7 +7,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <utility>
+
+#include "support/sha256.hpp"
 
 namespace jitcache {
 namespace {
@@ -153,20 +156,43 @@ Status check_replaceable_at(int dir_fd, const std::string& name, const std::file
 }
 
 Status check_output_target(const std::filesystem::path& output,
-                           std::span<const std::filesystem::path> inputs) {
+                           std::span<const std::filesystem::path> inputs,
+                           std::span<const PinnedFile> pinned) {
   struct stat out {};
   if (::lstat(output.c_str(), &out) != 0) {
     if (errno == ENOENT) return {};  // a new name: nothing to replace
     return cannot_stat_output(output, errno);
   }
   if (!S_ISREG(out.st_mode)) return refuse_to_replace(output, out.st_mode);
-  for (const std::filesystem::path& input : inputs) {
+  const auto same_file = [&out](const std::filesystem::path& path) {
     struct stat in {};
-    if (::stat(input.c_str(), &in) != 0) continue;  // the reader reports a missing input
-    if (in.st_dev == out.st_dev && in.st_ino == out.st_ino)
+    // A missing file is not the output; its reader reports it.
+    return ::stat(path.c_str(), &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino;
+  };
+  for (const std::filesystem::path& input : inputs) {
+    if (same_file(input))
       return make_error(ErrorCode::invalid_input,
                         output.string() + ": the output is the same file as the input '" +
                             input.string() + "'; refusing to overwrite an input (name another output)");
+  }
+  const auto refuse_pinned = [&output](const PinnedFile& pin, const std::string& how) {
+    return make_error(ErrorCode::invalid_input,
+                      output.string() + ": the output " + how + " '" + pin.path.string() + "', which " +
+                          pin.pinned_by + " pins by sha256 " + pin.sha256 +
+                          "; replacing it would break " + pin.pinned_by + " (name another output)");
+  };
+  std::optional<std::string> digest;  // the output's SHA-256, read once when needed
+  for (const PinnedFile& pin : pinned) {
+    if (same_file(pin.path)) return refuse_pinned(pin, "is the same file as");
+    if (static_cast<std::uint64_t>(out.st_size) > pin.max_bytes) continue;
+    if (!digest) {
+      auto file = RegularFile::open(output, FollowSymlinks::no);
+      if (!file) return std::unexpected(std::move(file.error()));
+      auto bytes = file->read_all(pin.max_bytes);
+      if (!bytes) continue;  // it grew past any pinned size meanwhile: not a pinned file
+      digest = sha256_hex(*bytes);
+    }
+    if (*digest == pin.sha256) return refuse_pinned(pin, "holds the very bytes of");
   }
   return {};
 }

@@ -4,7 +4,8 @@
 // of a file is refused at once instead of waiting for a writer forever, and it refuses
 // anything but a regular file with a message naming the path and what was found there.
 // Every file the CLI writes passes check_output_target, so an output never replaces a
-// device, a FIFO or a socket and never overwrites one of the command's own inputs.
+// device, a FIFO or a socket, never overwrites one of the command's own inputs and never
+// replaces a file that a checkpoint it reads pins by SHA-256.
 #pragma once
 
 #include <sys/stat.h>
@@ -69,13 +70,30 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, std::si
 Result<std::vector<std::uint8_t>> read_regular_file_bytes(const std::filesystem::path& path,
                                                           std::size_t max_bytes);
 
-// May `output` be written (replaced) by a command that reads `inputs`? Refused, as
-// invalid_input naming the rule: an existing `output` that is not a regular file (a
-// device, a FIFO, a socket, a directory; a symbolic link too, since replacing it would
-// replace the link and not what it names), and an `output` that is the same file (device
-// and inode) as any input, whatever path spells it. A missing output is fine.
+// A file whose bytes an input pins by SHA-256: a checkpoint's config.json pins its scales
+// sidecar. Replacing it breaks whatever pins it (an engine then refuses the checkpoint).
+struct PinnedFile {
+  std::filesystem::path path;  // where the pin says the file is (it may be missing)
+  std::string sha256;          // the pinned digest, lowercase hex
+  std::string pinned_by;       // the file that pins it, as messages name it
+  // The largest file the pin's reader accepts: a larger output cannot hold the pinned
+  // bytes and is not hashed.
+  std::size_t max_bytes = 0;
+};
+
+// May `output` be written (replaced) by a command that reads `inputs` and is led by them to
+// the `pinned` files? The one rule of every command that writes a file, checked before the
+// command reads or writes anything else. Refused, as invalid_input naming the rule and both
+// files: an existing `output` that is not a regular file (a device, a FIFO, a socket, a
+// directory; a symbolic link too, since replacing it would replace the link and not what it
+// names); an `output` that is the same file (device and inode) as any input or pinned file,
+// whatever path spells it; and an `output` whose bytes are a pinned file's (its SHA-256 is
+// the pin), since one file can show two identities (two mounts of one network filesystem,
+// an overlay's layers) and a copy that matches a pin is what a repair would restore from.
+// A missing output is fine.
 Status check_output_target(const std::filesystem::path& output,
-                           std::span<const std::filesystem::path> inputs = {});
+                           std::span<const std::filesystem::path> inputs = {},
+                           std::span<const PinnedFile> pinned = {});
 // Its first rule for the entry `name` below `dir_fd`, named `shown` in messages: nothing
 // there, or a regular file (the atomic writer checks this right before its rename).
 Status check_replaceable_at(int dir_fd, const std::string& name, const std::filesystem::path& shown);

@@ -1,13 +1,24 @@
 // Shared plumbing of the jitcache CLI: the global options every subcommand sees, the
-// registration hook each cmd_*.cpp uses, and the exit-code convention of the brief:
-// 0 success, 1 findings or invalid input, 2 usage or environment error.
+// registration hook each cmd_*.cpp uses, and the exit codes, one table for every command
+// (README.md, "Exit codes"; tests/tools/test_cli_exit_codes.cpp holds each command to it):
+//   0  success; audit, verify, env: nothing found; scales validate: valid; scales diff:
+//      within the tolerance
+//   1  refused or found: the command read what it was given and refuses it (invalid or
+//      unsafe data in a file it was named or led to, a source that does not compile, an
+//      output it may not replace: not a regular file, one of its inputs, a file a checkpoint
+//      it reads pins by sha256), or it found problems (findings, a difference)
+//   2  usage or environment: options (unknown, missing, conflicting, a bad value), a
+//      missing file, an I/O error, the cache directory, the remote, the fleet key; for
+//      audit and scales diff, whose 1 means findings, anything that keeps them from running
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "jitcache/error.hpp"
 
@@ -41,7 +52,17 @@ struct Registrar {
 };
 
 // Prints an error to stderr in the CLI's one format and returns the exit code it maps to:
-// invalid input -> 1, everything else (usage, environment, I/O) -> 2.
+// invalid input -> 1, everything else (usage, environment, I/O; an unsafe cache directory
+// or fleet key file) -> 2.
 int report(const Error& error);
+// The same for an error about the data a command was given (a checkpoint and its scales,
+// a scales or capture file, an output path): invalid input and unsafe data -> 1.
+int report_data(const Error& error);
+// Prints the error and returns `code`.
+int report(const Error& error, int code);
+
+// The files the environment makes a command read, which no output may replace: the fleet
+// key file JITCACHE_REMOTE_KEY_FILE names, when it names one.
+std::vector<std::filesystem::path> environment_inputs();
 
 }  // namespace jitcache::cli

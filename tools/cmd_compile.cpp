@@ -62,6 +62,20 @@ int run_compile_source(const CompileArgs& args, const GlobalOptions& global) {
     return report(make_error(ErrorCode::invalid_argument, "--source needs exactly one --arch (an exact target)").error());
   auto kind = kind_of(args);
   if (!kind) return report(kind.error());
+  std::vector<std::pair<std::string, std::string>> header_files;  // name, file
+  for (const auto& header : args.headers) {
+    auto pair = split_pair(header, "--include-header");
+    if (!pair) return report(pair.error());
+    header_files.push_back(std::move(*pair));
+  }
+  if (!args.cubin_out.empty()) {
+    // The output rule of every command, before anything is read: the cubin never replaces
+    // the source, a header, the fleet key or anything but a regular file.
+    std::vector<std::filesystem::path> inputs{args.source};
+    for (const auto& [name, file] : header_files) inputs.emplace_back(file);
+    for (auto& path : environment_inputs()) inputs.push_back(std::move(path));
+    if (auto ok = check_output_target(args.cubin_out, inputs); !ok) return report_data(ok.error());
+  }
   KernelRequest request;
   request.family = args.family;
   request.kind = *kind;
@@ -80,12 +94,10 @@ int run_compile_source(const CompileArgs& args, const GlobalOptions& global) {
     // The CLI declares the family from the facts it is given: any value is allowed.
     schema.facts[pair->first] = FactDomain{};
   }
-  for (const auto& header : args.headers) {
-    auto pair = split_pair(header, "--include-header");
-    if (!pair) return report(pair.error());
-    auto body = read_regular_file(pair->second, k_max_source_file_bytes);
+  for (const auto& [name, file] : header_files) {
+    auto body = read_regular_file(file, k_max_source_file_bytes);
     if (!body) return report(body.error());
-    request.headers.emplace_back(pair->first, std::move(*body));
+    request.headers.emplace_back(name, std::move(*body));
   }
 
   RuntimeOptions options;
@@ -95,9 +107,11 @@ int run_compile_source(const CompileArgs& args, const GlobalOptions& global) {
   // Compiling into the cache is this command's job: an unusable directory is an error.
   options.cache_requirement = CacheRequirement::required;
   auto runtime = Runtime::open(options);
-  if (!runtime) return report(runtime.error());
+  if (!runtime) return report(runtime.error(), k_exit_usage);  // the cache, the remote: environment
   if (auto declared = (*runtime)->declare_family(schema); !declared) return report(declared.error());
   auto compiled = (*runtime)->compile(request);
+  // A source the tool rejects is refused data, like any other invalid input.
+  if (!compiled && compiled.error().code == ErrorCode::compile) return report(compiled.error(), k_exit_findings);
   if (!compiled) return report(compiled.error());
   const CompiledKernel& k = *compiled;
   if (!args.cubin_out.empty()) {

@@ -19,6 +19,7 @@
 #include "remote/remote_config.hpp"
 #include "runtime/compile/cache_archive.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
+#include "runtime/scales/checkpoint_files.hpp"
 #include "support/env.hpp"
 #include "support/regular_file.hpp"
 #include "tools/cli.hpp"
@@ -83,13 +84,19 @@ std::string checkpoint_name(const std::string& dir) {
 
 int run_export(const ExportArgs& args, const GlobalOptions& global) {
   const auto started = Clock::now();
-  std::vector<std::filesystem::path> inputs{std::filesystem::path(args.checkpoint) / "config.json"};
-  if (!args.scales.empty()) inputs.emplace_back(args.scales);
-  if (auto ok = check_output_target(args.out, inputs); !ok) return report(ok.error());
+  // The output rule of every command, before anything is read: not a special file, none of
+  // the files the export reads (the checkpoint's config.json and scales, the override, the
+  // fleet key), nor the sidecar the checkpoint pins by sha256.
+  std::optional<std::filesystem::path> override_file;
+  if (!args.scales.empty()) override_file = args.scales;
+  const scales::CheckpointFiles files = scales::checkpoint_files(args.checkpoint, override_file, EnvOverride::read);
+  std::vector<std::filesystem::path> inputs = files.inputs;
+  for (auto& path : environment_inputs()) inputs.push_back(std::move(path));
+  if (auto ok = check_output_target(args.out, inputs, files.pinned); !ok) return report_data(ok.error());
   auto key = remote::load_fleet_key();
   if (!key) return report(key.error());
   auto planned = plan_export(args);
-  if (!planned) return report(planned.error());
+  if (!planned) return report_data(planned.error());
   const auto& [targets, specs] = *planned;
 
   KernelCacheOptions cache_options;

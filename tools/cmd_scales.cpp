@@ -32,15 +32,6 @@ struct ValidateArgs {
   bool json = false;
 };
 
-// A path escape in checkpoint metadata is bad input to this command, not an environment
-// problem: exit 1 like any other invalid metadata.
-int report_scales_error(const Error& error) {
-  std::fprintf(stderr, "jitcache: error: %s\n", error.to_string().c_str());
-  return error.code == ErrorCode::invalid_input || error.code == ErrorCode::unsafe
-             ? k_exit_findings
-             : k_exit_usage;
-}
-
 std::string float_text(float value) { return scales::float_to_json(value).dump(); }
 
 void print_provenance(const ResolvedScales& r) {
@@ -79,7 +70,7 @@ int run_show(const ShowArgs& args) {
   if (!args.scales_file.empty()) options.override_file = args.scales_file;
   if (!args.revision.empty()) options.checkpoint_revision = args.revision;
   const auto resolved = resolve_scales(options);
-  if (!resolved) return report_scales_error(resolved.error());
+  if (!resolved) return report_data(resolved.error());
   if (args.json) {
     std::cout << scales::to_json(*resolved).dump(2) << "\n";
     return k_exit_ok;
@@ -101,7 +92,7 @@ int run_validate(const ValidateArgs& args) {
   if (!args.revision.empty()) options.checkpoint_revision = args.revision;
   const auto validated = validate_scales_file(options);
   if (!validated) {
-    const int code = report_scales_error(validated.error());
+    const int code = report_data(validated.error());
     if (args.json) {
       json errors = json::array();
       std::istringstream lines(validated.error().detail.empty() ? validated.error().message

@@ -16,6 +16,7 @@
 
 #include "jitcache/log.hpp"
 #include "runtime/scales/calibration.hpp"
+#include "runtime/scales/checkpoint_files.hpp"
 #include "runtime/scales/scale_json.hpp"
 #include "support/atomic_file.hpp"
 #include "support/regular_file.hpp"
@@ -54,8 +55,8 @@ Result<double> number_option(const std::optional<std::string>& given, const char
   return value;
 }
 
-// Errors of this command: findings in the data exit 1, everything else (options, missing
-// files, an unwritable output) 2. With --json the errors also go to stdout as one document.
+// Errors of this command: findings in the data and a refused output exit 1, everything
+// else (options, missing files, an output in a missing or unwritable directory) 2. With --json the errors also go to stdout as one document.
 int fail(const CalibrateArgs& args, const Error& error, std::optional<int> code = std::nullopt) {
   const int exit_code = code ? *code : report(error);
   if (code) std::fprintf(stderr, "jitcache: error: %s\n", error.to_string().c_str());
@@ -103,9 +104,14 @@ int run_calibrate(const CalibrateArgs& args) {
 
   std::vector<fs::path> inputs(args.captures.begin(), args.captures.end());
   inputs.insert(inputs.end(), args.envelope.begin(), args.envelope.end());
-  if (!args.checkpoint.empty()) inputs.push_back(fs::path(args.checkpoint) / "config.json");
-  // An output that is a device, a directory or one of the inputs is a wrong --out: usage.
-  if (auto ok = check_output_target(args.out, inputs); !ok) return fail(args, ok.error(), k_exit_usage);
+  std::vector<PinnedFile> pinned;
+  if (!args.checkpoint.empty()) {
+    inputs.push_back(fs::path(args.checkpoint) / "config.json");
+    pinned = scales::checkpoint_files(args.checkpoint).pinned;
+  }
+  // An output that is not a regular file, one of the inputs or the checkpoint's pinned
+  // sidecar is refused (1) before anything is read.
+  if (auto ok = check_output_target(args.out, inputs, pinned); !ok) return fail(args, ok.error());
   // Opened before any work, so an --out in a missing or unwritable directory is reported
   // at once; never committed unless everything below succeeds (it then leaves nothing).
   auto writer = AtomicFileWriter::create(args.out);

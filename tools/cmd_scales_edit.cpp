@@ -45,15 +45,6 @@ int usage_error(const std::string& message) {
   return k_exit_usage;
 }
 
-// Refused data (a file that does not fit, existing scales, a name that escapes the
-// checkpoint) exits 1; usage and environment problems (a missing file) exit 2.
-int report_install_error(const Error& error) {
-  std::fprintf(stderr, "jitcache: error: %s\n", error.to_string().c_str());
-  return error.code == ErrorCode::invalid_input || error.code == ErrorCode::unsafe
-             ? k_exit_findings
-             : k_exit_usage;
-}
-
 int run_install(const InstallArgs& args) {
   const bool sidecar = args.sidecar_option->count() > 0;
   if (args.inline_object == sidecar)
@@ -66,7 +57,7 @@ int run_install(const InstallArgs& args) {
   options.replace = args.replace ? scales::ReplaceScales::yes : scales::ReplaceScales::no;
   if (!args.revision.empty()) options.checkpoint_revision = args.revision;
   const auto installed = scales::install_scales(options);
-  if (!installed) return report_install_error(installed.error());
+  if (!installed) return report_data(installed.error());
   const scales::InstallResult& r = *installed;
   if (args.json) {
     std::cout << scales::to_json(r).dump(2) << "\n";

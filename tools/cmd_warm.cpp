@@ -61,14 +61,15 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   if (!args.json) options.progress = [tty](const PrepareProgress& p) { show_progress(p, tty); };
   auto runtime = Runtime::open(options);
-  if (!runtime) return report(runtime.error());
+  if (!runtime) return report(runtime.error(), k_exit_usage);  // the cache, the remote: environment
   ModelSpec model;
   model.checkpoint = args.checkpoint;
   model.rope = *rope;
   model.target = args.arch;
   if (!args.scales.empty()) model.scales_override = args.scales;
   auto prepared = (*runtime)->prepare(model);
-  if (!prepared) return report(prepared.error());
+  // Invalid or unsafe checkpoint metadata or scales is refused data (1), as for `scales show`.
+  if (!prepared) return report_data(prepared.error());
   const PreparedModel& m = **prepared;
   const PrepareStats& s = m.stats();
   if (args.json) {

@@ -24,9 +24,24 @@ void Context::bind(CLI::App* command, Action action) {
   command->callback([this, action = std::move(action)] { exit_code = action(); });
 }
 
-int report(const Error& error) {
+int report(const Error& error, int code) {
   std::fprintf(stderr, "jitcache: error: %s\n", error.to_string().c_str());
-  return error.code == ErrorCode::invalid_input ? k_exit_findings : k_exit_usage;
+  return code;
+}
+
+int report(const Error& error) {
+  return report(error, error.code == ErrorCode::invalid_input ? k_exit_findings : k_exit_usage);
+}
+
+int report_data(const Error& error) {
+  const bool refused = error.code == ErrorCode::invalid_input || error.code == ErrorCode::unsafe;
+  return report(error, refused ? k_exit_findings : k_exit_usage);
+}
+
+std::vector<std::filesystem::path> environment_inputs() {
+  std::vector<std::filesystem::path> inputs;
+  if (auto key_file = jitcache::env::get(jitcache::env::jitcache_remote_key_file)) inputs.emplace_back(*key_file);
+  return inputs;
 }
 
 }  // namespace jitcache::cli

@@ -326,8 +326,13 @@ def take_string(ptr: c_void_p) -> str:
         lib.jitcache_string_free(address)
 
 
-def encode_path(value: os.PathLike[str] | str | bytes | None) -> bytes | None:
-    """A path or string argument as the bytes the C ABI takes (None stays NULL)."""
+def encode_path(name: str, value: os.PathLike[str] | str | bytes | None) -> bytes | None:
+    """The path argument ``name`` as the NUL-terminated bytes the C ABI takes (None stays
+    NULL). A NUL inside would cut the path short there without a word from the library, so
+    it raises ValueError naming the argument, as Python's own file functions do."""
     if value is None:
         return None
-    return os.fsencode(value)
+    encoded = os.fsencode(value)
+    if b"\0" in encoded:
+        raise ValueError(f"{name}: {os.fsdecode(encoded)!r} contains a NUL character")
+    return encoded

@@ -66,11 +66,16 @@ def _fit(name: str, value: int, bits: int, signed: bool) -> int:
     return value
 
 
-def _optional_text(value: str | None) -> bytes | None:
+def _optional_text(name: str, value: str | None) -> bytes | None:
+    """A str argument or None as the C ABI takes it; a NUL inside would cut it short without
+    a word from the library, so it raises ValueError naming the argument."""
     if value is None:
         return None
     if not isinstance(value, str):
-        raise TypeError(f"expected a str or None, got {type(value).__name__}")
+        raise TypeError(f"{name}: expected a str or None, got {type(value).__name__}")
+    if "\0" in value:
+        # The value is not echoed: a remote URL may hold a password.
+        raise ValueError(f"{name}: contains a NUL character (at index {value.index(chr(0))})")
     return value.encode("utf-8")
 
 
@@ -362,9 +367,9 @@ def resolve_scales(
     Same precedence, validation and logging as :meth:`Runtime.prepare`.
     """
     out = c_void_p()
-    ckpt = _lib.encode_path(checkpoint)
-    override = _lib.encode_path(scales_override)
-    rev = _optional_text(revision)
+    ckpt = _lib.encode_path("checkpoint", checkpoint)
+    override = _lib.encode_path("scales_override", scales_override)
+    rev = _optional_text("revision", revision)
     _log.sync()
     _lib.check(_lib_.jitcache_resolve_scales(ckpt, override, rev, byref(out)))
     return ResolvedScales.from_json(json.loads(_lib.take_string(out)))
@@ -640,7 +645,7 @@ class Runtime:
         self._handle: int | None = None
         options = _lib.RuntimeOptions()
         _lib_.jitcache_runtime_options_init(byref(options))
-        options.cache_dir = _lib.encode_path(cache_dir)
+        options.cache_dir = _lib.encode_path("cache_dir", cache_dir)
         options.jobs = _fit("jobs", jobs, 32, False)
         if device not in _DEVICES:
             raise InvalidArgumentError(f"device: expected 'auto' or 'none', got {device!r}")
@@ -653,7 +658,7 @@ class Runtime:
             options.cache_requirement = (
                 _lib.CACHE_REQUIRED if require_cache else _lib.CACHE_OPTIONAL
             )
-        options.remote = _optional_text(remote)
+        options.remote = _optional_text("remote", remote)
         options.verify_spec = _verify_fraction(verify_spec)
         out = c_void_p()
         _log.sync()
@@ -738,11 +743,11 @@ class Runtime:
         handle = self._live()
         options = _lib.PrepareOptions()
         _lib_.jitcache_prepare_options_init(byref(options))
-        options.checkpoint = _lib.encode_path(checkpoint)
+        options.checkpoint = _lib.encode_path("checkpoint", checkpoint)
         options.rope = _rope_enum(rope)
-        options.target = _optional_text(target)
-        options.scales_override = _lib.encode_path(scales_override)
-        options.revision = _optional_text(revision)
+        options.target = _optional_text("target", target)
+        options.scales_override = _lib.encode_path("scales_override", scales_override)
+        options.revision = _optional_text("revision", revision)
         out = c_void_p()
         _log.sync()
         _lib.check(_lib_.jitcache_prepare_with(handle, byref(options), byref(out)))

@@ -224,6 +224,34 @@ def test_runtime_arguments(cache_dir: Path) -> None:
             rt.prepare("unused")
 
 
+def test_nul_in_a_path_or_text_argument_is_refused(glm5_mini: Path, cache_dir: Path) -> None:
+    """ctypes passes a str or bytes with a NUL as a C string cut at the NUL: "ckpt\\0x" would
+    resolve "ckpt" without a word. Every path and text argument refuses it, naming itself."""
+    cut = f"{glm5_mini}\0ignored"
+    with pytest.raises(ValueError, match=r"^checkpoint: .* contains a NUL character"):
+        jitcache.resolve_scales(cut)
+    with pytest.raises(ValueError, match=r"^checkpoint: .* contains a NUL character"):
+        jitcache.resolve_scales(os.fsencode(cut))  # bytes paths too
+    with pytest.raises(ValueError, match=r"^scales_override: "):
+        jitcache.resolve_scales(glm5_mini, scales_override=Path(f"{glm5_mini}/x.json\0"))
+    with pytest.raises(ValueError, match=r"^revision: contains a NUL character \(at index 3\)"):
+        jitcache.resolve_scales(glm5_mini, revision="abc\0def")
+    with pytest.raises(ValueError, match=r"^cache_dir: "):
+        jitcache.Runtime(cache_dir=f"{cache_dir}\0x", device="none")
+    with pytest.raises(ValueError, match=r"^remote: contains a NUL character") as refused:
+        jitcache.Runtime(cache_dir=cache_dir, device="none", remote="redis://u:secret@h\0")
+    assert "secret" not in str(refused.value)  # a URL's password is never echoed
+    with jitcache.Runtime(cache_dir=cache_dir, device="none") as rt:
+        with pytest.raises(ValueError, match=r"^checkpoint: "):
+            rt.prepare(cut, target=TARGET)
+        with pytest.raises(ValueError, match=r"^scales_override: "):
+            rt.prepare(glm5_mini, target=TARGET, scales_override="x\0.json")
+        with pytest.raises(ValueError, match=r"^target: "):
+            rt.prepare(glm5_mini, target="sm_90\0a")
+        with pytest.raises(ValueError, match=r"^revision: "):
+            rt.prepare(glm5_mini, target=TARGET, revision="0ea1\0")
+
+
 def test_override_shadows_checkpoint(glm5_mini: Path, cli: Path, tmp_path: Path) -> None:
     data = json.loads((glm5_mini / "nvfp4_ds_mla_outer_scales.json").read_text())
     data["scales"] = [s * 2 for s in data["scales"]]

@@ -159,6 +159,28 @@ Status check_fits_checkpoint(const CaptureRun& run, const CalibrationOptions& op
   return {};
 }
 
+// An envelope is an independent run: a primary capture given again (the same file under
+// any spelling, a copy of its bytes, or the same recorded values re-saved) would be counted
+// as a second run confirming the first.
+Status check_independent(const CaptureRun& envelope, const CaptureRun& primary) {
+  for (const Capture& e : envelope.captures) {
+    for (const Capture& p : primary.captures) {
+      std::string how;
+      if (e.file == p.file || (e.identity && e.identity == p.identity)) how = "is the same file as";
+      else if (e.sha256 == p.sha256) how = "has the same bytes (sha256 " + e.sha256 + ") as";
+      else if (e.model == p.model && e.model_revision == p.model_revision && e.dataset == p.dataset &&
+               e.context == p.context && e.tp == p.tp && e.rank == p.rank && e.tokens == p.tokens &&
+               e.max_abs == p.max_abs)
+        how = "records the same values as";
+      if (!how.empty())
+        return make_error(ErrorCode::invalid_input,
+                          e.file + ": envelope capture " + how + " the primary capture " + p.file +
+                              "; an envelope must be an independent run (other captures of the same base)");
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<Capture> parse_capture(std::string_view text, const std::string& file) {
@@ -397,6 +419,7 @@ Result<Calibration> calibrate(std::vector<Capture> primary, std::vector<Capture>
   std::vector<double> max_abs = run_max_abs(run);
   if (!envelope.empty()) {
     CaptureRun env = JC_TRY(assemble_run(std::move(envelope), "envelope"));
+    JC_TRY(check_independent(env, run));
     const Capture& e = env.captures.front();
     FieldProblems problems(e.file + ": ");
     if (env.num_layers != run.num_layers)

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <system_error>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "runtime/scales/scale_json.hpp"
 #include "runtime/scales/scale_resolver.hpp"
 #include "support/atomic_file.hpp"
+#include "support/file_lock.hpp"
 #include "support/regular_file.hpp"
 #include "support/sha256.hpp"
 
@@ -22,6 +24,10 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 
 namespace {
+
+// In the checkpoint directory, only while an install runs (support/file_lock.hpp).
+constexpr const char* k_install_lock_name = ".jitcache-scales-install.lock";
+constexpr std::chrono::seconds k_install_lock_timeout{60};
 
 bool is_json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -264,6 +270,21 @@ Status check_new_config(const std::string& new_text, const std::string& old_text
   return {};
 }
 
+// The scales file as an inline value, in the file's own key order (the strict parse before
+// already refused duplicates and depth).
+Result<ordered_json> inline_value(const std::string& bytes, const std::string& name) {
+  ordered_json value = ordered_json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded())
+    return make_error(ErrorCode::internal, name + ": accepted by the strict reader but not re-readable");
+  return value;
+}
+
+bool same_file(const fs::path& a, const fs::path& b) {
+  struct stat sa {}, sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
 Status write_atomically(const fs::path& path, std::string_view bytes, mode_t mode) {
   AtomicFileOptions options;
   options.mode = mode;
@@ -352,6 +373,15 @@ Result<std::string> splice_top_level_member(std::string_view text, const std::st
 }
 
 Result<InstallResult> install_scales(const InstallOptions& options) {
+  // One install at a time per checkpoint, across processes: two that interleave would leave
+  // config.json pinning one file's hash over the other's bytes. The lock is taken before
+  // config.json is read, so each install starts from what the one before it left.
+  std::error_code ec;
+  const fs::path real_dir = fs::canonical(options.checkpoint_dir, ec);
+  if (ec || !fs::is_directory(real_dir, ec)) JC_TRY(read_checkpoint_config(options.checkpoint_dir));
+  auto lock = FileLock::acquire(real_dir / k_install_lock_name, k_install_lock_timeout,
+                                "another `jitcache scales install` on this checkpoint");
+  if (!lock) return std::unexpected(std::move(lock.error()));
   const CheckpointConfig config = JC_TRY(read_checkpoint_config(options.checkpoint_dir));
   const std::string config_name = config.path.string();
 
@@ -406,11 +436,13 @@ Result<InstallResult> install_scales(const InstallOptions& options) {
     if (options.sidecar_name.empty())
       return make_error(ErrorCode::invalid_argument, field_of(config_name, ".file") + ": empty sidecar name");
     sidecar = JC_TRY(sidecar_target(options.checkpoint_dir, options.sidecar_name, config_name));
-    std::error_code ec;
-    if (fs::equivalent(sidecar.path, config.path, ec)) {
-      return make_error(ErrorCode::invalid_argument,
-                        field_of(config_name, ".file") + ": \"" + options.sidecar_name +
-                            "\" is config.json itself");
+    // The output rule of every command (config.json is this one's input); the file config.json
+    // pins now is this command's to replace, since it pins the new one in the same step.
+    if (!(sidecar.exists && sidecar.bytes == bytes)) {
+      if (auto ok = check_output_target(sidecar.path, std::span(&config.path, 1)); !ok) {
+        ok.error().message = field_of(config_name, ".file") + ": " + ok.error().message;
+        return std::unexpected(std::move(ok.error()));
+      }
     }
     if (sidecar.exists && sidecar.bytes != bytes && options.replace == ReplaceScales::no) {
       return make_error(ErrorCode::invalid_input,
@@ -423,10 +455,7 @@ Result<InstallResult> install_scales(const InstallOptions& options) {
     result.sidecar_path = sidecar.path;
     value = ordered_json{{"file", options.sidecar_name}, {"sha256", digest}};
   } else {
-    // The file's own key order; the strict parse above already refused duplicates and depth.
-    value = ordered_json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-    if (value.is_discarded())
-      return make_error(ErrorCode::internal, name + ": accepted by the strict reader but not re-readable");
+    value = JC_TRY(inline_value(bytes, name));
   }
   if (result.previous_form == CheckpointForm::sidecar) {
     const bool same = options.form == InstallForm::sidecar &&
@@ -440,23 +469,41 @@ Result<InstallResult> install_scales(const InstallOptions& options) {
   JC_TRY(check_new_config(new_text, config_text, config_name, config, contents, options.form,
                           options.sidecar_name, digest));
 
-  // The sidecar first: config.json must never name a file that is missing or partial.
+  // config.json never names a file that is missing, partial or other than it pins, so a
+  // checkpoint that resolved before resolves at every moment of the install and after it: a
+  // new sidecar is written before the config.json that names it, and one that replaces the
+  // very file config.json pins now is written while config.json holds the new scales inline.
   const mode_t mode = config_stat.st_mode & 07777;
-  if (options.form == InstallForm::sidecar && !(sidecar.exists && sidecar.bytes == bytes)) {
+  const bool write_sidecar = options.form == InstallForm::sidecar && !(sidecar.exists && sidecar.bytes == bytes);
+  std::string on_disk = config_text;  // what config.json holds, as this install last left it
+  // Someone else's edit since it was read would be lost by the rename: refuse instead.
+  const auto replace_config = [&](const std::string& text) -> Status {
+    const std::string current = JC_TRY(read_regular_file(
+        config.path, k_max_config_file_bytes, config_name, FollowSymlinks::no));
+    if (current != on_disk) {
+      return make_error(ErrorCode::io,
+                        config_name + ": changed while the scales were being installed; it was not "
+                                      "written" +
+                            (result.sidecar_written ? " (the sidecar " + sidecar.path.string() + " was)" : "") +
+                            "; try again");
+    }
+    JC_TRY(write_atomically(config.path, text, mode));
+    on_disk = text;
+    return {};
+  };
+  if (write_sidecar && result.previous_form == CheckpointForm::sidecar &&
+      same_file(sidecar.path, options.checkpoint_dir / result.previous_file)) {
+    const std::string interim = JC_TRY(splice_top_level_member(
+        config_text, config_name, k_scales_config_field, JC_TRY(inline_value(bytes, name))));
+    JC_TRY(check_new_config(interim, config_text, config_name, config, contents, InstallForm::inline_object,
+                            {}, digest));
+    JC_TRY(replace_config(interim));
+  }
+  if (write_sidecar) {
     JC_TRY(write_atomically(sidecar.path, bytes, mode));
     result.sidecar_written = true;
   }
-  // Someone else's edit since it was read would be lost by the rename: refuse instead.
-  const std::string current = JC_TRY(read_regular_file(
-      config.path, k_max_config_file_bytes, config_name, FollowSymlinks::no));
-  if (current != config_text) {
-    return make_error(ErrorCode::io,
-                      config_name + ": changed while the scales were being installed; it was not "
-                                    "written" +
-                          (result.sidecar_written ? " (the sidecar " + sidecar.path.string() + " was)" : "") +
-                          "; try again");
-  }
-  JC_TRY(write_atomically(config.path, new_text, mode));
+  JC_TRY(replace_config(new_text));
 
   ResolveOptions resolve;
   resolve.checkpoint_dir = options.checkpoint_dir;

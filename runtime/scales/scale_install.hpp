@@ -8,6 +8,10 @@
 // was (key order, number spellings, indentation, other keys' escapes). The result is
 // checked with the resolver's own code before anything is written, the sidecar is
 // published before the config.json that names it, and both are written atomically.
+//
+// Installs on one checkpoint run one at a time, across processes: each holds an exclusive
+// flock on `<checkpoint>/.jitcache-scales-install.lock`, a file that exists only while an
+// install runs (support/file_lock.hpp), from before it reads config.json until it is done.
 #pragma once
 
 #include <cstddef>
@@ -88,8 +92,11 @@ struct InstallResult {
 // invalid or does not fit the model (num_layers, latent_dim) or the checkpoint's known
 // revision; existing scales without ReplaceScales::yes; a sidecar name that is absolute,
 // leaves the checkpoint (lexically or through a symlink) or already holds other bytes
-// (without ReplaceScales::yes); a config.json that is a symlink (the resolver would follow
-// it, and writing through it could change a shared file such as a Hugging Face blob).
+// (without ReplaceScales::yes), or is config.json; a config.json that is a symlink (the
+// resolver would follow it, and writing through it could change a shared file such as a
+// Hugging Face blob). A checkpoint that resolved before resolves at every moment of the
+// install and after it: replacing the very sidecar config.json pins goes through an interim
+// config.json that holds the new scales inline.
 Result<InstallResult> install_scales(const InstallOptions& options);
 
 nlohmann::json to_json(const InstallResult& result);

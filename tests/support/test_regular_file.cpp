@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "support/regular_file.hpp"
+#include "support/sha256.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
@@ -216,6 +217,37 @@ TEST_F(RegularFileTest, OutputCheckFromTheWorkingDirectory) {
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message.find("./x: the output is the same file as the input 'x'"),
             std::string::npos);
+}
+
+// A file an input pins by sha256 (a checkpoint's sidecar): refused by identity however it is
+// spelt, and by its bytes wherever they are; other files, and files too large to be the
+// pinned one, are not.
+TEST_F(RegularFileTest, OutputThatAPinNamesOrMatchesIsRefused) {
+  const fs::path sidecar = write("sidecar.json", "pinned bytes");
+  ASSERT_EQ(::link(sidecar.c_str(), (dir() / "hard.json").c_str()), 0);
+  const fs::path copy = write("copy.json", "pinned bytes");
+  const PinnedFile pin{sidecar, sha256_hex("pinned bytes"), "ckpt/config.json", 1 << 20};
+  for (const fs::path& output : {sidecar, dir() / "." / "sidecar.json", dir() / "hard.json"}) {
+    const Status refused = check_output_target(output, {}, std::span(&pin, 1));
+    ASSERT_FALSE(refused) << output;
+    EXPECT_EQ(refused.error().code, ErrorCode::invalid_input);
+    EXPECT_EQ(refused.error().message,
+              output.string() + ": the output is the same file as '" + sidecar.string() +
+                  "', which ckpt/config.json pins by sha256 " + pin.sha256 +
+                  "; replacing it would break ckpt/config.json (name another output)");
+  }
+  const Status bytes = check_output_target(copy, {}, std::span(&pin, 1));
+  ASSERT_FALSE(bytes);
+  EXPECT_EQ(bytes.error().message,
+            copy.string() + ": the output holds the very bytes of '" + sidecar.string() +
+                "', which ckpt/config.json pins by sha256 " + pin.sha256 +
+                "; replacing it would break ckpt/config.json (name another output)");
+  // A missing pinned file pins no path; other bytes, a new name and a file larger than the
+  // pin's reader accepts are fine.
+  const PinnedFile missing{dir() / "absent.json", pin.sha256, "ckpt/config.json", 4};
+  EXPECT_OK(check_output_target(copy, {}, std::span(&missing, 1)));
+  EXPECT_OK(check_output_target(write("other.json", "other bytes"), {}, std::span(&pin, 1)));
+  EXPECT_OK(check_output_target(dir() / "new.json", {}, std::span(&pin, 1)));
 }
 
 }  // namespace

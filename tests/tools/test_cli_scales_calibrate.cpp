@@ -305,10 +305,11 @@ TEST_F(CalibrateCliTest, BadOptionValuesAreUsageErrors) {
   CliOutcome r = run(with(captures, {"--out", (dir() / "no" / "such" / "dir" / "s.json").string()}));
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_CONTAINS(r.err, "no/such/dir");
+  // An output it may not replace is refused data (1), as for every command.
   r = run(with(captures, {"--out", dir().string()}));
-  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.code, 1) << r.err;
   r = run(with(captures, {"--out", captures[0]}));  // never overwrite an input
-  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_EQ(json::parse(read_text_file(captures[0]))["format"], "nvfp4_ds_mla_capture_v1");
   r = run({"--out", out().string()});
   EXPECT_EQ(r.code, 2);

@@ -3,8 +3,11 @@
 // --json as one document.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -196,6 +199,64 @@ TEST_F(CliScalesInstallTest, RefusedDataExitsOne) {
   EXPECT_NE(r.err.find("field 'model_revision'"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(m_ckpt / "s.json"));
   EXPECT_EQ(config(), before);
+}
+
+// Installs racing on one checkpoint (--replace --sidecar with the same name, each its own
+// scales) run one at a time: after every round the checkpoint resolves, config.json pins
+// the sidecar's bytes, and those are one of the installed files'; no lock file is left.
+TEST_F(CliScalesInstallTest, ConcurrentInstallsOfOneSidecarLeaveAResolvingCheckpoint) {
+  constexpr int k_processes = 6, k_rounds = 4;
+  std::vector<std::string> digests;
+  std::vector<fs::path> files;
+  for (int i = 0; i < k_processes; ++i) {
+    files.push_back(changed("race" + std::to_string(i) + ".json", i, 1.0 + 0.01 * (i + 1)));
+    digests.push_back(sha256_hex(read_text_file(files.back())));
+    fs::create_directory(dir() / ("p" + std::to_string(i)));
+  }
+  // A reader resolving the checkpoint all along: it resolved before, so it resolves at every
+  // step of every install.
+  fs::create_directory(dir() / "reader");
+  std::atomic<bool> racing{true};
+  std::atomic<int> reads{0}, unresolved{0};
+  std::thread reader([&] {
+    while (racing) {
+      const testing::CliOutcome o = testing::run_cli(dir() / "reader", {"scales", "show", "--checkpoint",
+                                                                        m_ckpt.string()},
+                                                     {}, {"JITCACHE_", "VLLM_NVFP4_MLA_"});
+      ++reads;
+      if (o.code != 0) {
+        ++unresolved;
+        ADD_FAILURE() << "the checkpoint did not resolve during an install:\n" << o.err;
+      }
+    }
+  });
+  for (int round = 0; round < k_rounds; ++round) {
+    std::vector<std::thread> racers;
+    std::vector<int> codes(k_processes, -1);
+    for (int i = 0; i < k_processes; ++i)
+      racers.emplace_back([&, i] {
+        codes[static_cast<std::size_t>(i)] =
+            testing::run_cli(dir() / ("p" + std::to_string(i)),
+                             {"scales", "install", files[static_cast<std::size_t>(i)].string(), "--checkpoint",
+                              m_ckpt.string(), "--sidecar", "same.json", "--replace"},
+                             {}, {"JITCACHE_", "VLLM_NVFP4_MLA_"})
+                .code;
+      });
+    for (auto& racer : racers) racer.join();
+    for (int i = 0; i < k_processes; ++i) EXPECT_EQ(codes[static_cast<std::size_t>(i)], 0) << "round " << round;
+    const testing::CliOutcome shown = run({"scales", "show", "--checkpoint", m_ckpt.string(), "--json"});
+    ASSERT_EQ(shown.code, 0) << "round " << round << ": the checkpoint does not resolve\n" << shown.err;
+    const std::string pinned = json::parse(config())[k_key]["sha256"];
+    const std::string held = sha256_hex(read_text_file(m_ckpt / "same.json"));
+    EXPECT_EQ(held, pinned) << "round " << round;
+    EXPECT_NE(std::find(digests.begin(), digests.end(), held), digests.end()) << "round " << round;
+    EXPECT_EQ(json::parse(shown.out)["provenance"]["sha256"], pinned) << "round " << round;
+    EXPECT_FALSE(fs::exists(fs::symlink_status(m_ckpt / ".jitcache-scales-install.lock"))) << "round " << round;
+  }
+  racing = false;
+  reader.join();
+  EXPECT_GT(reads, 0);
+  EXPECT_EQ(unresolved, 0);
 }
 
 TEST_F(CliScalesInstallTest, RevisionOfASnapshotDirectory) {

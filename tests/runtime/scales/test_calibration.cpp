@@ -459,6 +459,43 @@ TEST(CalibrationEnvelope, AnotherRevisionIsAllowedButRecorded) {
   EXPECT_EQ(doc["model_revision"], k_rev);  // the primary's revision is the file's
 }
 
+// An envelope is an independent run: the primary captures given again, as the same file,
+// as a copy of their bytes or re-saved with the same values, would count one run as two.
+TEST(CalibrationEnvelope, ThePrimaryRunAgainIsRefusedNamingBothFiles) {
+  const auto primary = rank_values(12, 2, 3, 0);
+  // The same bytes under other names (a copy).
+  EXPECT_CONTAINS(error_of(scales::calibrate(run_of(primary), run_of(primary, "e"), options())),
+                  "e0.json: envelope capture has the same bytes (sha256 ");
+  EXPECT_CONTAINS(error_of(scales::calibrate(run_of(primary), run_of(primary, "e"), options())),
+                  ") as the primary capture r0.json; an envelope must be an independent run");
+  // The same file: its path, or its identity under another spelling.
+  std::vector<Capture> same_path = run_of(primary);
+  same_path[1].file = "e1.json";
+  same_path[1].sha256 = "not the primary's";
+  EXPECT_CONTAINS(error_of(scales::calibrate(run_of(primary), same_path, options())),
+                  "r0.json: envelope capture is the same file as the primary capture r0.json");
+  std::vector<Capture> with_identity = run_of(primary);
+  std::vector<Capture> by_identity = run_of(primary, "./e");
+  for (std::size_t r = 0; r < by_identity.size(); ++r) {
+    with_identity[r].identity = std::pair(dev_t{7}, ino_t{100 + r});
+    by_identity[r].identity = with_identity[r].identity;
+    by_identity[r].sha256 = "re-read: " + std::to_string(r);
+  }
+  EXPECT_CONTAINS(error_of(scales::calibrate(with_identity, by_identity, options())),
+                  "./e0.json: envelope capture is the same file as the primary capture r0.json");
+  // Re-saved: other bytes, every recorded value the same.
+  std::vector<Capture> resaved;
+  for (int r = 0; r < 2; ++r)
+    resaved.push_back(*scales::parse_capture(capture_json(r, 2, primary[static_cast<std::size_t>(r)]).dump(2),
+                                             "e" + std::to_string(r) + ".json"));
+  EXPECT_CONTAINS(error_of(scales::calibrate(run_of(primary), resaved, options())),
+                  "e0.json: envelope capture records the same values as the primary capture r0.json");
+  // Another run with the same facts is independent: accepted.
+  auto independent = primary;
+  for (auto& rank : independent) rank[0] *= 1.01;
+  EXPECT_OK(scales::calibrate(run_of(primary), run_of(independent, "e"), options()));
+}
+
 TEST(CalibrationHeadroom, MultipliesEveryLayer) {
   const std::uint64_t seed = test_seed("calibration headroom");
   const auto values = rank_values(seed, 2, 8, 0);

@@ -459,7 +459,7 @@ TEST_F(ScaleInstallTest, SidecarNamesThatLeaveTheCheckpointAreRefused) {
       {"out/x.json", "outside the checkpoint directory"},
       {"link.json", "outside the checkpoint directory"},
       {"dangling.json", "a symbolic link"},
-      {"config.json", "config.json itself"},
+      {"config.json", "the same file as the input '" + (m_ckpt / "config.json").string() + "'"},
       {"missing/x.json", "cannot be opened"},
       {"sub/", "names a directory"},
   };

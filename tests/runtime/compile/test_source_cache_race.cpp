@@ -234,6 +234,45 @@ TEST_F(SourceCacheRaceTest, TwoNodesSharingRedisHaveOneWinnerEveryRound) {
   EXPECT_EQ(tally.one_winner, k_rounds) << "both served: " << tally.both_served << "; " << tally.first_other;
 }
 
+// A record stored first that is no record (a foreign or buggy writer, between this
+// request's check and its write) vouches for nothing: it is replaced, as an unusable record
+// found by a read is, and the request is served; one of another source is the winner's.
+TEST_F(SourceCacheRaceTest, AnUnusableFirstRecordIsReplacedAndAnotherSourcesIsReported) {
+  const auto root = dir() / "cache";
+  auto store = open_store(root);
+  auto other = open_store(root);  // another process's view
+  ASSERT_TRUE(store && other);
+  SourceCache theirs(*other, testing::racing_options(registry, {}));
+  for (const bool junk : {true, false}) {
+    const std::string round = junk ? "junk" : "other-source";
+    const KernelRequest mine = racing_request(round, "1.0");
+    SourceCacheOptions options = testing::racing_options(registry, {});
+    options.compile = [&](const SourceInput& input) -> Result<SourceOutput> {
+      // While this request compiles, the other writer records the spec first.
+      if (junk) {
+        const auto spec = spec_facts(mine, testing::fake_tools(SourceKind::cuda));
+        const std::string text = "{\"format\": 2}";
+        EXPECT_TRUE(other->put(spec->key(), *spec, std::as_bytes(std::span(text.data(), text.size())), 0));
+      } else {
+        EXPECT_EQ(testing::race_compile(theirs, racing_request(round, "0.5")), race_served);
+      }
+      return testing::fake_output(input);
+    };
+    SourceCache cache(*store, options);
+    std::string message;
+    const RaceOutcome outcome = testing::race_compile(cache, mine, &message);
+    EXPECT_EQ(outcome, junk ? race_served : race_incomplete) << round << ": " << message;
+    EXPECT_EQ(recorded_cubin(root, round), cubin_of(round, junk ? "1.0" : "0.5")) << round;
+    // The loser's bundle is kept under its own key: a valid entry of its source.
+    if (!junk) {
+      auto facts = request_facts(mine, testing::fake_tools(SourceKind::cuda));
+      auto kept = store->contains(facts->key());
+      ASSERT_TRUE(kept);
+      EXPECT_TRUE(*kept);
+    }
+  }
+}
+
 // The control: one source raced against itself is no incomplete spec, for either racer.
 TEST_F(SourceCacheRaceTest, OneSourceRacedAgainstItselfIsServedToBoth) {
   auto server = jitcache::testing::RedisServer::start();

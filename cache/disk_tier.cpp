@@ -127,28 +127,57 @@ Result<std::optional<TierHit>> DiskTier::get(const CacheKey& key) {
       TierHit{std::make_shared<const Bytes>(std::move(*bytes)), row->compile_ms, {}, {}});
 }
 
-Status DiskTier::put(const CacheKey& key, const TierEntry& entry) {
-  if (m_mode != StoreMode::read_write) return std::unexpected(needs_writable("storing " + key.to_hex()));
+Result<NewEntry> DiskTier::publish(const CacheKey& key, const TierEntry& entry) {
   const BlobDigest digest =
       JC_TRY(m_blobs.publish(*entry.bytes, entry.refetchable ? Durability::relaxed : m_options.durability,
                              m_options.publish_hook));
-  NewEntry row{key, digest, entry.bytes->size(), entry.facts.to_json(), entry.compile_ms, unix_now_ms()};
+  return NewEntry{key, digest, entry.bytes->size(), entry.facts.to_json(), entry.compile_ms, unix_now_ms()};
+}
+
+Status DiskTier::evict_if_over(const IndexTotals& totals, const CacheKey& key) {
+  if (totals.bytes <= m_options.max_bytes) return {};
+  // Evict to 90% of the cap, so that the next few publishes do not each evict again.
+  // Uses are written first, so that eviction sees what was used recently.
+  JC_TRY(flush());
+  const Removed removed =
+      JC_TRY(with_index([&](Index& index) { return index.evict(m_options.max_bytes / 10 * 9, key); }));
+  remove_blobs(removed.unreferenced);
+  Counters delta;
+  delta.evicted = removed.entries.size();
+  m_tally.add(delta);
+  return {};
+}
+
+Status DiskTier::put(const CacheKey& key, const TierEntry& entry) {
+  if (m_mode != StoreMode::read_write) return std::unexpected(needs_writable("storing " + key.to_hex()));
+  const NewEntry row = JC_TRY(publish(key, entry));
   std::function<void()> before_commit;
   if (m_options.publish_hook) before_commit = [this] { m_options.publish_hook(PublishStep::row_written); };
   const IndexTotals totals =
       JC_TRY(with_index([&](Index& index) { return index.insert(row, before_commit); }));
-  if (totals.bytes > m_options.max_bytes) {
-    // Evict to 90% of the cap, so that the next few publishes do not each evict again.
-    // Uses are written first, so that eviction sees what was used recently.
-    JC_TRY(flush());
-    const Removed removed =
-        JC_TRY(with_index([&](Index& index) { return index.evict(m_options.max_bytes / 10 * 9, key); }));
-    remove_blobs(removed.unreferenced);
-    Counters delta;
-    delta.evicted = removed.entries.size();
-    m_tally.add(delta);
+  return evict_if_over(totals, key);
+}
+
+Result<std::optional<TierHit>> DiskTier::create(const CacheKey& key, const TierEntry& entry) {
+  if (m_mode != StoreMode::read_write) return std::unexpected(needs_writable("storing " + key.to_hex()));
+  std::optional<KeyLock> lock;
+  if (auto acquired = lock_key(key, "recording " + key.to_hex()); acquired && *acquired) lock = std::move(*acquired);
+  else log_debug("cache: creating " + key.to_hex() + " without its key lock (" +
+                 (acquired ? std::string("timed out") : acquired.error().to_string()) + ")");
+  // Two rounds at most: a create that loses to an unlocked writer reads what it stored;
+  // a third would mean entries come and go under us faster than we can read them.
+  for (int round = 0; round < 3; ++round) {
+    // A damaged blob is quarantined here (its row removed), so it counts as nothing stored.
+    if (auto stored = JC_TRY(get(key))) return stored;
+    const NewEntry row = JC_TRY(publish(key, entry));
+    const bool inserted = JC_TRY(with_index([&](Index& index) { return index.insert_new(row, {}); }));
+    if (inserted) {
+      JC_TRY(evict_if_over(JC_TRY(with_index([](Index& index) { return index.totals(); })), key));
+      return std::optional<TierHit>();
+    }
   }
-  return {};
+  return make_error(ErrorCode::io, "cache: creating " + key.to_hex() + " in " + m_root.string() +
+                                       ": another writer's entry kept appearing and vanishing; gave up");
 }
 
 Status DiskTier::remove(const CacheKey& key) {

@@ -146,6 +146,10 @@ class DiskTier final : public StorageTier {
   Result<std::optional<TierHit>> get(const CacheKey& key) override;
   // Publishes the entry; evicts down to 90% of the cap when the directory outgrew it.
   Status put(const CacheKey& key, const TierEntry& entry) override;
+  // Under the key's lock (creators queue on it, so a loser publishes no blob) and with a
+  // create-only insert (Index::insert_new; a put takes no lock). An entry whose blob is
+  // damaged or gone is quarantined, like any read of it, and replaced.
+  Result<std::optional<TierHit>> create(const CacheKey& key, const TierEntry& entry) override;
   Status remove(const CacheKey& key) override;
 
   StoreMode mode() const { return m_mode; }
@@ -197,6 +201,10 @@ class DiskTier final : public StorageTier {
   auto with_index(F&& f) {
     return m_index->with(std::forward<F>(f));
   }
+  // Writes the blob of `entry`: what put and create share.
+  Result<NewEntry> publish(const CacheKey& key, const TierEntry& entry);
+  // Evicts down to 90% of the cap when the totals are over it, sparing `key`.
+  Status evict_if_over(const IndexTotals& totals, const CacheKey& key);
   void quarantine(const CacheKey& key, const BlobDigest& digest, const BlobFailure& failure);
   void remove_blobs(const std::vector<BlobDigest>& digests);
   // Flushes, then folds every process's recorded uses into the entries' rows.

@@ -154,6 +154,9 @@ class Index {
   Result<std::optional<IndexRow>> lookup(const CacheKey& key);
   // Inserts or replaces the entry; `before_commit` runs inside the transaction.
   Result<IndexTotals> insert(const NewEntry& entry, const std::function<void()>& before_commit);
+  // Inserts the entry only if no row has its key, in one transaction (index_create.cpp):
+  // whether it did. A row that is there is left alone, whatever it holds.
+  Result<bool> insert_new(const NewEntry& entry, const std::function<void()>& before_commit);
   Result<Removed> remove_digest(const BlobDigest& digest);
   Result<Removed> remove_key(const CacheKey& key);
   Result<Removed> remove(const EntryFilter& filter);

@@ -24,10 +24,22 @@ Status MemoryTier::put(const CacheKey& key, const TierEntry& entry) {
   return {};
 }
 
+Result<std::optional<TierHit>> MemoryTier::create(const CacheKey& key, const TierEntry& entry) {
+  std::lock_guard lock(m_mutex);
+  if (const auto it = m_entries.find(key); it != m_entries.end())
+    return std::optional<TierHit>(TierHit{it->second.bytes, it->second.compile_ms, it->second.decoded, {}});
+  insert_locked(key, entry.bytes, entry.compile_ms);
+  return std::optional<TierHit>();
+}
+
 void MemoryTier::insert(const CacheKey& key, SharedBytes bytes, double compile_ms) {
+  std::lock_guard lock(m_mutex);
+  insert_locked(key, std::move(bytes), compile_ms);
+}
+
+void MemoryTier::insert_locked(const CacheKey& key, SharedBytes bytes, double compile_ms) {
   const std::uint64_t size = bytes->size();
   if (m_max_bytes == 0 || size > m_max_bytes) return;
-  std::lock_guard lock(m_mutex);
   auto [it, inserted] = m_entries.try_emplace(key);
   if (inserted) m_order.push_back(key);
   else m_bytes -= it->second.bytes->size();

@@ -29,6 +29,9 @@ class MemoryTier final : public StorageTier {
   // Never fails.
   Result<std::optional<TierHit>> get(const CacheKey& key) override { return find(key); }
   Status put(const CacheKey& key, const TierEntry& entry) override;
+  // Under the tier's lock; a tier that keeps nothing (cap 0, or an entry over the cap)
+  // stores nothing and says so as if it had (there is nothing to disagree with).
+  Result<std::optional<TierHit>> create(const CacheKey& key, const TierEntry& entry) override;
   Status remove(const CacheKey& key) override;
 
   bool enabled() const { return m_max_bytes > 0; }
@@ -52,6 +55,9 @@ class MemoryTier final : public StorageTier {
     double compile_ms = 0;
     std::uint64_t pending_uses = 0;  // hits not yet collected by drain()
   };
+
+  // insert() with m_mutex held.
+  void insert_locked(const CacheKey& key, SharedBytes bytes, double compile_ms);
 
   const std::uint64_t m_max_bytes;
   mutable std::mutex m_mutex;

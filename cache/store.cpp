@@ -207,6 +207,37 @@ Status Store::put(const CacheKey& key, const Facts& facts, std::span<const std::
   return {};
 }
 
+Result<FirstWrite> Store::put_if_absent(const CacheKey& key, const Facts& facts, std::span<const std::byte> bytes,
+                                        double compile_ms) {
+  JC_TRY(check_facts(key, facts));
+  if (mode() != StoreMode::read_write) return std::unexpected(needs_writable("storing " + key.to_hex()));
+  const TierEntry entry{facts, std::make_shared<const Bytes>(bytes.begin(), bytes.end()), compile_ms};
+  // The widest tier first: a record the fleet agreed on must not be decided by one disk.
+  for (std::size_t slot = m_lower.size(); slot-- > 0;) {
+    auto made = m_lower[slot].tier->create(key, entry);
+    if (!made) {
+      if (m_lower[slot].is_disk) return std::unexpected(std::move(made.error()));
+      count_error(slot, Op::write, "creating " + key.to_hex(), made.error());
+      continue;
+    }
+    if (!m_lower[slot].is_disk) count_success(slot, Op::write);
+    FirstWrite first{true, entry.bytes};
+    double first_ms = compile_ms;
+    if (*made) {
+      first.ours = *(*made)->bytes == *entry.bytes;
+      first.bytes = std::move((*made)->bytes);
+      first_ms = (*made)->compile_ms;
+    }
+    // The tiers above the one that decided hold what it holds, which may replace a
+    // record a concurrent writer put there (it lost in this tier, or will).
+    const bool shared = m_lower[slot].tier->kind() == Tier::remote;
+    write_through(key, TierEntry{facts, first.bytes, first_ms, shared}, slot, /*disk_writable=*/true);
+    maybe_flush();
+    return first;
+  }
+  return std::unexpected(needs_writable("storing " + key.to_hex()));  // no lower tier: unreachable in read_write
+}
+
 // ---- get_or_create ------------------------------------------------------------------------
 
 Result<Fetched> Store::get_or_create(const CacheKey& key, const Facts& facts, const Producer& producer,

@@ -93,6 +93,14 @@ struct Produced {
 };
 using Producer = std::function<Result<Produced>()>;
 
+// What put_if_absent found under the key.
+struct FirstWrite {
+  // The bytes stored under the key are the caller's: this call stored them, or the same
+  // bytes were there already.
+  bool ours = false;
+  SharedBytes bytes;  // what is stored under the key now: the caller's, or the first writer's
+};
+
 // Whether a lookup that finds nothing counts as a miss. A probe followed by
 // get_or_create (which counts the miss when it produces) must not count it twice.
 enum class CountMiss { no, yes };
@@ -124,6 +132,16 @@ class Store {
 
   // Publishes `bytes` under `key`. `facts` must validate and hash to `key`.
   Status put(const CacheKey& key, const Facts& facts, std::span<const std::byte> bytes, double compile_ms);
+
+  // Publishes `bytes` under `key` unless the key holds an entry, atomically across
+  // threads, processes and (through a shared tier) nodes: the first writer wins and every
+  // later one is handed the winner's verified bytes. The widest tier that answers decides
+  // (the extra tiers from the last, then the disk, each by StorageTier::create); the tiers
+  // above it are then given the winner's bytes (replacing what a writer there had put), so
+  // every tier agrees with the decision. An extra tier that fails is logged and counted,
+  // and the next one decides; the disk's error is the caller's. Needs a read-write store.
+  Result<FirstWrite> put_if_absent(const CacheKey& key, const Facts& facts, std::span<const std::byte> bytes,
+                                   double compile_ms);
 
   // The bytes under `key`, producing and storing them first when absent. The producer
   // runs at most once per key at a time across threads and processes; its error is

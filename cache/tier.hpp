@@ -84,6 +84,13 @@ class StorageTier {
   virtual Result<std::optional<TierHit>> get(const CacheKey& key) = 0;
   // Stores `entry` under `key`, replacing what was there.
   virtual Status put(const CacheKey& key, const TierEntry& entry) = 0;
+  // Stores `entry` under `key` only if the key holds nothing, atomically for every writer
+  // of the tier (threads, processes, nodes): std::nullopt when this call stored it, else
+  // the verified entry stored first (possibly the same bytes). An entry there that fails
+  // verification is no entry: the tier replaces it where it can, or returns an error when
+  // it cannot tell what was stored first. The first write of a record that must have one
+  // author (the source cache's spec record, Store::put_if_absent).
+  virtual Result<std::optional<TierHit>> create(const CacheKey& key, const TierEntry& entry) = 0;
   // Removes what is stored under `key`; removing an absent entry is no error.
   virtual Status remove(const CacheKey& key) = 0;
 

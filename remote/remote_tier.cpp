@@ -25,6 +25,15 @@ std::string glob_escaped(std::string_view text) {
   return out;
 }
 
+// A verified value as the Store takes it.
+cache::TierHit to_hit(SignedEntry&& entry) {
+  cache::TierHit hit;
+  hit.bytes = std::make_shared<const cache::Bytes>(std::move(entry.bytes));
+  hit.compile_ms = entry.compile_ms;
+  hit.facts = std::move(entry.facts);
+  return hit;
+}
+
 // Renews the lease while its holder produces, and gives it up when destroyed.
 class RedisLease final : public cache::TierLease {
  public:
@@ -167,12 +176,7 @@ Result<std::optional<cache::TierHit>> RemoteTier::fetch(const cache::CacheKey& k
     }
     return std::optional<cache::TierHit>();
   }
-  SignedEntry& entry = *(*got)->entry;
-  cache::TierHit hit;
-  hit.bytes = std::make_shared<const cache::Bytes>(std::move(entry.bytes));
-  hit.compile_ms = entry.compile_ms;
-  hit.facts = std::move(entry.facts);
-  return std::optional<cache::TierHit>(std::move(hit));
+  return std::optional<cache::TierHit>(to_hit(std::move(*(*got)->entry)));
 }
 
 bool RemoteTier::first_report(const cache::CacheKey& key, const Rejected& rejected) {
@@ -208,6 +212,30 @@ Result<bool> RemoteTier::upload(const cache::CacheKey& key, const cache::Facts& 
 Status RemoteTier::put(const cache::CacheKey& key, const cache::TierEntry& entry) {
   JC_TRY(upload(key, entry.facts, *entry.bytes, entry.compile_ms));
   return {};
+}
+
+Result<std::optional<cache::TierHit>> RemoteTier::create(const cache::CacheKey& key,
+                                                          const cache::TierEntry& entry) {
+  // A value that expires or is deleted between our SET NX and our read is tried again.
+  for (int round = 0; round < 3; ++round) {
+    if (JC_TRY(upload(key, entry.facts, *entry.bytes, entry.compile_ms))) return std::optional<cache::TierHit>();
+    auto got = read(entry_name(key));
+    if (!got) {
+      count(&cache::Counters::remote_errors);
+      return std::unexpected(std::move(got.error()));
+    }
+    if (!*got) continue;
+    if ((*got)->rejected) {
+      const std::string what = "remote cache: " + entry_name(key) + " holds a value that fails verification (" +
+                               (*got)->rejected->to_string() + "), so the first writer of " + key.to_hex() +
+                               " is unknown";
+      log_debug(what);
+      return make_error(ErrorCode::invalid_input, what);
+    }
+    return std::optional<cache::TierHit>(to_hit(std::move(*(*got)->entry)));
+  }
+  return make_error(ErrorCode::io, "remote cache " + m_client.display() + ": creating " + entry_name(key) +
+                                       ": a value kept appearing and vanishing; gave up");
 }
 
 Status RemoteTier::remove(const cache::CacheKey& key) {

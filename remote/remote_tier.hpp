@@ -16,6 +16,8 @@
 //
 // Writes. put() is SET NX: the first writer wins, nothing is ever overwritten. The Store
 // writes the disk first, so an entry is published locally before the remote sees it.
+// create() is the same SET NX, which then reads the winner's value back when it lost
+// (Store::put_if_absent asks the remote first: a record the fleet shares has one author).
 //
 // Leases. claim() takes <prefix>v1:lease:<key> with SET NX PX and a random token. The
 // holder renews it (every third of its lifetime) while it compiles and deletes it (only
@@ -83,6 +85,11 @@ class RemoteTier final : public cache::StorageTier {
   std::string name() const override { return "redis"; }
   Result<std::optional<cache::TierHit>> get(const cache::CacheKey& key) override;
   Status put(const cache::CacheKey& key, const cache::TierEntry& entry) override;
+  // SET NX, and on losing the value stored first, read back and verified as every value
+  // is. A value there that fails verification cannot say who was first: an error (the
+  // Store then lets the next tier decide), logged at debug level and not counted as a
+  // rejection (the lookup just before has counted and reported it).
+  Result<std::optional<cache::TierHit>> create(const cache::CacheKey& key, const cache::TierEntry& entry) override;
   Status remove(const cache::CacheKey& key) override;
   Result<cache::Claim> claim(const cache::CacheKey& key, std::string_view label) override;
   void count_into(cache::CountSink sink) override { m_sink = std::move(sink); }

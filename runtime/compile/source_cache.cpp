@@ -189,7 +189,10 @@ Status SourceCache::check_record(const KernelRequest& request, const cache::Fact
   return make_error(ErrorCode::invalid_input, message);
 }
 
-void SourceCache::write_record(const cache::Facts& spec, const cache::Facts& facts) {
+namespace {
+
+// A spec record's JSON for the entry of `facts`.
+std::string record_text(const cache::Facts& facts) {
   nlohmann::json json;
   json["format"] = k_spec_record_format;
   json["key"] = facts.key().to_hex();
@@ -197,10 +200,38 @@ void SourceCache::write_record(const cache::Facts& spec, const cache::Facts& fac
   json["headers"] = header_digests(facts);
   json["entry"] = std::string(*facts.get("entry"));
   json["options"] = std::string(*facts.get("options"));
-  const std::string text = json.dump();
+  return json.dump();
+}
+
+}  // namespace
+
+void SourceCache::write_record(const cache::Facts& spec, const cache::Facts& facts) {
   if (m_store.mode() != cache::StoreMode::read_write) return;
+  const std::string text = record_text(facts);
   if (auto put = m_store.put(spec.key(), spec, as_bytes(text), 0); !put)
     log_warning("source cache: could not record spec " + spec.key().to_hex() + ": " + put.error().message);
+}
+
+std::optional<SpecRecord> SourceCache::record_first(const cache::Facts& spec, const cache::Facts& facts) {
+  if (m_store.mode() != cache::StoreMode::read_write) return std::nullopt;
+  const std::string text = record_text(facts);
+  auto first = m_store.put_if_absent(spec.key(), spec, as_bytes(text), 0);
+  if (!first) {
+    log_warning("source cache: could not record spec " + spec.key().to_hex() + ": " + first.error().message);
+    return std::nullopt;
+  }
+  if (first->ours) return std::nullopt;
+  auto record = parse_spec_record(std::span<const std::byte>(*first->bytes));
+  if (!record) {
+    // Verified but no record (a foreign or buggy writer): it vouches for nothing, as in
+    // read_record; this request's record replaces it.
+    log_warning("source cache: replacing unusable spec record " + spec.key().to_hex() + ": " +
+                record.error().message);
+    write_record(spec, facts);
+    return std::nullopt;
+  }
+  m_store.attach(spec.key(), first->bytes, std::make_shared<const DecodedRecord>(*record));
+  return std::move(*record);
 }
 
 Result<SourceCache::Checked> SourceCache::check(const KernelRequest& request) {
@@ -235,17 +266,19 @@ Result<SourceResult> SourceCache::compile(const KernelRequest& request) {
   if (!fetched) return fetched;
   std::optional<SpecRecord> now = record;
   if (!now) {
-    // Another process may have recorded this spec while this one compiled (both found no
-    // record on a cold cache). A record of another source means the spec is incomplete:
-    // said now, not at the next verified request. Only the moment between this read and
-    // the write below is left for the audit (incomplete-spec) to find.
-    now = JC_TRY(read_record(spec));
+    // The first record of a spec is written create-only, in every tier that decides
+    // (Store::put_if_absent): when another request recorded the spec while this one
+    // compiled (both found no record on a cold cache, in one directory or on two nodes of
+    // a fleet), exactly one record wins, and a request of another source learns it here
+    // and reports the incomplete spec. Its own bundle stays stored under its own key;
+    // the spec names the winner's.
+    now = record_first(spec, facts);
     if (now) JC_TRY(check_record(request, facts, *now));
   }
   // A record that agrees with the request on everything but names another key was damaged
-  // (the key is a function of what it compared): it is rewritten like a missing one.
-  if (!now || now->key != facts.key().to_hex()) write_record(spec, facts);
-  fetched->verified = record.has_value();
+  // (the key is a function of what it compared): it is rewritten.
+  if (now && now->key != facts.key().to_hex()) write_record(spec, facts);
+  fetched->verified = now.has_value();
   return fetched;
 }
 

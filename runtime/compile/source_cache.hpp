@@ -7,7 +7,10 @@
 //
 // Beside each entry, a spec record under the spec key (kernel_request.hpp): a small JSON
 // value {"format", "key", "source_xxh3", "headers", "entry", "options"} so that lookup()
-// finds an entry by family + spec + target alone, without the source.
+// finds an entry by family + spec + target alone, without the source. The first record of
+// a spec is written create-only (Store::put_if_absent) after its first compile, so that of
+// two requests compiling different sources for one spec at once, exactly one records it;
+// the other is refused as below (its own bundle stays stored under its own key).
 //
 // Shadow verification: when a request comes with its source and a spec record exists,
 // the source and header digests, the entry and the options must be the recorded ones. A
@@ -131,7 +134,11 @@ class SourceCache {
   Result<ToolFacts> tools(SourceKind kind) const;
   Result<std::optional<SpecRecord>> read_record(const cache::Facts& spec);
   Status check_record(const KernelRequest& request, const cache::Facts& facts, const SpecRecord& record) const;
+  // Records the spec, replacing what was there.
   void write_record(const cache::Facts& spec, const cache::Facts& facts);
+  // Records the spec unless it has a record: the record another writer stored first, or
+  // std::nullopt when this request's is the spec's now (or could not be stored: logged).
+  std::optional<SpecRecord> record_first(const cache::Facts& spec, const cache::Facts& facts);
   Result<SourceResult> fetch(const KernelRequest& request, const cache::Facts& facts);
   Result<SourceResult> decode(const cache::Facts& facts, const cache::SharedBytes& bytes, cache::Source source) const;
 

@@ -40,6 +40,14 @@ class FakeRemoteTier final : public StorageTier {
     m_entries[key] = Stored{entry.bytes, entry.compile_ms, entry.facts.to_json()};
     return {};
   }
+  Result<std::optional<TierHit>> create(const CacheKey& key, const TierEntry& entry) override {
+    ++creates;
+    if (fail_puts) return make_error(ErrorCode::unavailable, m_name + ": read-only replica");
+    std::lock_guard lock(m_mutex);
+    const auto [it, created] = m_entries.try_emplace(key, Stored{entry.bytes, entry.compile_ms, entry.facts.to_json()});
+    if (created) return std::optional<TierHit>();
+    return std::optional<TierHit>(TierHit{it->second.bytes, it->second.compile_ms, {}, entry.facts});
+  }
   Status remove(const CacheKey& key) override {
     ++removes;
     std::lock_guard lock(m_mutex);
@@ -55,7 +63,7 @@ class FakeRemoteTier final : public StorageTier {
     return m_entries.at(key).facts_json;
   }
 
-  std::atomic<int> gets{0}, puts{0}, removes{0};
+  std::atomic<int> gets{0}, puts{0}, creates{0}, removes{0};
   std::atomic<bool> fail_gets{false}, fail_puts{false};
 
  private:
@@ -387,6 +395,59 @@ TEST(MemoryTier, UsesOfAnEvictedEntryAreNotLost) {
   ASSERT_EQ(pending.uses.size(), 1u);
   EXPECT_EQ(pending.uses[0].key, first);
   EXPECT_EQ(pending.uses[0].hits, 1u);
+}
+
+// ---- the first writer (put_if_absent) with an extra tier ----------------------------------
+
+TEST_F(StoreTiersTest, TheWidestTierDecidesTheFirstWriterAndTheDiskFollows) {
+  auto store = open_with_remote();
+  const Facts facts = sample_facts("fleet-record");
+  const Bytes fleet = make_bytes(120, seed);
+  const Bytes mine = make_bytes(120, seed + 1);
+  // Another node recorded the key first; this directory has nothing yet.
+  seed_remote(facts, fleet);
+  auto lost = store->put_if_absent(facts.key(), facts, mine, 1.0);
+  ASSERT_OK(lost);
+  EXPECT_FALSE(lost->ours);
+  EXPECT_EQ(*lost->bytes, fleet);
+  EXPECT_EQ(remote->creates, 1);
+  // The disk holds the fleet's record, not this process's: a process without the remote
+  // tier finds it there.
+  auto local = open_store()->get(facts.key());
+  ASSERT_OK(local);
+  ASSERT_TRUE(*local);
+  EXPECT_EQ(*(*local)->bytes, fleet);
+
+  // A disk record a local writer put there loses to the remote's decision.
+  const Facts other = sample_facts("local-only");
+  ASSERT_OK(open_store()->put(other.key(), other, make_bytes(80, seed + 2), 1.0));
+  auto won = store->put_if_absent(other.key(), other, mine, 1.0);
+  ASSERT_OK(won);
+  EXPECT_TRUE(won->ours);
+  EXPECT_TRUE(remote->holds(other.key()));
+  auto replaced = open_store()->get(other.key());
+  ASSERT_OK(replaced);
+  ASSERT_TRUE(*replaced);
+  EXPECT_EQ(*(*replaced)->bytes, mine);
+}
+
+TEST_F(StoreTiersTest, AFailingExtraTierLetsTheDiskDecide) {
+  LogCapture log;
+  auto store = open_with_remote();
+  remote->fail_puts = true;
+  const Facts facts = sample_facts("remote-down");
+  const Bytes first = make_bytes(90, seed);
+  auto made = store->put_if_absent(facts.key(), facts, first, 1.0);
+  ASSERT_OK(made);
+  EXPECT_TRUE(made->ours);
+  auto lost = open_with_remote()->put_if_absent(facts.key(), facts, make_bytes(90, seed + 1), 1.0);
+  ASSERT_OK(lost);
+  EXPECT_FALSE(lost->ours);
+  EXPECT_EQ(*lost->bytes, first);
+  EXPECT_FALSE(remote->holds(facts.key()));
+  EXPECT_EQ(stats_of(store->tier_stats(), "fake-remote").errors, 1u);
+  // One warning per store (each its own episode of write failures).
+  EXPECT_EQ(log.count_containing("creating " + facts.key().to_hex()), 2u) << log.all();
 }
 
 // ---- single flight ------------------------------------------------------------------------

@@ -73,6 +73,9 @@ class TimedTier final : public cache::StorageTier {
   Status put(const cache::CacheKey& key, const cache::TierEntry& entry) override {
     return timed([&] { return m_inner->put(key, entry); });
   }
+  Result<std::optional<cache::TierHit>> create(const cache::CacheKey& key, const cache::TierEntry& entry) override {
+    return timed([&] { return m_inner->create(key, entry); });
+  }
   Status remove(const cache::CacheKey& key) override {
     return timed([&] { return m_inner->remove(key); });
   }

@@ -364,3 +364,61 @@ TEST_F(RemoteStoreTest, ProbeThenFetchReportsOnePoisonedValueOnce) {
 
 }  // namespace
 }  // namespace jitcache::remote
+
+namespace jitcache::remote {
+namespace {
+
+using namespace jitcache::remote::testing;
+
+// Store::put_if_absent across two nodes: SET NX decides, the loser is handed the winner's
+// verified value and its own disk takes it; a value that fails verification cannot decide,
+// so the node's disk does, and the value is neither overwritten nor counted twice.
+class RemoteFirstWriteTest : public RedisTest {
+ protected:
+  std::uint64_t seed = jitcache::testing::test_seed("remote_first_write");
+};
+
+TEST_F(RemoteFirstWriteTest, SetNxDecidesAndTheLoserTakesTheWinnersValue) {
+  Node a = open_node(dir() / "a", options());
+  Node b = open_node(dir() / "b", options());
+  const cache::Facts facts = sample_facts("spec-record");
+  const cache::Bytes first = make_bytes(200, seed);
+  auto won = a.store->put_if_absent(facts.key(), facts, first, 1.0);
+  ASSERT_OK(won);
+  EXPECT_TRUE(won->ours);
+  auto lost = b.store->put_if_absent(facts.key(), facts, make_bytes(200, seed + 1), 1.0);
+  ASSERT_OK(lost);
+  EXPECT_FALSE(lost->ours);
+  EXPECT_EQ(*lost->bytes, first);
+  b.close();
+  auto local = open_local_only(dir() / "b");
+  auto hit = local->get(facts.key());
+  ASSERT_OK(hit);
+  ASSERT_TRUE(*hit);
+  EXPECT_EQ(*(*hit)->bytes, first) << "node b's disk names the fleet's first writer";
+}
+
+TEST_F(RemoteFirstWriteTest, AValueThatFailsVerificationLetsTheDiskDecide) {
+  Node a = open_node(dir() / "a", options());
+  const cache::Facts facts = sample_facts("poisoned-record");
+  const std::string name = a.tier->entry_name(facts.key());
+  ASSERT_OK(server->command({"SET", name, "not a signed value"}));
+  jitcache::testing::LogCapture log;
+  const cache::Bytes mine = make_bytes(150, seed);
+  auto made = a.store->put_if_absent(facts.key(), facts, mine, 1.0);
+  ASSERT_OK(made);
+  EXPECT_TRUE(made->ours);
+  EXPECT_EQ(a.store->session_counters().remote_rejects, 0u) << "the lookup before a create reports a bad value";
+  EXPECT_EQ(a.store->tier_stats().back().errors, 1u);
+  auto value = server->command({"GET", name});
+  ASSERT_OK(value);
+  EXPECT_EQ(value->str, "not a signed value") << "never overwritten";
+  // The disk decided: a second writer of this directory loses to the first.
+  auto lost = a.store->put_if_absent(facts.key(), facts, make_bytes(150, seed + 1), 1.0);
+  ASSERT_OK(lost);
+  EXPECT_FALSE(lost->ours);
+  EXPECT_EQ(*lost->bytes, mine);
+}
+
+}  // namespace
+}  // namespace jitcache::remote

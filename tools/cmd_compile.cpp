@@ -83,6 +83,9 @@ int run_compile_source(const CompileArgs& args, const GlobalOptions& global) {
   for (const auto& header : args.headers) {
     auto pair = split_pair(header, "--include-header");
     if (!pair) return report(pair.error());
+    for (const auto& [known, text] : request.headers)
+      if (known == pair->first)
+        return report(make_error(ErrorCode::invalid_argument, "--include-header " + known + " is given twice").error());
     auto body = read_regular_file(pair->second, k_max_source_file_bytes);
     if (!body) return report(body.error());
     request.headers.emplace_back(pair->first, std::move(*body));

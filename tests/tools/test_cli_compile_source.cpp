@@ -206,7 +206,7 @@ TEST_F(CliCompileSourceTest, AHeaderOnDiskIsRefusedBeforeAndAfterItsEdit) {
   };
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
-    expect_refused(args(absolute, "absolute"), 2, {"absolute.cu", "absolute path", "--include-header"});
+    expect_refused(args(absolute, "absolute"), 2, {"cli.k:1", "val.h", "absolute path", "--include-header"});
     expect_refused(args(dotdot, "dotdot"), 2, {"'..'", "--include-header"});
     expect_refused(args(relative, "I", {"--option=-I" + dir().string()}), 2, {"'-I" + dir().string() + "'"});
     expect_refused(args(relative, "include-path", {"--option=--include-path=" + dir().string()}), 2,

@@ -28,7 +28,7 @@ std::string outcome(const Result<SourceOutput>& r) {
   if (m.find("did not answer within") != std::string::npos) return "worker timeout";
   if (m.find("was killed by") != std::string::npos) return "worker signal " + m.substr(m.find("SIG"), 7);
   if (m.find("exited with status") != std::string::npos)
-    return "worker exit " + m.substr(m.find("exited with status") + 19, 3) + "at " +
+    return "worker exit " + m.substr(m.find("exited with status") + 19, m.find(' ', m.find("exited with status") + 19) - m.find("exited with status") - 19) + " at " +
            m.substr(m.find(" at ") + 4, m.find(", compiling") - m.find(" at ") - 4);
   if (m.find("garbled") != std::string::npos) return "garbled reply";
   const auto at = m.find(" at ");

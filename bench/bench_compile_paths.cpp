@@ -4,6 +4,11 @@
 // each path, and the one-time load of libNVVM and nvJitLink (which this process has not
 // loaded before: it is measured first). No GPU needed.
 //
+// Then the cost of tool isolation (runtime/compile/tool_worker.hpp): each path in this
+// process (compile_source_in_process) against the same compile in the tool worker, both
+// the first request (spawning a worker, which then loads its tools) and the steady state
+// (a pooled worker: the message exchange only).
+//
 //   bench_compile_paths [--reps N]
 #include <chrono>
 #include <cstdio>
@@ -18,6 +23,7 @@
 #include "runtime/compile/nvjitlink_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
 #include "runtime/compile/source_compiler.hpp"
+#include "runtime/compile/tool_worker.hpp"
 
 namespace {
 
@@ -30,20 +36,23 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 // figures are for exactly what the tests check.
 std::string golden(const char* name) { return bench::golden_kernel(JITCACHE_SOURCE_DIR, name); }
 
-Result<SourceOutput> compile(SourceKind kind, const std::string& text, const std::string& target) {
+enum class Where { here, worker };
+
+Result<SourceOutput> compile(SourceKind kind, const std::string& text, const std::string& target,
+                             Where where = Where::here) {
   SourceInput in;
   in.kind = kind;
   in.text = text;
   in.entry = "axpy";
   in.target = target;
-  return compile_source(in);
+  return where == Where::here ? compile_source_in_process(in) : compile_source(in);
 }
 
 // Wall time of one compile_source call; exits on a failed compile (a figure of a failure
 // would be meaningless).
-double timed(SourceKind kind, const std::string& text, const std::string& target) {
+double timed(SourceKind kind, const std::string& text, const std::string& target, Where where = Where::here) {
   const auto t = Clock::now();
-  auto out = compile(kind, text, target);
+  auto out = compile(kind, text, target, where);
   const double ms = ms_since(t);
   if (!out) {
     std::fprintf(stderr, "%s for %s failed: %s\n", to_string(kind), target.c_str(), out.error().to_string().c_str());
@@ -114,6 +123,25 @@ int main(int argc, char** argv) {
       std::printf(" %.1f (%.1f) |", jitcache::bench::median(samples), first);
     }
     std::printf("\n");
+  }
+
+  std::printf("\ntool isolation, ms, sm_90: in process | in the worker, steady (pooled worker) | in the worker, "
+              "first request (spawn + tool load) | steady overhead\n\n");
+  std::printf("| path | in process | worker, steady | worker, first | overhead |\n|---|---|---|---|---|\n");
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    const std::string& text = kinds[k] == SourceKind::cuda ? axpy_cu : kinds[k] == SourceKind::nvvm ? axpy_ll : ptx[0];
+    std::vector<double> here, worker, first;
+    for (int r = 0; r < reps; ++r) {
+      drop_idle_tool_workers();
+      first.push_back(timed(kinds[k], text, targets[0], Where::worker));
+    }
+    timed(kinds[k], text, targets[0], Where::worker);
+    for (int r = 0; r < reps; ++r) {
+      here.push_back(timed(kinds[k], text, targets[0], Where::here));
+      worker.push_back(timed(kinds[k], text, targets[0], Where::worker));
+    }
+    const double h = jitcache::bench::median(here), w = jitcache::bench::median(worker);
+    std::printf("| %s | %.2f | %.2f | %.1f | %+.2f |\n", labels[k], h, w, jitcache::bench::median(first), w - h);
   }
   return 0;
 }

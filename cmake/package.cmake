@@ -55,6 +55,9 @@ install(TARGETS jitcache EXPORT jitcacheStaticTargets
 # The CLI finds libnvrtc where it was found at build time, as the shared library does.
 set_target_properties(jitcache_cli PROPERTIES INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")
 install(TARGETS jitcache_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The tool worker, where the library and the CLI look for it: ../libexec/jitcache/ from
+# their directories (runtime/compile/tool_worker.hpp).
+install(TARGETS jitcache_tool_worker RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/jitcache)
 # The public face only: include/jitcache/. Nothing else is installed.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/jitcache DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")

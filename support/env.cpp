@@ -81,6 +81,14 @@ const EnvVar jitcache_remote_wait_ms{
 const EnvVar jitcache_remote_max_entry_bytes{"JITCACHE_REMOTE_MAX_ENTRY_BYTES", EnvType::bytes, "16777216",
                                              "Largest remote value read; a larger one is rejected unread."};
 
+// Tool isolation (runtime/compile/tool_worker.hpp).
+const EnvVar jitcache_tool_worker{"JITCACHE_TOOL_WORKER", EnvType::path, "",
+                                  "The jitcache-tool-worker executable that compiles kernels from outside in "
+                                  "a child process (default: beside the library or the program)."};
+const EnvVar jitcache_tool_timeout_ms{"JITCACHE_TOOL_TIMEOUT_MS", EnvType::milliseconds, "300000",
+                                      "Longest compile of a kernel from outside in the tool worker; a worker "
+                                      "that takes longer is killed and the compile fails."};
+
 namespace {
 const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &jitcache_strict,
                                     &vllm_nvfp4_mla_scales_file, &xdg_cache_home, &home,
@@ -91,7 +99,8 @@ const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &j
                                     &jitcache_remote_connect_timeout_ms, &jitcache_remote_timeout_ms,
                                     &jitcache_remote_breaker_ms, &jitcache_remote_lease_ms,
                                     &jitcache_remote_wait_ms, &jitcache_remote_max_entry_bytes,
-                                    &jitcache_verify_spec};
+                                    &jitcache_verify_spec, &jitcache_tool_worker,
+                                    &jitcache_tool_timeout_ms};
 
 // VLLM_NVFP4_MLA_ is owned too: a misspelt VLLM_NVFP4_MLA_SCALES_FILE silently drops the
 // override, the very mistake the registry exists to catch.

@@ -36,6 +36,8 @@ extern const EnvVar vllm_nvfp4_mla_scales_file;
 extern const EnvVar xdg_cache_home;
 extern const EnvVar home;
 extern const EnvVar jitcache_lineinfo;
+extern const EnvVar jitcache_tool_worker;
+extern const EnvVar jitcache_tool_timeout_ms;
 extern const EnvVar jitcache_require_cache;
 extern const EnvVar jitcache_library;
 extern const EnvVar jitcache_cli;

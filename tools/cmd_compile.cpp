@@ -66,6 +66,9 @@ int run_compile_source(const CompileArgs& args, const GlobalOptions& global) {
   for (const auto& header : args.headers) {
     auto pair = split_pair(header, "--include-header");
     if (!pair) return report(pair.error());
+    for (const auto& [known, file] : header_files)
+      if (known == pair->first)
+        return report(make_error(ErrorCode::invalid_argument, "--include-header " + known + " is given twice").error());
     header_files.push_back(std::move(*pair));
   }
   if (!args.cubin_out.empty()) {

@@ -456,7 +456,21 @@ JITCACHE_API uint32_t jitcache_record_bytes(jitcache_rope rope);
  * JITCACHE_ERROR_INVALID_ARGUMENT; an incomplete spec JITCACHE_ERROR_INVALID_INPUT; a tool
  * that refuses the source JITCACHE_ERROR_COMPILE (the message names the tool, the stage and
  * the target, and ends with the tool's full log); a tool that cannot be loaded
- * JITCACHE_ERROR_UNAVAILABLE. All are thread-safe on one runtime. No GPU is needed. */
+ * JITCACHE_ERROR_UNAVAILABLE. All are thread-safe on one runtime. No GPU is needed.
+ *
+ * NVRTC reads nothing from disk (docs/compile-api.md): the headers a CUDA source includes
+ * are the request's named headers. Options that add include paths or pre-includes or
+ * otherwise read or write files (-I, --include-path, -include, --pre-include, the pch
+ * options, --time, ...), an #include / __has_include of an absolute name, of a name with a
+ * '..' component or of a macro-computed name, a NUL byte in the source or a header, and a
+ * header name given twice are JITCACHE_ERROR_INVALID_ARGUMENT naming the option or the
+ * file and line; an include that is not a named header fails the compile naming it.
+ *
+ * The tools run in a child process (jitcache-tool-worker, beside the library, or
+ * JITCACHE_TOOL_WORKER): a tool that exits, aborts, crashes or hangs (longer than
+ * JITCACHE_TOOL_TIMEOUT_MS) fails the call with JITCACHE_ERROR_COMPILE naming the tool, the
+ * stage and the exit status or signal, never ending the caller; a missing worker is
+ * JITCACHE_ERROR_UNAVAILABLE. */
 
 typedef enum jitcache_source_kind {
   JITCACHE_KIND_CUDA = 0, /* CUDA C++ (+ named headers) through NVRTC */

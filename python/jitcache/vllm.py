@@ -88,6 +88,8 @@ ENVIRONMENT_VARIABLES: dict[str, Callable[[], Optional[str]]] = {
 # The remote tier's settings are of the same kind: they say where a verified kernel may be
 # fetched from, never which kernel it is (the cache key says that). JITCACHE_VERIFY_SPEC
 # says how often a cached kernel is checked against its source, never which kernel runs.
+# Where the tool worker is and how long it may take say where a compile runs, never what
+# it produces.
 NOT_REGISTERED: tuple[str, ...] = (
     "JITCACHE_DIR",
     "JITCACHE_LOG_LEVEL",
@@ -104,6 +106,8 @@ NOT_REGISTERED: tuple[str, ...] = (
     "JITCACHE_REMOTE_WAIT_MS",
     "JITCACHE_REMOTE_MAX_ENTRY_BYTES",
     "JITCACHE_VERIFY_SPEC",
+    "JITCACHE_TOOL_WORKER",
+    "JITCACHE_TOOL_TIMEOUT_MS",
 )
 
 

@@ -90,6 +90,43 @@ def test_nvvm_bitcode_travels_as_bytes(rt: jitcache.Runtime) -> None:
     assert "sm_90" in str(info.value)
 
 
+# ---- a tool that ends its process -------------------------------------------------------
+
+GOLDEN = Path(__file__).resolve().parents[2] / "tests" / "runtime" / "compile" / "golden"
+
+EXITING_CHILD = r"""
+import sys
+import jitcache
+cache_dir, bitcode_path = sys.argv[1], sys.argv[2]
+bitcode = open(bitcode_path, "rb").read()
+with jitcache.Runtime(cache_dir=cache_dir, device="none", verify_spec=0) as rt:
+    rt.declare_family("corrupted", "nvvm", {"v": []})
+    try:
+        rt.compile(family="corrupted", spec={"v": "1"}, kind="nvvm", source=bitcode, entry="axpy", target="sm_90")
+    except jitcache.CompileError as e:
+        print("raised:", e)
+print("survived")
+"""
+
+
+def test_bitcode_that_makes_libnvvm_exit_raises_and_the_interpreter_lives(
+    cache_dir: Path, tmp_path: Path, python_env: dict
+) -> None:
+    """Issue 24: byte 44 of the golden bitcode flipped made libNVVM call exit(1), which
+    ended the Python process calling Runtime.compile. libNVVM now runs in the tool worker.
+    (Run in a child interpreter, so that a regression fails this test, not the session.)"""
+    bitcode = bytearray((GOLDEN / "axpy_nvvm.bc").read_bytes())
+    bitcode[44] ^= 0xFF
+    corrupted = tmp_path / "corrupted.bc"
+    corrupted.write_bytes(bytes(bitcode))
+    done = subprocess.run([sys.executable, "-c", EXITING_CHILD, str(cache_dir), str(corrupted)],
+                          capture_output=True, text=True, env=python_env, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+    assert "raised:" in done.stdout and "libNVVM" in done.stdout, done.stdout
+    assert "exited with status 1" in done.stdout, done.stdout
+    assert done.stdout.rstrip().endswith("survived"), done.stdout
+
+
 # ---- shadow verification --------------------------------------------------------------
 
 

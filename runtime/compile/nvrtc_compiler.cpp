@@ -111,7 +111,10 @@ class NvrtcCompiler final : public Compiler {
     // gets exactly artifact.options, in order (a test holds that).
     const KernelRequest request = mla_request(source, artifact.options);
     JC_TRY(validate_mla_request(request));
-    auto compiled = compile_source(source_input(request, source.program_name));
+    // jitcache's own kernel: trusted, compiled in this process (no tool worker).
+    SourceInput input = source_input(request, source.program_name);
+    input.trusted = true;
+    auto compiled = compile_source(input);
     if (!compiled) return std::unexpected(std::move(compiled.error()));
     artifact.ptx = std::move(compiled->ptx);
     artifact.cubin = std::move(compiled->cubin);
@@ -191,6 +194,7 @@ Result<NvrtcOutput> run_nvrtc(const std::string& program_name, const std::string
   }
   const ToolSection section;  // NVRTC's own locks, held while it compiles (fork_guard.hpp)
   nvrtcProgram raw = nullptr;
+  note_stage("NVRTC", "nvrtcCreateProgram");
   nvrtcResult rc = nvrtcCreateProgram(&raw, source.c_str(), program_name.c_str(), static_cast<int>(header_texts.size()),
                                       header_texts.data(), header_names.data());
   if (rc != NVRTC_SUCCESS)
@@ -200,18 +204,21 @@ Result<NvrtcOutput> run_nvrtc(const std::string& program_name, const std::string
   std::vector<const char*> argv;
   for (const auto& o : options) argv.push_back(o.c_str());
   NvrtcOutput out;
+  note_stage("NVRTC", "nvrtcCompileProgram");
   rc = nvrtcCompileProgram(program.get(), static_cast<int>(argv.size()), argv.data());
   std::size_t log_size = 0;
   if (nvrtcGetProgramLogSize(program.get(), &log_size) == NVRTC_SUCCESS && log_size > 1) {
     out.log.resize(log_size);
     nvrtcGetProgramLog(program.get(), out.log.data());
-    out.log.resize(log_size - 1);
+    // The size counts a terminator, and ptxas' part of the log brings one of its own.
+    while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
   }
   if (rc != NVRTC_SUCCESS)
     return make_error(ErrorCode::compile,
                       "NVRTC could not compile " + what + " at nvrtcCompileProgram: " + nvrtcGetErrorString(rc),
                       "options: " + joined(options) + "\nlog:\n" + out.log);
 
+  note_stage("NVRTC", "nvrtcGetCUBIN");
   std::size_t ptx_size = 0;
   if (nvrtcGetPTXSize(program.get(), &ptx_size) == NVRTC_SUCCESS && ptx_size > 0) {
     out.ptx.resize(ptx_size);

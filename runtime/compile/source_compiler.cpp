@@ -3,12 +3,15 @@
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include "kernel_templates/kernel_spec.hpp"
 #include "runtime/compile/cubin_elf.hpp"
 #include "runtime/compile/nvjitlink_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
+#include "runtime/compile/source_rules.hpp"
+#include "runtime/compile/tool_worker.hpp"
 
 namespace jitcache {
 namespace {
@@ -55,6 +58,8 @@ std::string nvrtc_version() {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
+const char* default_name(SourceKind kind);
+
 Result<SourceOutput> compile_cuda(const SourceInput& input, const std::string& name) {
   std::vector<NvrtcHeader> headers;
   for (const auto& [include_name, text] : input.headers) headers.push_back({include_name.c_str(), text.c_str()});
@@ -65,7 +70,11 @@ Result<SourceOutput> compile_cuda(const SourceInput& input, const std::string& n
   if (std::find(input.options.begin(), input.options.end(), k_ptxas_verbose) == input.options.end())
     options.emplace_back(k_ptxas_verbose);
   options.insert(options.end(), input.options.begin(), input.options.end());
-  auto compiled = run_nvrtc(name, input.text, headers, options, name + " for " + input.target);
+  // NVRTC looks for a quoted include beside the program's name: a name with a directory
+  // part would point it at that directory. It gets the last component only.
+  const std::string program_name = name.substr(name.find_last_of('/') + 1);
+  auto compiled = run_nvrtc(program_name.empty() ? default_name(SourceKind::cuda) : program_name, input.text, headers,
+                            options, name + " for " + input.target);
   if (!compiled) return std::unexpected(std::move(compiled.error()));
   SourceOutput out;
   out.cubin = std::move(compiled->cubin);
@@ -128,19 +137,24 @@ Result<NvvmPtx> nvvm_to_ptx(const NvvmLibrary& nvvm, const SourceInput& input, c
                       "libNVVM could not compile " + what + " at " + stage + ": " + nvvm::result_name(rc),
                       "options: " + joined(out.options) + "\nlog:\n" + program.log());
   };
+  note_stage("libNVVM", "nvvmCreateProgram");
   if (const auto rc = nvvm.create_program(program.out()); rc != nvvm::k_success)
     return failed("nvvmCreateProgram", rc);
+  note_stage("libNVVM", "nvvmAddModuleToProgram");
   if (const auto rc = nvvm.add_module(program.get(), input.text.data(), input.text.size(), name.c_str());
       rc != nvvm::k_success)
     return failed("nvvmAddModuleToProgram", rc);
   // Verify first: nvvmCompileProgram accepts some invalid modules (a 32-bit data layout)
   // and leaves the failure to ptxas, with a message far from its cause.
+  note_stage("libNVVM", "nvvmVerifyProgram");
   if (const auto rc = nvvm.verify_program(program.get(), static_cast<int>(argv.size()), argv.data());
       rc != nvvm::k_success)
     return failed("nvvmVerifyProgram", rc);
+  note_stage("libNVVM", "nvvmCompileProgram");
   if (const auto rc = nvvm.compile_program(program.get(), static_cast<int>(argv.size()), argv.data());
       rc != nvvm::k_success)
     return failed("nvvmCompileProgram", rc);
+  note_stage("libNVVM", "nvvmGetCompiledResult");
   std::size_t size = 0;
   if (const auto rc = nvvm.get_compiled_result_size(program.get(), &size); rc != nvvm::k_success)
     return failed("nvvmGetCompiledResultSize", rc);
@@ -208,14 +222,18 @@ Result<Linked> link_ptx(const NvJitLinkLibrary& jl, const std::string& ptx, cons
                       "options: " + joined(out.options) + "\nerror log:\n" + link.error_log() + "\ninfo log:\n" +
                           link.info_log());
   };
+  note_stage("nvJitLink", "nvJitLinkCreate");
   if (const auto rc = jl.create(link.out(), static_cast<std::uint32_t>(argv.size()), argv.data());
       rc != nvjitlink::k_success)
     return failed("nvJitLinkCreate", rc);
   // For PTX the assembly happens here, so ptxas' errors come from this call.
+  note_stage("nvJitLink", "nvJitLinkAddData");
   if (const auto rc = jl.add_data(link.get(), nvjitlink::k_input_ptx, ptx.data(), ptx.size(), name.c_str());
       rc != nvjitlink::k_success)
     return failed("nvJitLinkAddData", rc);
+  note_stage("nvJitLink", "nvJitLinkComplete");
   if (const auto rc = jl.complete(link.get()); rc != nvjitlink::k_success) return failed("nvJitLinkComplete", rc);
+  note_stage("nvJitLink", "nvJitLinkGetLinkedCubin");
   std::size_t size = 0;
   if (const auto rc = jl.get_linked_cubin_size(link.get(), &size); rc != nvjitlink::k_success)
     return failed("nvJitLinkGetLinkedCubinSize", rc);
@@ -266,7 +284,9 @@ const char* default_name(SourceKind kind) {
   return "input";
 }
 
-const char* tool_of(SourceKind kind) {
+}  // namespace
+
+const char* source_tool_name(SourceKind kind) {
   switch (kind) {
     case SourceKind::cuda: return "NVRTC";
     case SourceKind::nvvm: return "libNVVM";
@@ -274,8 +294,6 @@ const char* tool_of(SourceKind kind) {
   }
   return "?";
 }
-
-}  // namespace
 
 const char* to_string(SourceKind kind) {
   switch (kind) {
@@ -292,26 +310,65 @@ std::optional<SourceKind> parse_source_kind(std::string_view text) {
   return std::nullopt;
 }
 
-Result<SourceOutput> compile_source(const SourceInput& input) {
-  const std::string name = input.name.empty() ? default_name(input.kind) : input.name;
+namespace {
+
+std::atomic<StageObserver> g_stage_observer{nullptr};
+
+// Everything a request can get wrong, refused before a library is loaded or a tool runs.
+Status check_input(const SourceInput& input, const std::string& name) {
   // Everything a request can get wrong is refused before a library is loaded or a tool runs.
   if (auto target = parse_target(input.target); !target)
     return make_error(ErrorCode::invalid_argument, name + ": " + target.error().message);
   if (input.text.empty())
     return make_error(ErrorCode::invalid_argument,
-                      name + ": the " + std::string(to_string(input.kind)) + " source is empty; " + tool_of(input.kind) +
+                      name + ": the " + std::string(to_string(input.kind)) + " source is empty; " + source_tool_name(input.kind) +
                           " was not run");
   if (input.entry.empty()) return make_error(ErrorCode::invalid_argument, name + ": no entry symbol given");
   if (input.kind != SourceKind::cuda && !input.headers.empty())
     return make_error(ErrorCode::invalid_argument,
                       name + ": headers are for cuda sources only, not " + std::string(to_string(input.kind)));
   JC_TRY(check_options(input));
+  if (input.kind == SourceKind::cuda) JC_TRY(check_cuda_input(input.text, input.headers, input.options, name));
+  return {};
+}
 
+Result<SourceOutput> compile_checked(const SourceInput& input, const std::string& name);
+
+}  // namespace
+
+void set_stage_observer(StageObserver observer) { g_stage_observer.store(observer); }
+
+void note_stage(const char* tool, const char* stage) {
+  if (const StageObserver observer = g_stage_observer.load()) observer(tool, stage);
+}
+
+Result<SourceOutput> compile_source(const SourceInput& input) {
+  const std::string name = input.name.empty() ? default_name(input.kind) : input.name;
+  JC_TRY(check_input(input, name));
+  if (input.trusted) return compile_checked(input, name);
+  return compile_in_worker(input);
+}
+
+Result<SourceOutput> compile_source_in_process(const SourceInput& input) {
+  const std::string name = input.name.empty() ? default_name(input.kind) : input.name;
+  JC_TRY(check_input(input, name));
+  return compile_checked(input, name);
+}
+
+namespace {
+
+Result<SourceOutput> compile_checked(const SourceInput& input, const std::string& name) {
   // Loaded before the clock starts: compile_ms is the compile, not the one-time load.
   const NvvmLibrary* nvvm = nullptr;
   const NvJitLinkLibrary* jl = nullptr;
-  if (input.kind == SourceKind::nvvm) nvvm = JC_TRY(nvvm_library());
-  if (input.kind != SourceKind::cuda) jl = JC_TRY(nvjitlink_library());
+  if (input.kind == SourceKind::nvvm) {
+    note_stage("libNVVM", "loading libNVVM");
+    nvvm = JC_TRY(nvvm_library());
+  }
+  if (input.kind != SourceKind::cuda) {
+    note_stage("nvJitLink", "loading nvJitLink");
+    jl = JC_TRY(nvjitlink_library());
+  }
 
   const auto started = std::chrono::steady_clock::now();
   Result<SourceOutput> out = make_error(ErrorCode::internal, "unhandled source kind");
@@ -335,5 +392,7 @@ Result<SourceOutput> compile_source(const SourceInput& input) {
   out->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   return out;
 }
+
+}  // namespace
 
 }  // namespace jitcache

@@ -59,6 +59,9 @@ struct SourceInput {
   std::vector<std::string> options;
   // For messages and the tools' logs; empty: "input.cu", "input.ll" or "input.ptx".
   std::string name;
+  // jitcache's own generated kernels (the NVRTC back end): compiled in this process. Every
+  // other input is compiled in the tool worker (tool_worker.hpp).
+  bool trusted = false;
 };
 
 // The line that starts NVRTC's part of SourceOutput::log.
@@ -77,6 +80,19 @@ struct SourceOutput {
   std::vector<std::string> effective_options;
 };
 
+// Checks the input (source_rules.hpp for CUDA C++), then compiles it: in this process when
+// it is trusted, else in the tool worker, so that a tool that exits, aborts, takes a signal
+// or hangs fails this call with ErrorCode::compile instead of ending the caller.
 Result<SourceOutput> compile_source(const SourceInput& input);
+
+// The same checks and compile, always in this process: what the tool worker runs.
+Result<SourceOutput> compile_source_in_process(const SourceInput& input);
+
+// Called before each tool call with the tool ("libNVVM") and the call
+// ("nvvmCompileProgram"); the tool worker reports them to its caller, so that a worker
+// that dies names where. Null (the default): nothing is called. Process-wide.
+using StageObserver = void (*)(const char* tool, const char* stage);
+void set_stage_observer(StageObserver observer);
+void note_stage(const char* tool, const char* stage);
 
 }  // namespace jitcache

@@ -5,6 +5,7 @@
 // JITCACHE_VERIFY_SPEC). Skipped where a tool is missing.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 
 #include "jitcache/runtime.hpp"
@@ -245,6 +246,67 @@ TEST_F(RuntimeCompileTest, AToolsRefusalIsACompileErrorWithItsLog) {
   auto found = runtime->lookup("axpy", r.spec, "sm_90");
   ASSERT_TRUE(found);
   EXPECT_EQ(found->outcome, LookupOutcome::miss);
+}
+
+// The stale kernel of issue 24: a header NVRTC read from disk was not in the key, so after
+// an edit of val.h the second compile returned the first cubin as from_cache and verified.
+// Now NVRTC reads nothing from disk: each way of reaching val.h is refused before the
+// compile, or fails it naming the file; only a named header (in the key) works, and its
+// edit is a change of the source for the spec.
+TEST_F(RuntimeCompileTest, AHeaderOnDiskIsNeverReadSoNeverServedStale) {
+  auto runtime = open();
+  ASSERT_TRUE(runtime);
+  ASSERT_TRUE(runtime->declare_family(SpecSchema{"disk", SourceKind::cuda, {{"way", FactDomain{}}}}));
+  const auto val = dir() / "val.h";
+  auto write_val = [&](const char* value) { std::ofstream(val) << "#define VAL " << value << "\n"; };
+  write_val("1.0f");
+  const std::string body = "extern \"C\" __global__ void k(float* x) { x[0] = VAL; }\n";
+  auto request = [&](const std::string& way, const std::string& include, std::vector<std::string> options = {}) {
+    KernelRequest r;
+    r.family = "disk";
+    r.spec = {{"way", way}};
+    r.kind = SourceKind::cuda;
+    r.text = include + body;
+    r.entry = "k";
+    r.target = "sm_90";
+    r.options = std::move(options);
+    return r;
+  };
+  const std::vector<std::pair<KernelRequest, std::vector<std::string>>> refused = {
+      {request("absolute", "#include \"" + val.string() + "\"\n"), {"absolute", "val.h", "disk.k:1"}},
+      {request("dotdot", "#include \"../" + dir().filename().string() + "/val.h\"\n"), {"'..'", "val.h"}},
+      {request("dash-I", "#include \"val.h\"\n", {"-I" + dir().string()}), {"option '-I", "--include-header"}},
+      {request("include-path", "#include \"val.h\"\n", {"--include-path=" + dir().string()}),
+       {"--include-path", "--include-header"}},
+      {request("pre-include", "", {"--pre-include=" + val.string()}), {"--pre-include", "--include-header"}},
+  };
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& [r, parts] : refused) {
+      SCOPED_TRACE(r.spec.at("way") + " round " + std::to_string(round));
+      auto out = runtime->compile(r);
+      ASSERT_FALSE(out) << "compiled with a header from disk (from_cache " << out->from_cache << ")";
+      EXPECT_EQ(out.error().code, ErrorCode::invalid_argument) << out.error().to_string();
+      for (const auto& part : parts) EXPECT_NE(out.error().message.find(part), std::string::npos) << out.error().to_string();
+    }
+    write_val("2.0f");  // the edit that main served stale
+  }
+  // Relative to the working directory: NVRTC runs in an empty one and cannot open it.
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir());
+  auto relative = runtime->compile(request("relative", "#include \"val.h\"\n"));
+  std::filesystem::current_path(cwd);
+  ASSERT_FALSE(relative) << "read val.h from the working directory";
+  EXPECT_EQ(relative.error().code, ErrorCode::compile);
+  EXPECT_NE((relative.error().message + relative.error().detail).find("val.h"), std::string::npos)
+      << relative.error().to_string();
+  // As a named header it works, and its bytes are in the key.
+  KernelRequest named = request("named", "#include \"val.h\"\n");
+  named.headers = {{"val.h", "#define VAL 1.0f\n"}};
+  auto first = runtime->compile(named);
+  ASSERT_TRUE(first) << first.error().to_string();
+  named.headers = {{"val.h", "#define VAL 2.0f\n"}};
+  auto edited = runtime->compile(named);
+  ASSERT_FALSE(edited) << "an edited named header was served from the cache";
 }
 
 }  // namespace

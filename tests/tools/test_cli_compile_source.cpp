@@ -172,5 +172,75 @@ TEST_F(CliCompileSourceTest, InspectVerifyAndAuditKnowTheEntries) {
   EXPECT_NE(audit.out.find("no findings"), std::string::npos) << audit.out;
 }
 
+// Issue 24: one flipped byte of NVVM bitcode made libNVVM call exit(1) inside the CLI,
+// which ended with status 1 and no output at all. Now libNVVM runs in the tool worker: the
+// CLI lives to report a compile error naming the tool, the stage and the worker's exit.
+TEST_F(CliCompileSourceTest, BitcodeThatMakesLibNvvmExitIsAReportedCompileError) {
+  std::ifstream in(k_golden / "axpy_nvvm.bc", std::ios::binary);
+  std::string bitcode((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_GT(bitcode.size(), 44u);
+  bitcode[44] = static_cast<char>(bitcode[44] ^ 0xff);
+  const fs::path corrupted = write("corrupted.bc", bitcode);
+  const CliOutcome o = run({"compile", "--source", corrupted.string(), "--kind", "nvvm", "--entry", "axpy",
+                            "--arch", "sm_90"});
+  EXPECT_EQ(o.code, 2) << o.out << o.err;  // the CLI's exit for an error it reports; main exited 1, silently
+  EXPECT_NE(o.err.find("libNVVM"), std::string::npos) << "no report of the tool's end:\n" << o.err;
+  EXPECT_NE(o.err.find("exited with status 1"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("jitcache-tool-worker"), std::string::npos) << o.err;
+}
+
+// Issue 24's stale kernel through the CLI: val.h reached from disk (absolute, '..', -I,
+// --include-path, --pre-include, the working directory), compiled, edited, compiled again:
+// main served the first cubin as "from_cache": true, "verified": true. Now never compiled.
+TEST_F(CliCompileSourceTest, AHeaderOnDiskIsRefusedBeforeAndAfterItsEdit) {
+  const fs::path val = write("val.h", "#define VAL 1.0f\n");
+  const std::string body = "extern \"C\" __global__ void k(float* x) { x[0] = VAL; }\n";
+  const fs::path absolute = write("absolute.cu", "#include \"" + val.string() + "\"\n" + body);
+  const fs::path dotdot = write("dotdot.cu", "#include \"../" + dir().filename().string() + "/val.h\"\n" + body);
+  const fs::path relative = write("relative.cu", "#include \"val.h\"\n" + body);
+  const fs::path bare = write("bare.cu", body);
+  auto args = [&](const fs::path& source, const std::string& way, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {"compile", "--source", source.string(), "--entry", "k", "--arch", "sm_90",
+                                  "--fact", "way=" + way, "--json"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    expect_refused(args(absolute, "absolute"), 2, {"cli.k:1", "val.h", "absolute path", "--include-header"});
+    expect_refused(args(dotdot, "dotdot"), 2, {"'..'", "--include-header"});
+    expect_refused(args(relative, "I", {"--option=-I" + dir().string()}), 2, {"'-I" + dir().string() + "'"});
+    expect_refused(args(relative, "include-path", {"--option=--include-path=" + dir().string()}), 2,
+                   {"--include-path", "--include-header"});
+    expect_refused(args(bare, "pre-include", {"--option=--pre-include=" + val.string()}), 2,
+                   {"--pre-include", "--include-header"});
+    // The CLI's working directory is the one that holds val.h (a child inherits it).
+    const fs::path cwd = fs::current_path();
+    fs::current_path(dir());
+    const CliOutcome rel = run(args(relative, "relative"));
+    fs::current_path(cwd);
+    EXPECT_EQ(rel.code, 2) << rel.out << rel.err;
+    EXPECT_NE(rel.err.find("val.h"), std::string::npos) << rel.err;
+    write("val.h", "#define VAL 2.0f\n");
+  }
+}
+
+TEST_F(CliCompileSourceTest, AHeaderNamedTwiceIsRefusedNamingIt) {
+  const fs::path a = write("a.h", "#define A 1\n");
+  const fs::path user = write("u.cu", "#include \"a.h\"\nextern \"C\" __global__ void k(int* x) { x[0] = A; }\n");
+  expect_usage_error({"compile", "--source", user.string(), "--entry", "k", "--arch", "sm_90", "--include-header",
+                      "a.h=" + a.string(), "--include-header", "a.h=" + a.string()},
+                     "--include-header a.h is given twice");
+}
+
+TEST_F(CliCompileSourceTest, TheLogHasNoNulByte) {
+  const fs::path warn = write("w.cu", "extern \"C\" __global__ void k(int* x) { int unused = 1; x[0] = 2; }\n");
+  const CliOutcome o = run({"compile", "--source", warn.string(), "--entry", "k", "--arch", "sm_90", "--json"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  const std::string log = parse(o)["log"].get<std::string>();
+  EXPECT_EQ(log.find('\0'), std::string::npos) << "a NUL in the log";
+  EXPECT_EQ(o.out.find("\\u0000"), std::string::npos) << o.out;
+}
+
 }  // namespace
 }  // namespace jitcache

@@ -113,17 +113,23 @@ TEST(SourceCompilerLoading, NvvmAndNvJitLinkAreLoadedAtTheirFirstUseOnly) {
   const std::string jitlink = "libnvJitLink.so." + std::to_string(nvrtc_major_version());
   if (loaded("libnvvm.so.4") || loaded(jitlink.c_str()))
     GTEST_SKIP() << "an earlier test in this process already loaded libNVVM or nvJitLink";
-  ASSERT_OK(compile_source(input(SourceKind::cuda, k_axpy_cu, "sm_90")));
+  // In the tool worker (compile_source), this process loads neither, whatever it compiles.
+  ASSERT_OK(compile_source(input(SourceKind::nvvm, axpy_ll(), "sm_90")));
+  ASSERT_OK(compile_source(input(SourceKind::ptx, axpy_ptx("sm_90"), "sm_90")));
+  EXPECT_FALSE(loaded("libnvvm.so.4")) << "the worker's compile loaded libNVVM here";
+  EXPECT_FALSE(loaded(jitlink.c_str())) << "the worker's compile loaded nvJitLink here";
+  // In this process: each at its first use.
+  ASSERT_OK(compile_source_in_process(input(SourceKind::cuda, k_axpy_cu, "sm_90")));
   EXPECT_FALSE(loaded("libnvvm.so.4")) << "a CUDA C++ compile loaded libNVVM";
   EXPECT_FALSE(loaded(jitlink.c_str())) << "a CUDA C++ compile loaded nvJitLink";
   // Refused requests load nothing either: they are checked first.
-  EXPECT_FALSE(compile_source(input(SourceKind::nvvm, axpy_ll(), "sm_999")));
-  EXPECT_FALSE(compile_source(input(SourceKind::nvvm, "", "sm_90")));
+  EXPECT_FALSE(compile_source_in_process(input(SourceKind::nvvm, axpy_ll(), "sm_999")));
+  EXPECT_FALSE(compile_source_in_process(input(SourceKind::nvvm, "", "sm_90")));
   EXPECT_FALSE(loaded("libnvvm.so.4"));
-  ASSERT_OK(compile_source(input(SourceKind::ptx, axpy_ptx("sm_90"), "sm_90")));
+  ASSERT_OK(compile_source_in_process(input(SourceKind::ptx, axpy_ptx("sm_90"), "sm_90")));
   EXPECT_TRUE(loaded(jitlink.c_str()));
   EXPECT_FALSE(loaded("libnvvm.so.4")) << "a PTX compile loaded libNVVM";
-  ASSERT_OK(compile_source(input(SourceKind::nvvm, axpy_ll(), "sm_90")));
+  ASSERT_OK(compile_source_in_process(input(SourceKind::nvvm, axpy_ll(), "sm_90")));
   EXPECT_TRUE(loaded("libnvvm.so.4"));
 }
 

@@ -1,0 +1,289 @@
+// The caller's side of tool isolation (tool_worker.hpp): spawning workers, the pool of idle
+// ones, one request's exchange under a deadline, and turning a worker's end into an error.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "runtime/compile/tool_protocol.hpp"
+#include "runtime/compile/tool_worker.hpp"
+#include "support/env.hpp"
+#include "support/unique_fd.hpp"
+
+extern char** environ;
+
+namespace jitcache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t k_output_tail_bytes = 64 * 1024;
+constexpr std::size_t k_max_idle_workers = 4;
+
+struct Worker {
+  pid_t pid = -1;
+  pid_t owner = -1;  // the process that spawned it: a forked child must not use it
+  std::filesystem::path path;
+  UniqueFd socket;
+  UniqueFd output;       // the worker's stdout and stderr
+  std::string output_tail;  // the last k_output_tail_bytes of it
+};
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+std::string signal_name(int signal) {
+  if (const char* abbrev = ::sigabbrev_np(signal)) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(signal);
+}
+
+// How the worker ended, from waitpid's status.
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return "was killed by " + signal_name(WTERMSIG(status)) + " (signal " + std::to_string(WTERMSIG(status)) + ")";
+  return "ended (wait status " + std::to_string(status) + ")";
+}
+
+// Reaps the worker, waiting up to `grace` for it to end by itself, then killing it.
+// ECHILD (a host that ignores SIGCHLD, or reaped it itself) leaves the status unknown.
+std::string reap(pid_t pid, std::chrono::milliseconds grace) {
+  const auto until = Clock::now() + grace;
+  int status = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return describe_status(status);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return "ended (its status is unknown: " + errno_text(errno) + ", the host reaps its own children)";
+    if (Clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ::kill(pid, SIGKILL);
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return "was killed (its status is unknown: " + errno_text(errno) + ")";
+  }
+  return "did not end by itself and " + describe_status(status);
+}
+
+// Moves what the worker printed into its tail; false once the pipe is at its end.
+bool drain_output(Worker& w) {
+  char chunk[4096];
+  for (;;) {
+    const ssize_t n = ::read(w.output.get(), chunk, sizeof chunk);
+    if (n > 0) {
+      w.output_tail.append(chunk, static_cast<std::size_t>(n));
+      if (w.output_tail.size() > k_output_tail_bytes)
+        w.output_tail.erase(0, w.output_tail.size() - k_output_tail_bytes);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+}
+
+Result<Worker> spawn_worker(const std::filesystem::path& path) {
+  int pair[2], pipe_fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+    return make_error(ErrorCode::io, "socketpair for the tool worker: " + errno_text(errno));
+  UniqueFd ours(pair[0]), theirs(pair[1]);
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return make_error(ErrorCode::io, "pipe for the tool worker: " + errno_text(errno));
+  UniqueFd output(pipe_fds[0]), output_end(pipe_fds[1]);
+  // dup2 onto the same number would keep close-on-exec: keep the worker's socket off 3.
+  if (theirs.get() == 3) theirs.reset(::fcntl(3, F_DUPFD_CLOEXEC, 10));
+
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, output_end.get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, output_end.get(), 2);
+  posix_spawn_file_actions_adddup2(&actions, theirs.get(), 3);
+  // The host's signal mask and ignored signals are not the worker's business.
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const std::string program = path.string();
+  char* argv[] = {const_cast<char*>(program.c_str()), nullptr};
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, program.c_str(), &actions, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return make_error(ErrorCode::unavailable, "could not start the tool worker " + program + ": " + errno_text(rc));
+  ::fcntl(output.get(), F_SETFL, O_NONBLOCK);
+  ::fcntl(ours.get(), F_SETFL, O_NONBLOCK);
+  Worker w;
+  w.pid = pid;
+  w.owner = ::getpid();
+  w.path = path;
+  w.socket = std::move(ours);
+  w.output = std::move(output);
+  return w;
+}
+
+// An idle worker has nothing to say: one whose socket is readable or hung up has died.
+bool looks_alive(const Worker& w) {
+  pollfd p{w.socket.get(), POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
+
+class Pool {
+ public:
+  std::optional<Worker> take(const std::filesystem::path& path) {
+    std::lock_guard lock(m_mutex);
+    while (!m_idle.empty()) {
+      Worker w = std::move(m_idle.back());
+      m_idle.pop_back();
+      // A forked child's copy of its parent's worker: closing the copies is all it may do.
+      if (w.owner != ::getpid()) continue;
+      if (w.path == path && looks_alive(w)) return w;
+      discard(std::move(w));
+    }
+    return std::nullopt;
+  }
+  void give_back(Worker w) {
+    std::lock_guard lock(m_mutex);
+    if (m_idle.size() >= k_max_idle_workers || w.owner != ::getpid()) return discard(std::move(w));
+    w.output_tail.clear();
+    m_idle.push_back(std::move(w));
+  }
+  void drop_all() {
+    std::lock_guard lock(m_mutex);
+    for (auto& w : m_idle)
+      if (w.owner == ::getpid()) discard(std::move(w));
+    m_idle.clear();
+  }
+  static void discard(Worker w) {
+    if (w.owner != ::getpid()) return;
+    w.socket.reset();  // the worker's end of input: it exits
+    reap(w.pid, std::chrono::milliseconds(200));
+  }
+
+ private:
+  std::mutex m_mutex;
+  std::vector<Worker> m_idle;
+};
+
+// Never destroyed: at the process's end the workers see their socket close and exit.
+Pool& pool() {
+  static Pool* p = new Pool;
+  return *p;
+}
+
+struct Exchange {
+  std::string tool, stage;  // the last stage note
+  std::string what;         // "axpy.ll for sm_90"
+};
+
+Error worker_failed(Worker& w, const Exchange& ex, const std::string& how) {
+  while (drain_output(w)) {
+    pollfd p{w.output.get(), POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) break;
+  }
+  return Error{ErrorCode::compile,
+               ex.tool + " (in " + k_tool_worker_name + ", pid " + std::to_string(w.pid) + ") " + how + " at " +
+                   ex.stage + ", compiling " + ex.what,
+               "worker: " + w.path.string() + "\nwhat it wrote to stdout and stderr (last " +
+                   std::to_string(k_output_tail_bytes / 1024) + " KiB):\n" +
+                   (w.output_tail.empty() ? std::string("(nothing)\n") : w.output_tail)};
+}
+
+// Kills and reaps a worker that broke the protocol or the deadline.
+Error kill_worker(Worker& w, const Exchange& ex, const std::string& how) {
+  ::kill(w.pid, SIGKILL);
+  const std::string status = reap(w.pid, std::chrono::milliseconds(2000));
+  Error e = worker_failed(w, ex, how);
+  e.message += " (the worker was killed; it " + status + ")";
+  return e;
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
+}
+
+// Sends the request and reads the replies until the answer. An error with code compile and
+// `dead` set means the worker is gone (reaped); the caller must not reuse it.
+Result<SourceOutput> exchange(Worker& w, const SourceInput& input, std::chrono::milliseconds timeout, bool& dead) {
+  Exchange ex{source_tool_name(input.kind), "its start (before the first tool call)",
+              (input.name.empty() ? std::string("the ") + to_string(input.kind) + " source" : input.name) + " for " +
+                  input.target};
+  const auto deadline = Clock::now() + timeout;
+  const std::string timeout_text = "did not answer within " + std::to_string(timeout.count()) + " ms (" +
+                                   std::string(env::jitcache_tool_timeout_ms.name) + ")";
+  tool_protocol::Bytes out;
+  tool_protocol::append_frame(out, tool_protocol::encode_request(input));
+  std::size_t sent = 0;
+  tool_protocol::Bytes in;
+  bool output_open = true;
+  dead = true;
+  for (;;) {
+    pollfd fds[2] = {{w.socket.get(), static_cast<short>(POLLIN | (sent < out.size() ? POLLOUT : 0)), 0},
+                     {output_open ? w.output.get() : -1, POLLIN, 0}};
+    const int ready = ::poll(fds, 2, remaining_ms(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return std::unexpected(kill_worker(w, ex, "could not be waited for: " + errno_text(errno)));
+    if (ready == 0) return std::unexpected(kill_worker(w, ex, timeout_text));
+    if (fds[1].revents != 0) output_open = drain_output(w);
+    if ((fds[0].revents & POLLOUT) != 0 && sent < out.size()) {
+      const ssize_t n = ::send(w.socket.get(), out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) sent += static_cast<std::size_t>(n);
+      else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return std::unexpected(worker_failed(w, ex, reap(w.pid, std::chrono::milliseconds(2000)) +
+                                                        " (it stopped reading the request)"));
+    }
+    if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+    std::uint8_t chunk[65536];
+    const ssize_t n = ::recv(w.socket.get(), chunk, sizeof chunk, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+    if (n <= 0) return std::unexpected(worker_failed(w, ex, reap(w.pid, std::chrono::milliseconds(2000))));
+    in.insert(in.end(), chunk, chunk + n);
+    for (;;) {
+      auto frame = tool_protocol::take_frame(in);
+      if (!frame) return std::unexpected(kill_worker(w, ex, "sent a garbled reply: " + frame.error().message));
+      if (!*frame) break;
+      auto reply = tool_protocol::decode_reply(**frame);
+      if (!reply) return std::unexpected(kill_worker(w, ex, "sent a garbled reply: " + reply.error().message));
+      if (reply->is_stage) {
+        ex.tool = reply->tool;
+        ex.stage = reply->stage;
+        continue;
+      }
+      // An answer with bytes after it, or one before the whole request was read, is a
+      // worker out of step with this protocol.
+      if (!in.empty() || sent < out.size())
+        return std::unexpected(kill_worker(w, ex, "sent a reply out of step with the protocol"));
+      dead = false;
+      return std::move(reply->result);
+    }
+  }
+}
+
+}  // namespace
+
+Result<SourceOutput> compile_in_worker(const SourceInput& input) {
+  const auto path = JC_TRY(find_tool_worker());
+  const auto timeout = JC_TRY(tool_timeout());
+  std::optional<Worker> taken = pool().take(path);
+  if (!taken) taken = JC_TRY(spawn_worker(path));
+  Worker& w = *taken;
+  bool dead = true;
+  auto result = exchange(w, input, timeout, dead);
+  if (!dead) pool().give_back(std::move(w));
+  return result;
+}
+
+void drop_idle_tool_workers() { pool().drop_all(); }
+
+}  // namespace jitcache

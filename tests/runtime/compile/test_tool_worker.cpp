@@ -1,0 +1,243 @@
+// Tool isolation (runtime/compile/tool_worker.hpp): a worker that exits, aborts, is killed,
+// hangs, prints garbage or breaks the protocol fails one compile with ErrorCode::compile
+// naming the tool, the stage and how the worker ended, and this process lives on. Fake
+// workers are shell scripts set through JITCACHE_TOOL_WORKER; the real one meets a
+// corrupted NVVM bitcode on which libNVVM calls exit(1).
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <tuple>
+
+#include "runtime/compile/nvvm_library.hpp"
+#include "runtime/compile/source_compiler.hpp"
+#include "runtime/compile/tool_worker.hpp"
+#include "test_support.hpp"
+
+namespace jitcache {
+namespace {
+
+using testing::ScopedEnv;
+
+std::string golden(const std::string& name) {
+  std::ifstream in(testing::source_dir() / "tests" / "runtime" / "compile" / "golden" / name, std::ios::binary);
+  EXPECT_TRUE(in) << "missing golden file " << name;
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+SourceInput ptx_input() {
+  SourceInput in;
+  in.kind = SourceKind::ptx;
+  in.text = ".version 8.0\n.target sm_90\n.address_size 64\n";
+  in.entry = "axpy";
+  in.target = "sm_90";
+  in.name = "fake.ptx";
+  return in;
+}
+
+class ToolWorker : public testing::TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    drop_idle_tool_workers();
+  }
+  void TearDown() override {
+    drop_idle_tool_workers();
+    TempDirTest::TearDown();
+  }
+  // A fake worker: a shell script with `body`, set as JITCACHE_TOOL_WORKER.
+  void fake(const std::string& body) {
+    const auto path = dir() / "fake-worker";
+    std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+    m_env.set("JITCACHE_TOOL_WORKER", path.string());
+  }
+  Error failed(const SourceInput& in = ptx_input()) {
+    auto r = compile_source(in);
+    EXPECT_FALSE(r) << "compiled with a broken worker";
+    if (r) return {};
+    EXPECT_EQ(r.error().code, ErrorCode::compile) << r.error().to_string();
+    return r.error();
+  }
+  ScopedEnv m_env;
+};
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST_F(ToolWorker, AWorkerThatExitsSilentlyIsACompileErrorNamingTheToolAndStatus) {
+  fake("exit 1");
+  const Error e = failed();
+  EXPECT_TRUE(has(e.message, "nvJitLink")) << e.to_string();
+  EXPECT_TRUE(has(e.message, "exited with status 1")) << e.to_string();
+  EXPECT_TRUE(has(e.message, "fake.ptx for sm_90")) << e.to_string();
+}
+
+TEST_F(ToolWorker, AnAbortIsNamedBySignal) {
+  fake("kill -ABRT $$");
+  EXPECT_TRUE(has(failed().message, "SIGABRT")) << failed().to_string();
+}
+
+TEST_F(ToolWorker, AKilledWorkerIsNamedBySignal) {
+  fake("kill -KILL $$");
+  EXPECT_TRUE(has(failed().message, "SIGKILL"));
+}
+
+TEST_F(ToolWorker, AHangIsKilledAfterTheTimeout) {
+  fake("exec sleep 30");
+  m_env.set("JITCACHE_TOOL_TIMEOUT_MS", "300");
+  const auto started = std::chrono::steady_clock::now();
+  const Error e = failed();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+  EXPECT_TRUE(has(e.message, "did not answer within 300 ms (JITCACHE_TOOL_TIMEOUT_MS)")) << e.to_string();
+  EXPECT_TRUE(has(e.message, "SIGKILL")) << e.to_string();
+}
+
+TEST_F(ToolWorker, WhatTheWorkerPrintsIsInTheErrorNotTheProtocol) {
+  fake("echo 'garbage on stdout'; echo 'oops on stderr' >&2; exit 3");
+  const Error e = failed();
+  EXPECT_TRUE(has(e.message, "exited with status 3")) << e.to_string();
+  EXPECT_TRUE(has(e.detail, "garbage on stdout")) << e.to_string();
+  EXPECT_TRUE(has(e.detail, "oops on stderr")) << e.to_string();
+}
+
+TEST_F(ToolWorker, ALongOutputKeepsOnlyItsTail) {
+  fake("i=0; while [ $i -lt 3000 ]; do echo \"line $i of a long and noisy tool output\"; i=$((i+1)); done; exit 1");
+  const Error e = failed();
+  EXPECT_TRUE(has(e.detail, "line 2999 of")) << e.detail.substr(e.detail.size() - 200);
+  EXPECT_FALSE(has(e.detail, "line 0 of")) << "the whole output was kept";
+  EXPECT_LT(e.detail.size(), 70u * 1024);
+}
+
+TEST_F(ToolWorker, ATruncatedReplyIsAnError) {
+  fake("printf '\\144\\000\\000\\000abc' >&3; exit 0");
+  const Error e = failed();
+  EXPECT_TRUE(has(e.message, "exited with status 0")) << e.to_string();
+}
+
+TEST_F(ToolWorker, AGarbledReplyKillsTheWorker) {
+  fake("printf '\\003\\000\\000\\000\\377\\377\\377' >&3; exec sleep 30");
+  const Error e = failed();
+  EXPECT_TRUE(has(e.message, "garbled reply")) << e.to_string();
+  EXPECT_TRUE(has(e.message, "SIGKILL")) << e.to_string();
+}
+
+TEST_F(ToolWorker, AnAbsurdFrameLengthKillsTheWorker) {
+  fake("printf '\\377\\377\\377\\377' >&3; exec sleep 30");
+  EXPECT_TRUE(has(failed().message, "garbled"));
+}
+
+TEST_F(ToolWorker, AHostThatIgnoresSigchldStillGetsAnError) {
+  fake("exit 1");
+  struct sigaction ignore {}, old{};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGCHLD, &ignore, &old);
+  const Error e = failed();
+  ::sigaction(SIGCHLD, &old, nullptr);
+  EXPECT_TRUE(has(e.message, "nvJitLink")) << e.to_string();
+}
+
+TEST_F(ToolWorker, AMissingWorkerIsUnavailableNamingTheVariable) {
+  m_env.set("JITCACHE_TOOL_WORKER", (dir() / "no-such-worker").string());
+  auto r = compile_source(ptx_input());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::unavailable);
+  EXPECT_TRUE(has(r.error().message, "JITCACHE_TOOL_WORKER")) << r.error().to_string();
+}
+
+TEST_F(ToolWorker, ABadTimeoutIsRefusedNamingTheVariable) {
+  for (const char* value : {"0", "soon", "-5"}) {
+    m_env.set("JITCACHE_TOOL_TIMEOUT_MS", value);
+    auto r = compile_source(ptx_input());
+    ASSERT_FALSE(r) << value;
+    EXPECT_EQ(r.error().code, ErrorCode::invalid_input) << value;
+    EXPECT_TRUE(has(r.error().message, "JITCACHE_TOOL_TIMEOUT_MS")) << r.error().to_string();
+  }
+}
+
+TEST_F(ToolWorker, TrustedInputCompilesInThisProcess) {
+  fake("exit 1");  // would fail any compile that went to a worker
+  SourceInput in;
+  in.kind = SourceKind::cuda;
+  in.text = golden("axpy.cu");
+  in.entry = "axpy";
+  in.target = "sm_90";
+  in.trusted = true;
+  ASSERT_OK(compile_source(in));
+  in.trusted = false;
+  EXPECT_TRUE(has(failed(in).message, "NVRTC")) << failed(in).to_string();
+}
+
+TEST_F(ToolWorker, TheRealWorkerIsReusedAndSurvivesItsCallersBadInput) {
+  auto first = compile_source(ptx_input());  // bad PTX: nvJitLink's own error
+  ASSERT_FALSE(first);
+  EXPECT_TRUE(has(first.error().message, "of fake.ptx for sm_90")) << first.error().to_string();
+  auto second = compile_source(ptx_input());
+  ASSERT_FALSE(second);
+  EXPECT_EQ(first.error().message, second.error().message);
+}
+
+// On main, libNVVM called exit(1) in this process for this input: the test program ended.
+TEST_F(ToolWorker, CorruptedBitcodeThatMakesLibNvvmExitIsACompileError) {
+  if (!nvvm_library()) GTEST_SKIP() << "no libNVVM";
+  std::string bitcode = golden("axpy_nvvm.bc");
+  ASSERT_GT(bitcode.size(), 44u);
+  bitcode[44] = static_cast<char>(bitcode[44] ^ 0xff);
+  SourceInput in;
+  in.kind = SourceKind::nvvm;
+  in.text = bitcode;
+  in.entry = "axpy";
+  in.target = "sm_90";
+  in.name = "corrupted.bc";
+  const Error e = failed(in);
+  EXPECT_TRUE(has(e.message, "libNVVM")) << e.to_string();
+  EXPECT_TRUE(has(e.message, "exited with status 1")) << e.to_string();
+  EXPECT_TRUE(has(e.message, "nvvm")) << e.to_string();  // the stage: an nvvm* call
+  EXPECT_TRUE(has(e.message, "corrupted.bc for sm_90")) << e.to_string();
+}
+
+// A fixed, deterministic subset of the single-byte corruptions of the golden bitcode and
+// of the axpy's PTX (bench_tool_fuzz sweeps every byte): each gives a cubin or an error,
+// never the end of this process. Bounded to well under a minute on two cores.
+TEST_F(ToolWorker, SingleByteCorruptionsOfNvvmAndPtxAlwaysAnswer) {
+  if (!nvvm_library()) GTEST_SKIP() << "no libNVVM";
+  SourceInput cu;
+  cu.kind = SourceKind::cuda;
+  cu.text = golden("axpy.cu");
+  cu.entry = "axpy";
+  cu.target = "sm_90";
+  cu.trusted = true;
+  auto ptx = compile_source(cu);
+  ASSERT_OK(ptx);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  int answered = 0, worker_ends = 0;
+  for (const auto& [kind, text, count] :
+       {std::tuple{SourceKind::nvvm, golden("axpy_nvvm.bc"), 60}, std::tuple{SourceKind::ptx, ptx->ptx, 40}}) {
+    const std::uint8_t patterns[] = {0xff, 0x01, 0x80, 0x20};
+    for (int i = 0; i < count; ++i) {
+      // Spread over the whole input, the header densely (most of libNVVM's exits are there).
+      const std::size_t at = i < count / 3 ? static_cast<std::size_t>(36 + i) : (text.size() * i) / count;
+      SourceInput in;
+      in.kind = kind;
+      in.text = text;
+      in.text[at] = static_cast<char>(in.text[at] ^ patterns[i % 4]);
+      in.entry = "axpy";
+      in.target = "sm_90";
+      auto r = compile_source(in);
+      ++answered;
+      if (!r) {
+        EXPECT_TRUE(r.error().code == ErrorCode::compile) << "byte " << at << ": " << r.error().to_string();
+        worker_ends += has(r.error().message, k_tool_worker_name) ? 1 : 0;
+      }
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the corruption run is too slow";
+    }
+  }
+  EXPECT_EQ(answered, 100);
+  EXPECT_GT(worker_ends, 0) << "no corruption made a tool end its worker: the subset misses the known exits";
+}
+
+}  // namespace
+}  // namespace jitcache

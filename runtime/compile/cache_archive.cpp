@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "cache/entry.hpp"
 #include "kernel_templates/generator.hpp"
 #include "runtime/compile/source_cache.hpp"
 #include "support/atomic_file.hpp"
@@ -300,10 +300,13 @@ Result<VerifiedArchive> verify_archive(std::string data, std::string_view name,
     item.offset = offset;
     offset += item.size;
     const auto compile_ms = e.find("compile_ms");
-    if (compile_ms == e.end() || !compile_ms->is_number() || !std::isfinite(compile_ms->get<double>()) ||
-        compile_ms->get<double>() < 0)
-      return refuse("manifest: " + where + ": compile_ms: missing or not a finite non-negative number");
+    if (compile_ms == e.end() || !compile_ms->is_number())
+      return refuse("manifest: " + where + ": compile_ms: missing or not a number");
     item.compile_ms = compile_ms->get<double>();
+    // The rules the index holds its rows to (verify's): a value it would refuse or call
+    // damaged refuses the file.
+    if (auto fields = cache::check_incoming_fields({item.size, item.compile_ms, {}}); !fields)
+      return refuse("manifest: " + where + ": " + fields.error().message);
     archive.items.push_back(std::move(item));
   }
   if (offset != blobs_end)

@@ -335,6 +335,28 @@ Result<VerifiedArchive> read_archive(const std::filesystem::path& path, const st
   return verify_archive(std::move(data), path.string(), fleet_key);
 }
 
+namespace {
+constexpr std::string_view k_fingerprint_fact = "compiler_fingerprint";
+}  // namespace
+
+std::vector<const ArchiveItem*> keyed_for_other_build(const VerifiedArchive& archive, std::string_view fingerprint) {
+  std::vector<const ArchiveItem*> other;
+  for (const ArchiveItem& item : archive.items)
+    if (const auto theirs = item.facts.get(k_fingerprint_fact); theirs && *theirs != fingerprint)
+      other.push_back(&item);
+  return other;
+}
+
+std::vector<std::string> other_build_fingerprints(std::span<const ArchiveItem* const> items) {
+  std::vector<std::string> fingerprints;
+  for (const ArchiveItem* item : items) {
+    const std::string theirs(item->facts.get(k_fingerprint_fact).value_or(""));
+    if (std::find(fingerprints.begin(), fingerprints.end(), theirs) == fingerprints.end())
+      fingerprints.push_back(theirs);
+  }
+  return fingerprints;
+}
+
 Result<ImportReport> import_archive(cache::Store& store, const VerifiedArchive& archive) {
   if (store.mode() != cache::StoreMode::read_write)
     return make_error(ErrorCode::unavailable,

@@ -206,7 +206,9 @@ TEST(RedisUrlTest, APasswordWithSlashAtAndColonIsParsedWholeAndNeverQuoted) {
     auto url = parse_redis_url(text, "JITCACHE_REMOTE");
     ASSERT_FALSE(url.has_value()) << "accepted: " << text;
     EXPECT_EQ(leaks(url.error().to_string()), "") << url.error().to_string();
-    if (has_host) EXPECT_EQ(leaks(text::redact_url_password(text)), "") << text::redact_url_password(text);
+    if (has_host) {
+      EXPECT_EQ(leaks(text::redact_url_password(text)), "") << text::redact_url_password(text);
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "cache/facts.hpp"
 #include "cache/hash.hpp"
+#include "jitcache/error.hpp"
 
 namespace jitcache::cache {
 
@@ -28,6 +29,32 @@ struct EntryInfo {
   std::uint64_t hits = 0;
   double compile_ms = 0;
 };
+
+// The rules an entry's fields keep: `jitcache verify` holds every row of the index to them,
+// and an entry that arrives from another tier or an export file must keep them before it
+// is stored (remote values, imports), so nothing that enters the index makes verify report
+// it damaged. One predicate per field, shared by both.
+inline constexpr double k_max_compile_ms = 1e9;                // about eleven days
+inline constexpr std::uint64_t k_max_entry_bytes = 1ull << 40;  // 1 TiB
+inline constexpr std::string_view k_compile_ms_rule = "milliseconds from 0 to 10^9";
+inline constexpr std::string_view k_entry_size_rule = "a byte count from 0 to 1 TiB";
+inline constexpr std::string_view k_facts_json_rule = "a JSON object";
+
+// A finite number from 0 to k_max_compile_ms (NaN, infinities and negatives are not).
+bool compile_ms_in_range(double ms);
+bool entry_size_in_range(std::uint64_t bytes);
+bool facts_json_in_rule(std::string_view text);
+
+// The fields of an entry on its way into the index.
+struct IncomingFields {
+  std::uint64_t size = 0;
+  double compile_ms = 0;
+  std::string_view facts_json;  // empty: not checked (the caller holds parsed Facts)
+};
+
+// The first field that breaks its rule, as ErrorCode::invalid_input "<field>: <value> is
+// not <rule>"; the caller prefixes where the entry came from.
+Status check_incoming_fields(const IncomingFields& fields);
 
 // Entries match when every condition holds; an empty filter matches every entry.
 struct EntryFilter {

@@ -524,6 +524,10 @@ Result<std::optional<IndexRow>> Index::lookup(const CacheKey& key) {
 
 Result<IndexTotals> Index::insert(const NewEntry& entry, const std::function<void()>& before_commit) {
   JC_TRY(writable("insert entry " + entry.key.to_hex()));
+  // The index never holds a row that verify would call damaged, whoever hands it in.
+  if (auto fields = check_incoming_fields({entry.size, entry.compile_ms, entry.facts_json}); !fields)
+    return make_error(ErrorCode::invalid_input,
+                      m_path.string() + ": entry " + entry.key.to_hex() + " not stored: " + fields.error().message);
   std::lock_guard lock(m_mutex);
   auto txn = JC_TRY(sql::Transaction::begin(m_db));
   auto stmt =
@@ -831,18 +835,14 @@ const std::vector<ValueRule>& value_rules() {
         {"entries", "digest", "key", JC_HEX_BROKEN("digest"), k_hex_rule},
         {"entries", "key_schema", "key", "typeof(key_schema) != 'integer' OR key_schema < 0",
          "a non-negative integer"},
-        {"entries", "size", "key", "typeof(size) != 'integer' OR size < 0 OR size > 1099511627776",
-         "a byte count from 0 to 1 TiB"},
-        {"entries", "facts", "key",
-         "CASE WHEN typeof(facts) = 'text' AND json_valid(facts) THEN json_type(facts) != 'object' ELSE 1 "
-         "END",
-         "a JSON object"},
+        // The fields an entry brings from another tier or a file: the predicates that
+        // check it on its way in (cache/entry.hpp), called from SQL.
+        {"entries", "size", "key", "NOT jc_entry_size_ok(size)", std::string(k_entry_size_rule)},
+        {"entries", "facts", "key", "NOT jc_facts_ok(facts)", std::string(k_facts_json_rule)},
         {"entries", "created", "key", JC_TIME_BROKEN("created"), k_time_rule},
         {"entries", "last_used", "key", JC_TIME_BROKEN("last_used"), k_time_rule},
         {"entries", "hits", "key", JC_COUNT_BROKEN("hits"), k_count_rule},
-        {"entries", "compile_ms", "key",
-         "typeof(compile_ms) NOT IN ('integer', 'real') OR compile_ms < 0 OR compile_ms > 1e9",
-         "milliseconds from 0 to 10^9"},
+        {"entries", "compile_ms", "key", "NOT jc_compile_ms_ok(compile_ms)", std::string(k_compile_ms_rule)},
         {"usage_log", "key", "key", JC_HEX_BROKEN("key"), k_hex_rule},
         {"usage_log", "hits", "key", JC_COUNT_BROKEN("hits"), k_count_rule},
         {"usage_log", "last_used", "key", JC_TIME_BROKEN("last_used"), k_time_rule},
@@ -861,6 +861,30 @@ const std::vector<ValueRule>& value_rules() {
 #undef JC_COUNT_BROKEN
 #undef JC_TIME_BROKEN
 
+// The SQL faces of cache/entry.hpp's predicates: a stored value of the wrong type breaks
+// the rule too (SQLite keeps whatever type a writer gave).
+void sql_entry_size_ok(sqlite3_context* context, int, sqlite3_value** argv) {
+  const bool ok = sqlite3_value_type(argv[0]) == SQLITE_INTEGER && sqlite3_value_int64(argv[0]) >= 0 &&
+                  entry_size_in_range(static_cast<std::uint64_t>(sqlite3_value_int64(argv[0])));
+  sqlite3_result_int(context, ok ? 1 : 0);
+}
+
+void sql_compile_ms_ok(sqlite3_context* context, int, sqlite3_value** argv) {
+  const int type = sqlite3_value_type(argv[0]);
+  const bool ok = (type == SQLITE_INTEGER || type == SQLITE_FLOAT) && compile_ms_in_range(sqlite3_value_double(argv[0]));
+  sqlite3_result_int(context, ok ? 1 : 0);
+}
+
+void sql_facts_ok(sqlite3_context* context, int, sqlite3_value** argv) {
+  bool ok = false;
+  if (sqlite3_value_type(argv[0]) == SQLITE_TEXT) {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_value_text(argv[0]));
+    ok = text != nullptr &&
+         facts_json_in_rule(std::string_view(text, static_cast<std::size_t>(sqlite3_value_bytes(argv[0]))));
+  }
+  sqlite3_result_int(context, ok ? 1 : 0);
+}
+
 // Clock skew between the writers of one local cache is small; a day is generous.
 constexpr std::int64_t k_future_slack_ms = 24 * 3600 * 1000;
 
@@ -871,6 +895,9 @@ Result<std::vector<std::string>> Index::check_values() {
   std::vector<std::string> problems;
   const std::string file = m_path.string() + ": ";
   const std::int64_t latest = unix_now_ms() + k_future_slack_ms;
+  JC_TRY(m_db.define_function("jc_entry_size_ok", 1, sql_entry_size_ok, "defining jc_entry_size_ok"));
+  JC_TRY(m_db.define_function("jc_compile_ms_ok", 1, sql_compile_ms_ok, "defining jc_compile_ms_ok"));
+  JC_TRY(m_db.define_function("jc_facts_ok", 1, sql_facts_ok, "defining jc_facts_ok"));
   for (const ValueRule& r : value_rules()) {
     const std::string where = " FROM " + r.table + " WHERE " + r.broken;
     const std::string checking = "checking " + r.table + "." + r.field;

@@ -37,6 +37,14 @@ void Database::set_busy_timeout(int timeout_ms) {
   if (m_db != nullptr) sqlite3_busy_timeout(m_db, timeout_ms);
 }
 
+Status Database::define_function(const char* name, int args, ScalarFunction fn, std::string_view what) {
+  if (m_db == nullptr) return std::unexpected(failure(what, k_closed));
+  const int code = sqlite3_create_function_v2(m_db, name, args, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nullptr, fn,
+                                              nullptr, nullptr, nullptr);
+  if (code != SQLITE_OK) return std::unexpected(error(what, code));
+  return {};
+}
+
 Status Database::exec(const std::string& sql, std::string_view what) {
   if (m_db == nullptr) return std::unexpected(failure(what, k_closed));
   const int code = sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr);

@@ -48,6 +48,11 @@ class Database {
   // Waits up to `timeout_ms` for other connections' locks (sqlite3_busy_timeout).
   void set_busy_timeout(int timeout_ms);
 
+  // Makes `fn` callable from this connection's SQL as name(...) with `args` arguments, a
+  // deterministic function (the index's value rules call the C++ predicates through it).
+  using ScalarFunction = void (*)(sqlite3_context*, int, sqlite3_value**);
+  Status define_function(const char* name, int args, ScalarFunction fn, std::string_view what);
+
   // Runs one or more statements without results.
   Status exec(const std::string& sql, std::string_view what);
   // For settings whose failure costs only speed (cache sizes, mmap): the outcome is

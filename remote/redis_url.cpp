@@ -1,5 +1,6 @@
 #include "remote/redis_url.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 
@@ -58,20 +59,32 @@ Result<RedisUrl> parse_redis_url(std::string_view text, std::string_view source)
   };
   constexpr std::string_view scheme = "redis://";
   if (!text.starts_with(scheme)) {
+    // The scheme is quoted only when it looks like one: a URL missing its "redis://" may
+    // begin with its user info, password and all.
     const auto colon = text.find("://");
+    const std::string_view name = colon == std::string_view::npos ? std::string_view() : text.substr(0, colon);
+    const bool plain = !name.empty() && name.size() <= 16 && std::all_of(name.begin(), name.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '+' || c == '-' ||
+             c == '.';
+    });
     return bad(colon == std::string_view::npos ? "not a redis:// URL"
-                                               : "unsupported scheme '" + std::string(text.substr(0, colon)) + "'");
+               : plain                         ? "unsupported scheme '" + std::string(name) + "'"
+                                               : "unsupported scheme");
   }
   std::string_view rest = text.substr(scheme.size());
   RedisUrl url;
-  // The userinfo ends at the last '@' before the path, so a password may hold '@' unencoded.
+  // The user info ends at the last '@' (no host, port or database holds one), so a password
+  // may hold '@', ':' and '/' unencoded; nothing of it is ever quoted in an error, and
+  // every part that is comes after it (text::redact_url_password hides the same part).
+  std::string_view userinfo;
+  if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
+    userinfo = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+  }
   const std::size_t slash = rest.find('/');
-  const std::string_view authority = rest.substr(0, slash);
   const std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-  std::string_view hostport = authority;
-  if (const auto at = authority.rfind('@'); at != std::string_view::npos) {
-    const std::string_view userinfo = authority.substr(0, at);
-    hostport = authority.substr(at + 1);
+  const std::string_view hostport = rest.substr(0, slash);
+  if (!userinfo.empty()) {
     const auto colon = userinfo.find(':');
     auto user = percent_decode(userinfo.substr(0, colon));
     if (!user) return bad("the user name has a malformed %-escape");
@@ -105,10 +118,15 @@ Result<RedisUrl> parse_redis_url(std::string_view text, std::string_view source)
   for (char c : url.host)
     if (static_cast<unsigned char>(c) <= ' ' || c == '/' || c == '@' || c == '?' || c == '#')
       return bad("the host has a character that no host name has");
+  // A URL with user info is quoted not even after it: when its real host part is missing,
+  // the end of the password is what the parser took for the host, port and database.
+  auto quoted = [&](std::string_view part) {
+    return userinfo.empty() ? " '" + std::string(part) + "'" : std::string();
+  };
   if (!port_text.empty() && !parse_int(port_text, 1, 65535, url.port))
-    return bad("port '" + std::string(port_text) + "' is not a number from 1 to 65535");
+    return bad("port" + quoted(port_text) + " is not a number from 1 to 65535");
   if (!path.empty() && !parse_int(path, 0, 1 << 20, url.db))
-    return bad("database '" + std::string(path) + "' is not a non-negative number");
+    return bad("database" + quoted(path) + " is not a non-negative number");
   return url;
 }
 

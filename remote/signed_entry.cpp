@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "cache/entry.hpp"
 #include "support/hmac.hpp"
 #include "support/little_endian.hpp"
 
@@ -28,6 +29,7 @@ const char* to_string(Rejection rejection) {
     case Rejection::bad_facts: return "unreadable facts";
     case Rejection::wrong_key: return "facts of another key";
     case Rejection::bad_digest: return "digest mismatch";
+    case Rejection::bad_field: return "field out of range";
     case Rejection::oversized: return "oversized";
     case Rejection::bad_content: return "unusable content";
     case Rejection::wrong_type: return "not a string value";
@@ -110,11 +112,14 @@ std::expected<SignedEntry, Rejected> decode_signed_entry(std::string_view name, 
   if (actual != stored)
     return std::unexpected(Rejected{Rejection::bad_digest, "the bytes hash to " + actual.to_hex() + ", the value says " +
                                                                stored.to_hex()});
+  const double compile_ms = read_le<double>(value, 24);
+  if (auto fields = cache::check_incoming_fields({blob.size(), compile_ms, {}}); !fields)
+    return std::unexpected(Rejected{Rejection::bad_field, fields.error().message});
   SignedEntry entry;
   entry.facts = std::move(*facts);
   const auto* begin = reinterpret_cast<const std::byte*>(blob.data());
   entry.bytes.assign(begin, begin + blob.size());
-  entry.compile_ms = read_le<double>(value, 24);
+  entry.compile_ms = compile_ms;
   return entry;
 }
 

@@ -45,6 +45,7 @@ enum class Rejection {
   bad_facts,        // the facts JSON does not parse or validate
   wrong_key,        // the facts are not those of the key asked for
   bad_digest,       // the bytes do not hash to the digest
+  bad_field,        // a field breaks the rule the index holds it to (cache/entry.hpp: compile_ms)
   oversized,        // larger than the configured bound (not read in full)
   bad_content,      // the bytes are not what the reader expects (the kernel cache's check)
   wrong_type,       // not a Redis string at all (a list, hash, set...): nobody's value
@@ -68,7 +69,8 @@ std::string encode_signed_entry(std::string_view name, std::string_view fleet_ke
                                 std::span<const std::byte> bytes, double compile_ms);
 
 // Checks everything in order (lengths, magic, version, signature before anything inside
-// is parsed, facts, that the facts hash to `expected`, the digest) and returns the entry.
+// is parsed, facts, that the facts hash to `expected`, the digest, the fields' ranges: a
+// value signed by a buggy writer must not reach the index) and returns the entry.
 std::expected<SignedEntry, Rejected> decode_signed_entry(std::string_view name, std::string_view fleet_key,
                                                          std::string_view value, const cache::CacheKey& expected);
 

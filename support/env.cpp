@@ -34,8 +34,10 @@ const EnvVar jitcache_lineinfo{"JITCACHE_LINEINFO", EnvType::boolean, "0",
                                "recorded in every kernel's cache key.",
                                true};
 const EnvVar jitcache_require_cache{"JITCACHE_REQUIRE_CACHE", EnvType::boolean, "0",
-                                    "Fail Runtime::open / jitcache_runtime_open when the cache "
-                                    "directory cannot be used, instead of running memory-only."};
+                                    "Fail Runtime::open / jitcache_runtime_open when the local cache "
+                                    "directory cannot be used, instead of running memory-only. It is "
+                                    "about the directory only: a remote cache (JITCACHE_REMOTE) that "
+                                    "cannot be used is never an error for an engine."};
 
 const EnvVar jitcache_verify_spec{"JITCACHE_VERIFY_SPEC", EnvType::fraction, "0",
                                   "Shadow verification of spec-keyed lookups (Runtime::lookup): the "
@@ -53,9 +55,14 @@ const EnvVar jitcache_cli{"JITCACHE_CLI", EnvType::path, "",
                           "of the bundled one."};
 
 // The shared remote tier (remote/remote_tier.hpp, docs/remote.md).
-const EnvVar jitcache_remote{"JITCACHE_REMOTE", EnvType::string, "",
-                             "Shared remote cache: redis://[user[:password]@]host[:port][/db]. Used only "
-                             "with a fleet key (JITCACHE_REMOTE_KEY_FILE)."};
+const EnvVar jitcache_remote{.name = "JITCACHE_REMOTE",
+                             .type = EnvType::string,
+                             .default_value = "",
+                             .doc = "Shared remote cache: redis://[user[:password]@]host[:port][/db]. Used only "
+                                    "with a fleet key (JITCACHE_REMOTE_KEY_FILE). Never required: a remote that "
+                                    "cannot be used is one warning and local-only operation. Shown with its "
+                                    "password as ***.",
+                             .url_with_password = true};
 const EnvVar jitcache_remote_key_file{
     "JITCACHE_REMOTE_KEY_FILE", EnvType::path, "",
     "Fleet key (>= 32 bytes; a regular file owned by the user, mode 600) signing remote entries and "
@@ -137,6 +144,12 @@ std::optional<std::string> get(const EnvVar& var) {
   const std::string_view trimmed = text::trim(value);
   if (trimmed.empty()) return std::nullopt;
   return std::string(trimmed);
+}
+
+std::optional<std::string> shown_value(const EnvVar& var) {
+  auto value = get(var);
+  if (value && var.url_with_password) return text::redact_url_password(*value);
+  return value;
 }
 
 Result<bool> get_bool(const EnvVar& var) {

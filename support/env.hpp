@@ -24,6 +24,9 @@ struct EnvVar {
   // The variable changes what a compile produces, so its effective value is a fact of
   // every kernel's cache key (runtime/compile/kernel_cache.cpp).
   bool affects_compilation = false;
+  // The value is a URL that may carry a password (redis://user:password@host): it is
+  // shown only through shown_value(), with the password replaced by ***.
+  bool url_with_password = false;
 };
 
 const char* to_string(EnvType type);
@@ -57,6 +60,9 @@ std::span<const EnvVar* const> registry();
 
 // The variable's value; unset, empty or whitespace-only reads as absent.
 std::optional<std::string> get(const EnvVar& var);
+// The value as it may be printed or logged: get(), with the password of a
+// url_with_password variable replaced by *** (text::redact_url_password).
+std::optional<std::string> shown_value(const EnvVar& var);
 // A boolean variable: 1/true/yes/on and 0/false/no/off (any case); absent -> default.
 Result<bool> get_bool(const EnvVar& var);
 

@@ -105,4 +105,14 @@ std::optional<std::size_t> find_invalid_utf8(std::string_view s) {
   return std::nullopt;
 }
 
+std::string redact_url_password(std::string_view url) {
+  const std::size_t scheme = url.find("://");
+  const std::size_t start = scheme == std::string_view::npos ? 0 : scheme + 3;
+  const std::size_t at = url.rfind('@');
+  if (at == std::string_view::npos || at < start) return std::string(url);
+  const std::size_t colon = url.find(':', start);
+  if (colon == std::string_view::npos || colon > at) return std::string(url);  // a user name only
+  return std::string(url.substr(0, colon + 1)) + "***" + std::string(url.substr(at));
+}
+
 }  // namespace jitcache::text

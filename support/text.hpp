@@ -29,6 +29,13 @@ std::string escape_control(std::string_view s);
 // "(empty path)".
 std::string shown(const std::filesystem::path& path);
 
+// A URL as it may be shown: the password of its user info (between the first ':' after
+// the scheme's "//" and the last '@') replaced by "***", whatever else the text holds; a
+// text without user info comes back as it is. It reads the user info as the remote URL's
+// parser does (remote/redis_url.hpp: the last '@' ends it, so a password may hold '/', '@'
+// and ':' unencoded), so the part it hides is exactly the part sent as the password.
+std::string redact_url_password(std::string_view url);
+
 // The offset of the first byte that does not begin a well-formed UTF-8 sequence (RFC 3629:
 // overlong forms, UTF-16 surrogates, code points above U+10FFFF and sequences cut short
 // are ill-formed), or nullopt when all of `s` is UTF-8.

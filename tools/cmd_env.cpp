@@ -23,7 +23,7 @@ int run_env(const EnvArgs& args) {
   int problems = 0;
   json variables = json::array();
   for (const env::EnvVar* var : env::registry()) {
-    const auto value = env::get(*var);
+    const auto value = env::shown_value(*var);  // a URL's password shown as ***
     const auto valid = env::check_value(*var);
     if (!valid) ++problems;
     if (args.json) {

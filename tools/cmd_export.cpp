@@ -189,6 +189,7 @@ int run_import(const ImportArgs& args, const GlobalOptions& global) {
 
   std::optional<ImportReport> imported;
   std::filesystem::path cache_dir;
+  std::unique_ptr<Compiler> compiler;  // this machine's NVRTC, for its fingerprint
   if (!args.verify_only) {
     KernelCacheOptions cache_options;
     cache_options.cache_dir = global.cache_dir;
@@ -205,6 +206,19 @@ int run_import(const ImportArgs& args, const GlobalOptions& global) {
       return k_exit_usage;
     }
     imported = std::move(*done);
+    compiler = std::move(opened->compiler);  // remembers its fingerprint in the cache
+  } else {
+    compiler = make_nvrtc_compiler();
+  }
+  // Entries keyed for another NVRTC build import fine and are never hit here: say so.
+  const auto local_fingerprint = compiler->fingerprint();
+  std::vector<const ArchiveItem*> other_build;
+  if (local_fingerprint) {
+    other_build = keyed_for_other_build(*archive, *local_fingerprint);
+  } else {
+    std::fprintf(stderr,
+                 "jitcache: warning: cannot tell which entries are keyed for this machine's NVRTC build: %s\n",
+                 local_fingerprint.error().to_string().c_str());
   }
   const double wall_ms = ms_since(started);
 
@@ -214,13 +228,17 @@ int run_import(const ImportArgs& args, const GlobalOptions& global) {
       if (a == &item) return "added";
     return "present";
   };
+  auto is_other_build = [&](const ArchiveItem& item) {
+    return std::find(other_build.begin(), other_build.end(), &item) != other_build.end();
+  };
   if (args.json) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const ArchiveItem& item : archive->items)
       list.push_back({{"label", item.label},
                       {"key", item.key.to_hex()},
                       {"size", item.size},
-                      {"status", status_of(item)}});
+                      {"status", status_of(item)},
+                      {"other_build", is_other_build(item)}});
     nlohmann::ordered_json out = {{"file", args.file},
                                   {"format_version", archive->version},
                                   {"producer", archive->info.producer},
@@ -233,6 +251,11 @@ int run_import(const ImportArgs& args, const GlobalOptions& global) {
                                   {"entries", archive->items.size()},
                                   {"added", imported ? imported->added.size() : 0},
                                   {"already_present", imported ? imported->present.size() : 0},
+                                  {"other_build", local_fingerprint ? nlohmann::ordered_json(other_build.size())
+                                                                    : nlohmann::ordered_json(nullptr)},
+                                  {"other_build_fingerprints", other_build_fingerprints(other_build)},
+                                  {"local_fingerprint", local_fingerprint ? nlohmann::ordered_json(*local_fingerprint)
+                                                                          : nlohmann::ordered_json(nullptr)},
                                   {"cache_dir", cache_dir.string()},
                                   {"wall_ms", wall_ms},
                                   {"items", list}};
@@ -244,14 +267,26 @@ int run_import(const ImportArgs& args, const GlobalOptions& global) {
   for (const std::string& t : archive->info.targets) std::printf(" %s", t.c_str());
   std::printf(" verified (signature: %s, written by %s on %s)\n", to_string(archive->signature),
               archive->info.producer.c_str(), archive->info.created.c_str());
+  auto say_other_build = [&] {
+    if (other_build.empty()) return;
+    std::string theirs;
+    for (const std::string& f : other_build_fingerprints(other_build)) theirs += (theirs.empty() ? "" : ", ") + f;
+    std::printf("%zu of them %s keyed for another NVRTC build (fingerprint %s; this machine's is %s) and will not "
+                "be hit here: compile them here (jitcache warm) or import a file exported with this build\n",
+                other_build.size(), other_build.size() == 1 ? "is" : "are", theirs.c_str(),
+                local_fingerprint->c_str());
+  };
   if (!imported) {
+    say_other_build();
     std::printf("nothing imported (--verify-only), wall time %.1f ms\n", wall_ms);
     return k_exit_ok;
   }
   for (const ArchiveItem& item : archive->items)
-    std::printf("  %-8s %s  %s\n", status_of(item).c_str(), item.key.to_hex().c_str(), item.label.c_str());
+    std::printf("  %-8s %s  %s%s\n", status_of(item).c_str(), item.key.to_hex().c_str(), item.label.c_str(),
+                is_other_build(item) ? "  (another NVRTC build)" : "");
   std::printf("added %zu, already present %zu, into %s, wall time %.1f ms\n", imported->added.size(),
               imported->present.size(), cache_dir.string().c_str(), wall_ms);
+  say_other_build();
   return k_exit_ok;
 }
 

@@ -98,7 +98,8 @@ typedef enum jitcache_cache_mode {
 } jitcache_cache_mode;
 
 typedef enum jitcache_cache_requirement {
-  JITCACHE_CACHE_FROM_ENVIRONMENT = 0, /* JITCACHE_REQUIRE_CACHE decides (unset: optional) */
+  JITCACHE_CACHE_FROM_ENVIRONMENT = 0, /* JITCACHE_REQUIRE_CACHE decides (unset: optional);
+                                          about the local directory, never the remote */
   JITCACHE_CACHE_OPTIONAL = 1,         /* an unusable directory: run memory-only, warn once */
   JITCACHE_CACHE_REQUIRED = 2          /* an unusable directory: open fails with its error */
 } jitcache_cache_requirement;
@@ -184,10 +185,11 @@ typedef struct jitcache_runtime_options {
   jitcache_cache_requirement cache_requirement; /* default JITCACHE_CACHE_FROM_ENVIRONMENT */
   const char* remote;         /* a shared remote cache, redis://[user[:password]@]host[:port][/db];
                                  NULL or "": JITCACHE_REMOTE (unset: none). Used only with a
-                                 fleet key (JITCACHE_REMOTE_KEY_FILE); a malformed URL is
-                                 JITCACHE_ERROR_INVALID_INPUT when the cache is required,
-                                 else a warning and no remote. Copied; need not outlive the
-                                 call. */
+                                 fleet key (JITCACHE_REMOTE_KEY_FILE). Never required: a
+                                 remote configuration that cannot be used (a malformed URL,
+                                 an unusable key or password file, a bad timeout) is one
+                                 WARNING and no remote, whatever cache_requirement says.
+                                 Copied; need not outlive the call. */
   double verify_spec;         /* shadow verification of jitcache_lookup hits: the fraction
                                  answered JITCACHE_LOOKUP_VERIFY, 0 to 1 (0 never, 1 always);
                                  negative (the _init default): JITCACHE_VERIFY_SPEC (unset: 0) */
@@ -204,7 +206,8 @@ JITCACHE_API void jitcache_runtime_options_init(jitcache_runtime_options* option
  * rule and the fix (see jitcache_runtime_cache_status), unless options.cache_requirement
  * or the environment (JITCACHE_REQUIRE_CACHE=1) requires a cache, which makes it the
  * directory's error (for example JITCACHE_ERROR_UNSAFE). A directory this process cannot
- * write but that holds an index opens read-only, which satisfies the requirement.
+ * write but that holds an index opens read-only, which satisfies the requirement. The
+ * requirement is about the local directory only: the remote cache is never required.
  * `options` NULL means the defaults. On success *out owns a new runtime. The environment
  * is checked first: JITCACHE_STRICT or JITCACHE_REQUIRE_CACHE that is not a boolean (1,
  * true, yes, on, 0, false, no, off), and in strict mode an invalid JITCACHE_LOG_LEVEL or

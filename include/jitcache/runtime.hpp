@@ -78,7 +78,8 @@ struct RuntimeOptions {
   int device_ordinal = 0;
   CacheRequirement cache_requirement = CacheRequirement::from_environment;
   // A shared remote cache, redis://[user[:password]@]host[:port][/db]; empty: JITCACHE_REMOTE.
-  // Used only with a fleet key (JITCACHE_REMOTE_KEY_FILE); see docs/remote.md.
+  // Used only with a fleet key (JITCACHE_REMOTE_KEY_FILE); see docs/remote.md. Never
+  // required: a remote that cannot be used is one warning, whatever cache_requirement says.
   std::string remote;
   // Shadow verification of spec-keyed lookups: the fraction of hits lookup() answers with
   // LookupOutcome::verify, in [0, 1] (0 never, 1 every hit, 0.01 a sample of one in a

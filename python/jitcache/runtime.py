@@ -608,7 +608,8 @@ class Runtime:
     """An open cache directory (and device): prepares checkpoints into :class:`Model` objects.
 
     ``require_cache``: None follows JITCACHE_REQUIRE_CACHE; True makes an unusable cache
-    directory an error; False runs memory-only with one warning.
+    directory an error; False runs memory-only with one warning. It is about the local
+    directory only: the remote is never required.
 
     ``remote``: a cache shared by a fleet, ``redis://[user[:password]@]host[:port][/db]``;
     None or "" follows JITCACHE_REMOTE (unset: no remote). A local miss is looked up there
@@ -618,7 +619,8 @@ class Runtime:
     bytes, owned by this user and readable by no one else, with which every remote entry
     is signed and checked; without one the remote is not used (one warning). A remote that
     is down or silent costs its timeout once, then nothing while the local cache goes on
-    alone. A malformed URL is an error when the cache is required, else a warning.
+    alone. A remote configuration that cannot be used (a malformed URL, an unusable key
+    file) is one warning and no remote, whatever ``require_cache`` says.
 
     ``verify_spec``: the fraction (0 to 1) of :meth:`lookup` hits answered "verify" instead,
     so that the caller generates the source and :meth:`compile` checks the family's spec

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "cache/entry.hpp"
 #include "kernel_templates/generator.hpp"
 #include "runtime/compile/source_cache.hpp"
 #include "support/atomic_file.hpp"
@@ -300,10 +300,13 @@ Result<VerifiedArchive> verify_archive(std::string data, std::string_view name,
     item.offset = offset;
     offset += item.size;
     const auto compile_ms = e.find("compile_ms");
-    if (compile_ms == e.end() || !compile_ms->is_number() || !std::isfinite(compile_ms->get<double>()) ||
-        compile_ms->get<double>() < 0)
-      return refuse("manifest: " + where + ": compile_ms: missing or not a finite non-negative number");
+    if (compile_ms == e.end() || !compile_ms->is_number())
+      return refuse("manifest: " + where + ": compile_ms: missing or not a number");
     item.compile_ms = compile_ms->get<double>();
+    // The rules the index holds its rows to (verify's): a value it would refuse or call
+    // damaged refuses the file.
+    if (auto fields = cache::check_incoming_fields({item.size, item.compile_ms, {}}); !fields)
+      return refuse("manifest: " + where + ": " + fields.error().message);
     archive.items.push_back(std::move(item));
   }
   if (offset != blobs_end)
@@ -330,6 +333,28 @@ Result<VerifiedArchive> read_archive(const std::filesystem::path& path, const st
                                                     std::to_string(k_max_archive_bytes) + "; nothing was imported");
   std::string data = JC_TRY(file.read_all(k_max_archive_bytes));
   return verify_archive(std::move(data), path.string(), fleet_key);
+}
+
+namespace {
+constexpr std::string_view k_fingerprint_fact = "compiler_fingerprint";
+}  // namespace
+
+std::vector<const ArchiveItem*> keyed_for_other_build(const VerifiedArchive& archive, std::string_view fingerprint) {
+  std::vector<const ArchiveItem*> other;
+  for (const ArchiveItem& item : archive.items)
+    if (const auto theirs = item.facts.get(k_fingerprint_fact); theirs && *theirs != fingerprint)
+      other.push_back(&item);
+  return other;
+}
+
+std::vector<std::string> other_build_fingerprints(std::span<const ArchiveItem* const> items) {
+  std::vector<std::string> fingerprints;
+  for (const ArchiveItem* item : items) {
+    const std::string theirs(item->facts.get(k_fingerprint_fact).value_or(""));
+    if (std::find(fingerprints.begin(), fingerprints.end(), theirs) == fingerprints.end())
+      fingerprints.push_back(theirs);
+  }
+  return fingerprints;
 }
 
 Result<ImportReport> import_archive(cache::Store& store, const VerifiedArchive& archive) {

@@ -165,6 +165,15 @@ struct ImportReport {
   std::vector<const ArchiveItem*> present;  // already in the cache under the same key
 };
 
+// The entries keyed for another NVRTC build than the one whose fingerprint is
+// `fingerprint` (their compiler_fingerprint fact differs): they import like any other, but
+// no lookup on a machine with that build computes their keys, so they are never hit there.
+// Entries without the fact are not counted.
+std::vector<const ArchiveItem*> keyed_for_other_build(const VerifiedArchive& archive, std::string_view fingerprint);
+
+// The fingerprints of those entries, each once, in the archive's order.
+std::vector<std::string> other_build_fingerprints(std::span<const ArchiveItem* const> items);
+
 // Publishes every entry of a verified archive that `store` does not have yet. The store
 // must be writable (a read-only or memory-only store is refused before anything is put).
 Result<ImportReport> import_archive(cache::Store& store, const VerifiedArchive& archive);

@@ -9,14 +9,17 @@ namespace jitcache {
 
 namespace {
 
-// The remote tier the options ask for, or none. A configuration that cannot be used is the
-// caller's error when the cache is its job, else a warning: the engine starts without it.
-Result<std::shared_ptr<remote::RemoteTier>> open_remote(const KernelCacheOptions& options) {
+// The remote tier the options ask for, or none. The remote is never required: a
+// configuration that cannot be used (a malformed URL, an unusable key or password file, a
+// bad timeout) is one warning and local-only operation, whatever the local cache's policy
+// (`unusable`, JITCACHE_REQUIRE_CACHE) says. The commands whose job is the remote open it
+// themselves and fail instead (tools/remote_cli.hpp).
+std::shared_ptr<remote::RemoteTier> open_remote(const KernelCacheOptions& options) {
   if (options.remote == RemoteUse::off) return nullptr;
   auto settings = remote::remote_options(options.remote_url, options.remote_url_source);
   if (!settings) {
-    if (options.unusable == UnusableCache::fail) return std::unexpected(std::move(settings.error()));
-    log_warning("remote cache not used: " + settings.error().to_string());
+    log_warning("remote cache not used: " + settings.error().to_string() +
+                "; running with the local cache only (the remote is never required)");
     return nullptr;
   }
   if (!*settings) return nullptr;
@@ -28,7 +31,7 @@ Result<std::shared_ptr<remote::RemoteTier>> open_remote(const KernelCacheOptions
 
 Result<OpenedKernelCache> open_kernel_cache(const KernelCacheOptions& options) {
   OpenedKernelCache opened;
-  opened.remote = JC_TRY(open_remote(options));
+  opened.remote = open_remote(options);
   cache::StoreOptions store_options = options.store;
   if (opened.remote) store_options.extra_tiers.push_back(opened.remote);
   std::optional<std::filesystem::path> explicit_dir;

@@ -23,7 +23,9 @@ namespace jitcache {
 enum class UnusableCache { fail, memory_only };
 
 // Whether the remote tier may be used: from_environment (remote_url, else JITCACHE_REMOTE,
-// with a fleet key) or off (commands that must not touch a shared store).
+// with a fleet key) or off (commands that must not touch a shared store). `unusable` is
+// about the directory only: a remote configuration that cannot be used is always one
+// warning and a kernel cache without the remote, never an error.
 enum class RemoteUse { from_environment, off };
 
 struct KernelCacheOptions {

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -461,6 +464,49 @@ TEST_F(IndexTest, CheckValuesOnAHealthyIndexIsEmpty) {
   auto problems = (*index)->check_values();
   ASSERT_OK(problems);
   EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// What enters the index keeps verify's rules (issue 24): insert refuses a row verify would
+// call damaged (NaN used to fail on "NOT NULL constraint failed", the rest to make verify
+// report the index damaged forever), naming the field; and verify's rule is the same
+// predicate, boundaries included.
+TEST_F(IndexTest, InsertRefusesWhatVerifyWouldCallDamaged) {
+  fill(1);
+  auto index = Index::open(db(), 2s, Durability::relaxed);
+  ASSERT_TRUE(index.has_value()) << index.error().error.to_string();
+  const Facts f = sample_facts("incoming");
+  const BlobDigest digest = BlobDigest::of(make_bytes(10, seed));
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -1.0, 1e300, k_max_compile_ms * 1.000001}) {
+    auto inserted = (*index)->insert(NewEntry{f.key(), digest, 10, f.to_json(), bad, 1}, {});
+    ASSERT_FALSE(inserted.has_value()) << bad << " stored";
+    EXPECT_EQ(inserted.error().code, ErrorCode::invalid_input);
+    EXPECT_NE(inserted.error().message.find("compile_ms: "), std::string::npos) << inserted.error().message;
+    EXPECT_NE(inserted.error().message.find(f.key().to_hex()), std::string::npos) << inserted.error().message;
+  }
+  auto too_big = (*index)->insert(NewEntry{f.key(), digest, k_max_entry_bytes + 1, f.to_json(), 1.0, 1}, {});
+  ASSERT_FALSE(too_big.has_value());
+  EXPECT_NE(too_big.error().message.find("size: "), std::string::npos) << too_big.error().message;
+  auto not_object = (*index)->insert(NewEntry{f.key(), digest, 10, "[1]", 1.0, 1}, {});
+  ASSERT_FALSE(not_object.has_value());
+  EXPECT_NE(not_object.error().message.find("facts: "), std::string::npos) << not_object.error().message;
+  auto problems = (*index)->check_values();
+  ASSERT_OK(problems);
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+
+  // The boundaries: verify flags a stored value exactly when the intake refuses it.
+  const std::string k0 = sample_facts("e0").key().to_hex();
+  for (const char* value : {"0", "1e9", "1000000000.5", "-0.001", "1e300", "'abc'"}) {
+    index->reset();
+    ASSERT_TRUE(sql_query(db(), std::string("UPDATE entries SET compile_ms = ") + value + " WHERE key = '" + k0 + "'")
+                    .empty());
+    index = Index::open(db(), 2s, Durability::relaxed);
+    ASSERT_TRUE(index.has_value()) << index.error().error.to_string();
+    auto found = (*index)->check_values();
+    ASSERT_OK(found);
+    const bool flagged = !found->empty();
+    const bool number = value[0] != '\'';
+    EXPECT_EQ(flagged, !(number && compile_ms_in_range(std::strtod(value, nullptr)))) << value;
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "remote/redis_url.hpp"
+#include "support/text.hpp"
 #include "test_support.hpp"
 
 namespace jitcache::remote {
@@ -160,6 +161,54 @@ TEST(RedisUrlTest, ThePasswordIsInNoErrorMessageAndNotInDisplay) {
     EXPECT_NE(url.password.find(secret), std::string::npos) << text;
     EXPECT_EQ(url.display().find(secret), std::string::npos) << url.display();
     EXPECT_NE(url.display().find(":***@"), std::string::npos) << url.display();
+  }
+}
+
+// A password holding '/', '@' and ':' unencoded (issue 24: the '/' used to end the
+// authority early, so the rest of the password was quoted as a port or a database in the
+// error, which reached the CLI and the engine log). The parser takes it whole; a malformed
+// URL around it names the broken part and quotes no piece of it; and the redaction used by
+// `jitcache env` hides exactly what the parser sends as the password.
+TEST(RedisUrlTest, APasswordWithSlashAtAndColonIsParsedWholeAndNeverQuoted) {
+  const std::string secret = "Qz7sekret/Vx9part@Wm4tail:Kp2end";
+  const std::vector<std::string> pieces = {"Qz7sekret", "Vx9part", "Wm4tail", "Kp2end"};
+  auto leaks = [&](const std::string& text) {
+    std::string found;
+    for (const std::string& piece : pieces)
+      if (text.find(piece) != std::string::npos) found += piece + " ";
+    return found;
+  };
+  for (const std::string& text : {"redis://jc:" + secret + "@h:7001/2", "redis://:" + secret + "@[::1]:7001/2"}) {
+    const RedisUrl url = parsed(text);
+    EXPECT_EQ(url.password, secret) << text;
+    EXPECT_EQ(url.port, 7001);
+    EXPECT_EQ(url.db, 2);
+    EXPECT_EQ(leaks(url.display()), "") << url.display();
+    const std::string redacted = text::redact_url_password(text);
+    EXPECT_EQ(leaks(redacted), "") << redacted;
+    EXPECT_NE(redacted.find(":***@"), std::string::npos) << redacted;
+    EXPECT_NE(redacted.find(":7001/2"), std::string::npos) << "the rest stays readable: " << redacted;
+  }
+  // Whether the text still has a host after its password: without one, no reader can tell
+  // where the password ends, so only the parser's errors are held to quote none of it.
+  const std::vector<std::pair<std::string, bool>> bad = {
+      {"redis://jc:" + secret + "@h:notaport", true},
+      {"redis://jc:" + secret + "@h:7001/db", true},
+      {"redis://jc:" + secret + "@", true},
+      {"redis://jc:" + secret + "%zz@h", true},
+      {"rediss://jc:" + secret + "@h", true},
+      {"jc:" + secret + "@h:6379", true},
+      {"redis:/jc:" + secret + "@h", true},
+      {"redis://jc:" + secret, false},
+      {"jc:" + secret + "://h", false},
+  };
+  for (const auto& [text, has_host] : bad) {
+    auto url = parse_redis_url(text, "JITCACHE_REMOTE");
+    ASSERT_FALSE(url.has_value()) << "accepted: " << text;
+    EXPECT_EQ(leaks(url.error().to_string()), "") << url.error().to_string();
+    if (has_host) {
+      EXPECT_EQ(leaks(text::redact_url_password(text)), "") << text::redact_url_password(text);
+    }
   }
 }
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <string>
@@ -186,10 +188,33 @@ TEST_F(SignedEntryTest, UnreadableFactsSignedAgainAreBadFacts) {
   EXPECT_EQ(rejection(not_strings), Rejection::bad_facts);
 }
 
+// A correctly signed value whose compile time the index would refuse (NaN: SQLite stores
+// NULL into a NOT NULL column; the rest: `verify` calls the index damaged) is rejected
+// after its signature, naming the field; the bounds themselves are accepted.
+TEST_F(SignedEntryTest, ACompileTimeOutOfRangeIsRejectedNamingTheField) {
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                     -1.0, -0.001, 1e300, 1e9 * 1.000001, std::numeric_limits<double>::max()}) {
+    const std::string signed_bad = encode_signed_entry(k_name, k_key, facts, bytes, bad);
+    auto decoded = decode_signed_entry(k_name, k_key, signed_bad, facts.key());
+    ASSERT_FALSE(decoded.has_value()) << bad << " accepted";
+    EXPECT_EQ(decoded.error().why, Rejection::bad_field) << bad;
+    EXPECT_NE(decoded.error().to_string().find("field out of range: compile_ms: "), std::string::npos)
+        << decoded.error().to_string();
+    EXPECT_EQ(rejection(resigned(value, k_key, [&](std::string& body) { poke(body, 24, bad); })), Rejection::bad_field)
+        << bad;
+  }
+  for (double good : {0.0, 1e9, 12.5}) {
+    auto decoded = decode_signed_entry(k_name, k_key, encode_signed_entry(k_name, k_key, facts, bytes, good),
+                                       facts.key());
+    ASSERT_TRUE(decoded.has_value()) << good << ": " << decoded.error().to_string();
+    EXPECT_EQ(decoded->compile_ms, good);
+  }
+}
+
 TEST(RejectionTest, EveryReasonHasAName) {
   for (Rejection r : {Rejection::truncated, Rejection::bad_magic, Rejection::unknown_version, Rejection::bad_signature,
-                      Rejection::bad_facts, Rejection::wrong_key, Rejection::bad_digest, Rejection::oversized,
-                      Rejection::bad_content})
+                      Rejection::bad_facts, Rejection::wrong_key, Rejection::bad_digest, Rejection::bad_field,
+                      Rejection::oversized, Rejection::bad_content})
     EXPECT_STRNE(to_string(r), "?");
   EXPECT_EQ((Rejected{Rejection::oversized, "5 bytes"}.to_string()), "oversized: 5 bytes");
   EXPECT_EQ((Rejected{Rejection::bad_digest, ""}.to_string()), "digest mismatch");

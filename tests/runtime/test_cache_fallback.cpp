@@ -4,8 +4,10 @@
 // every variant, and JITCACHE_REQUIRE_CACHE=1 turns it into the directory's error. A
 // read-only directory that holds a warmed index opens read-only and serves it.
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -241,6 +243,70 @@ TEST_F(CacheFallbackTest, ReadOnlyWarmedDirectoryServesItsEntries) {
   });
   if (outcome.starts_with("SKIP:")) GTEST_SKIP() << outcome;
   EXPECT_EQ(outcome, "");
+}
+
+// The remote is never required for an engine (issue 24): with JITCACHE_REQUIRE_CACHE=1, a
+// remote configuration that cannot be used (each way a fleet key file can be unusable, a
+// malformed URL, a bad timeout) opens read-write on the local cache with exactly one
+// warning naming what is wrong, and no part of the URL's password in any log line.
+TEST_F(CacheFallbackTest, RequireCacheNeverRequiresTheRemote) {
+  ScopedEnv require("JITCACHE_REQUIRE_CACHE", "1");
+  ScopedEnv debug("JITCACHE_LOG_LEVEL", "debug");  // every line the library logs
+  const std::string secret = "Qz7sekret/Vx9part@Wm4tail:Kp2end";
+  const std::string url = "redis://jc:" + secret + "@127.0.0.1:9";
+  const fs::path keys = dir() / "keys";
+  fs::create_directory(keys);
+  ::chmod(keys.c_str(), 0700);
+  auto key_file = [&](const std::string& name, std::size_t bytes, mode_t mode) {
+    const fs::path path = keys / name;
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    std::fwrite(std::string(bytes, 'k').data(), 1, bytes, f);
+    std::fclose(f);
+    ::chmod(path.c_str(), mode);
+    return path.string();
+  };
+  const std::string good_key = key_file("good.key", 32, 0600);
+  const fs::path fifo = keys / "fifo.key";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  struct Case {
+    std::string what, remote, key_file, timeout, named;
+  };
+  const std::vector<Case> cases = {
+      {"key mode 0644", url, key_file("shared.key", 32, 0644), "", "JITCACHE_REMOTE_KEY_FILE"},
+      {"key is a FIFO", url, fifo.string(), "", "JITCACHE_REMOTE_KEY_FILE"},
+      {"key of 31 bytes", url, key_file("short.key", 31, 0600), "", "JITCACHE_REMOTE_KEY_FILE"},
+      {"key missing", url, (keys / "missing.key").string(), "", "JITCACHE_REMOTE_KEY_FILE"},
+      {"malformed URL", "redis://jc:" + secret + "@127.0.0.1:notaport", good_key, "", "JITCACHE_REMOTE"},
+      {"bad timeout", url, good_key, "soon", "JITCACHE_REMOTE_TIMEOUT_MS"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    {
+      std::lock_guard lock(g_log_mutex);
+      g_log.clear();
+    }
+    ScopedEnv remote("JITCACHE_REMOTE", c.remote.c_str());
+    ScopedEnv key("JITCACHE_REMOTE_KEY_FILE", c.key_file.c_str());
+    ScopedEnv timeout("JITCACHE_REMOTE_TIMEOUT_MS", c.timeout.empty() ? nullptr : c.timeout.c_str());
+    jitcache_runtime* runtime = nullptr;
+    ASSERT_EQ(open(dir() / "cache", &runtime), JITCACHE_OK) << jitcache_last_error();
+    jitcache_cache_status status{};
+    EXPECT_EQ(jitcache_runtime_cache_status(runtime, &status), JITCACHE_OK);
+    EXPECT_EQ(status.mode, JITCACHE_CACHE_READ_WRITE) << "the local cache is used as usual";
+    jitcache_runtime_close(runtime);
+    std::lock_guard lock(g_log_mutex);
+    std::size_t warnings = 0;
+    for (const LogLine& l : g_log) {
+      if (l.level >= JITCACHE_LOG_WARNING) {
+        ++warnings;
+        EXPECT_NE(l.text.find("remote cache not used"), std::string::npos) << l.text;
+        EXPECT_NE(l.text.find(c.named), std::string::npos) << "names " << c.named << ": " << l.text;
+      }
+      for (const std::string piece : {"Qz7sekret", "Vx9part", "Wm4tail", "Kp2end"})
+        EXPECT_EQ(l.text.find(piece), std::string::npos) << "a piece of the password is logged: " << l.text;
+    }
+    EXPECT_EQ(warnings, 1u) << "one warning";
+  }
 }
 
 }  // namespace

@@ -26,6 +26,21 @@ TEST(EnvRegistry, DeclaresTheIssueVariablesOnceEach) {
     EXPECT_EQ(std::count(names.begin(), names.end(), required), 1) << required;
 }
 
+// A URL that may carry a password is marked so, and shown without it (issue 24: `jitcache
+// env` printed JITCACHE_REMOTE verbatim); other values are shown as they are.
+TEST(EnvRegistry, TheRemoteUrlIsShownWithoutItsPassword) {
+  EXPECT_TRUE(jitcache_remote.url_with_password);
+  for (const EnvVar* var : registry())
+    EXPECT_EQ(var->url_with_password, var == &jitcache_remote) << var->name;
+  ScopedEnv remote("JITCACHE_REMOTE", "redis://jc:Qz7/sek@re:t@127.0.0.1:6390/1");
+  EXPECT_EQ(get(jitcache_remote), "redis://jc:Qz7/sek@re:t@127.0.0.1:6390/1") << "the value itself is whole";
+  EXPECT_EQ(shown_value(jitcache_remote), "redis://jc:***@127.0.0.1:6390/1");
+  ScopedEnv dir("JITCACHE_DIR", "/tmp/a:b@c");
+  EXPECT_EQ(shown_value(jitcache_dir), "/tmp/a:b@c");
+  ScopedEnv unset("JITCACHE_REMOTE_PREFIX", nullptr);
+  EXPECT_EQ(shown_value(jitcache_remote_prefix), std::nullopt);
+}
+
 TEST(EnvRegistry, BlankValuesReadAsAbsentAndValuesAreTrimmed) {
   ScopedEnv blank("VLLM_NVFP4_MLA_SCALES_FILE", " \t ");
   EXPECT_EQ(get(vllm_nvfp4_mla_scales_file), std::nullopt);

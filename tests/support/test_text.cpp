@@ -92,5 +92,25 @@ TEST(Utf8, RejectsIllFormedSequencesAtTheirOffset) {
   }
 }
 
+TEST(TextTest, RedactUrlPasswordHidesThePasswordAndKeepsTheRest) {
+  struct Case {
+    const char* url;
+    const char* shown;
+  };
+  for (const Case& c : {
+           Case{"redis://h:6379", "redis://h:6379"},
+           Case{"redis://alice@h:6379/2", "redis://alice@h:6379/2"},
+           Case{"redis://alice:s3cret@h:6379/2", "redis://alice:***@h:6379/2"},
+           Case{"redis://:s3cret@[::1]:7000", "redis://:***@[::1]:7000"},
+           Case{"redis://u:a/b@c:d@h:1", "redis://u:***@h:1"},
+           Case{"redis://u:@h", "redis://u:***@h"},
+           Case{"u:s3cret@h:6379", "u:***@h:6379"},
+           Case{"rediss://u:s3cret@h", "rediss://u:***@h"},
+           Case{"", ""},
+           Case{"not a url", "not a url"},
+       })
+    EXPECT_EQ(redact_url_password(c.url), c.shown) << c.url;
+}
+
 }  // namespace
 }  // namespace jitcache::text

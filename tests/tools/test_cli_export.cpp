@@ -5,6 +5,7 @@
 // configured is refused; without a key, accepted with a warning).
 #include <stdlib.h>
 
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_fixture.hpp"
+#include "runtime/compile/cache_archive.hpp"
 #include "redis_server.hpp"
 
 namespace jitcache {
@@ -135,6 +137,60 @@ TEST_F(CliExportTest, ImportIntoAnEmptyCacheThenWarmCompilesNothing) {
   const Outcome again = jitcache({"import", signed_file().string()});
   ASSERT_EQ(again.code, 0) << again.err;
   EXPECT_NE(again.out.find("added 0, already present 8"), std::string::npos) << again.out;
+}
+
+// Entries keyed for another NVRTC build (issue 24: "added 8" said nothing of it): the
+// file is this one with every entry's compiler_fingerprint changed (keys recomputed,
+// signed again with the fleet key), as another machine's export would be. The import
+// adds them and says they will not be hit here, counted in text and JSON; this build's
+// file says nothing of the kind.
+TEST_F(CliExportTest, ImportSaysWhichEntriesAreKeyedForAnotherNvrtcBuild) {
+  const std::string data = testing::read_text_file(signed_file());
+  std::uint64_t manifest_len = 0;
+  std::memcpy(&manifest_len, data.data() + 16, sizeof manifest_len);
+  json manifest = json::parse(data.substr(k_archive_header_bytes, manifest_len));
+  const std::string theirs(32, 'e');
+  std::vector<std::string_view> blobs;
+  std::uint64_t offset = k_archive_header_bytes + manifest_len;
+  for (json& e : manifest["entries"]) {
+    e["facts"]["compiler_fingerprint"] = theirs;
+    auto facts = cache::Facts::from_json(e["facts"].dump());
+    ASSERT_TRUE(facts.has_value()) << facts.error().to_string();
+    e["key"] = facts->key().to_hex();
+    blobs.emplace_back(data.data() + offset, e["size"].get<std::uint64_t>());
+    offset += e["size"].get<std::uint64_t>();
+  }
+  const fs::path other = dir() / "other-build.jcexport";
+  std::ofstream(other, std::ios::binary)
+      << seal_archive(encode_archive_body(manifest.dump(), blobs), testing::read_text_file(*s_key));
+
+  const Outcome text = jitcache({"import", other.string()});
+  ASSERT_EQ(text.code, 0) << text.out << text.err;
+  EXPECT_NE(text.out.find("added 8, already present 0"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("8 of them are keyed for another NVRTC build (fingerprint " + theirs +
+                          "; this machine's is "),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("will not be hit here"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("(another NVRTC build)"), std::string::npos) << text.out;
+
+  const Outcome again = jitcache({"import", other.string(), "--json"});
+  ASSERT_EQ(again.code, 0) << again.err;
+  const json r = parse(again);
+  EXPECT_EQ(r["other_build"], 8);
+  EXPECT_EQ(r["other_build_fingerprints"], json::array({theirs}));
+  EXPECT_NE(r["local_fingerprint"], theirs);
+  for (const json& item : r["items"]) EXPECT_EQ(item["other_build"], true);
+  const Outcome verify_only = jitcache({"import", other.string(), "--verify-only"});
+  EXPECT_NE(verify_only.out.find("8 of them are keyed for another NVRTC build"), std::string::npos)
+      << verify_only.out;
+
+  // This machine's own export: nothing of the kind.
+  const Outcome own = jitcache({"import", signed_file().string(), "--json"});
+  ASSERT_EQ(own.code, 0) << own.err;
+  EXPECT_EQ(parse(own)["other_build"], 0);
+  const Outcome own_text = jitcache({"import", signed_file().string()});
+  EXPECT_EQ(own_text.out.find("another NVRTC build"), std::string::npos) << own_text.out;
 }
 
 TEST_F(CliExportTest, VerifyOnlyImportsNothing) {

@@ -251,6 +251,66 @@ TEST_F(CacheArchive, FactsThatAreNotTheKeysAreRefused) {
   EXPECT_EQ(entries_in(*store), 0u);
 }
 
+// A compile time the index would refuse or verify would call damaged refuses the file,
+// naming the entry and the field (issue 24: 1e300 used to import and leave `verify`
+// reporting the index damaged); nothing is published.
+TEST_F(CacheArchive, ACompileTimeOutOfRangeIsRefusedNamingTheEntry) {
+  const nlohmann::json truth = manifest_of(archive(k_no_key));
+  auto store = open_store();
+  const std::string entry1 = "entry 1 (key " + (*s_entries)[1].key.to_hex() + "): compile_ms: ";
+  for (const std::string bad : {"-1", "-0.5", "1e300", "1000000001", "1e999", "-1e999", "\"12\"", "null"}) {
+    nlohmann::json manifest = truth;
+    manifest["entries"][1]["compile_ms"] = 424242.5;
+    std::string text = manifest.dump();
+    const auto at = text.find("424242.5");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 8, bad);
+    const std::string message = import_into(*store, seal_archive(encode_archive_body(text, blobs()), k_key), k_key);
+    // A number beyond a double's range is not JSON the reader takes: the manifest is refused.
+    EXPECT_HAS(message, bad.ends_with("e999") ? std::string("manifest at offset 24: not a JSON object") : entry1)
+        << bad;
+  }
+  EXPECT_EQ(entries_in(*store), 0u);
+  for (double good : {0.0, 1e9}) {
+    nlohmann::json manifest = truth;
+    manifest["entries"][1]["compile_ms"] = good;
+    EXPECT_EQ(import_into(*store, reseal(manifest, blobs(), k_key), k_key), "") << good;
+  }
+}
+
+// Entries keyed for another NVRTC build (another compiler_fingerprint) import like any
+// other, but no lookup here computes their keys: the import names and counts them.
+TEST_F(CacheArchive, EntriesKeyedForAnotherNvrtcBuildAreCounted) {
+  auto local = s_compiler->fingerprint();
+  ASSERT_OK(local);
+  class OtherBuild final : public Compiler {
+   public:
+    explicit OtherBuild(const Compiler& inner) : m_inner(inner) {}
+    std::string name() const override { return m_inner.name(); }
+    std::string version() const override { return m_inner.version(); }
+    Result<std::string> fingerprint() const override { return std::string(32, 'e'); }
+    std::vector<std::string> options(const KernelSpec& spec) const override { return m_inner.options(spec); }
+    Result<CompiledArtifact> compile(const GeneratedSource& source) const override { return m_inner.compile(source); }
+
+   private:
+    const Compiler& m_inner;
+  } other(*s_compiler);
+  std::vector<ExportEntry> entries = *s_entries;
+  auto foreign = kernel_facts(generate(k_dynamic), other);
+  ASSERT_OK(foreign);
+  entries[1].facts = *foreign;
+  entries[1].key = foreign->key();
+  auto verified = verify_archive(archive(k_key, entries), "x.jcexport", k_key);
+  ASSERT_OK(verified);
+  const auto counted = keyed_for_other_build(*verified, *local);
+  ASSERT_EQ(counted.size(), 1u);
+  EXPECT_EQ(counted[0]->key, entries[1].key);
+  EXPECT_EQ(other_build_fingerprints(counted), std::vector<std::string>{std::string(32, 'e')});
+  EXPECT_TRUE(keyed_for_other_build(*verified, std::string(32, 'e')).size() == 1u);
+  EXPECT_TRUE(keyed_for_other_build(verify_archive(archive(k_key), "x", k_key).value(), *local).empty())
+      << "this build's entries are not counted";
+}
+
 TEST_F(CacheArchive, AManifestLyingAboutSizesIsRefused) {
   auto store = open_store();
   const nlohmann::json truth = manifest_of(archive(k_no_key));

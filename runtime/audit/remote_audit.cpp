@@ -108,6 +108,7 @@ bool not_provably_ours(remote::Rejection why) {
     case remote::Rejection::wrong_key:
     case remote::Rejection::bad_digest:
     case remote::Rejection::bad_content:
+    case remote::Rejection::bad_field:  // checked after the signature: signed by this fleet
     case remote::Rejection::wrong_type: break;
   }
   return false;

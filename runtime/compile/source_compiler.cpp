@@ -1,5 +1,6 @@
 #include "runtime/compile/source_compiler.hpp"
 
+#include <dlfcn.h>
 #include <nvrtc.h>
 
 #include <algorithm>
@@ -11,7 +12,9 @@
 #include "runtime/compile/nvjitlink_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
 #include "runtime/compile/source_rules.hpp"
+#include "runtime/compile/toolkit_library.hpp"
 #include "runtime/compile/tool_worker.hpp"
+#include "support/env.hpp"
 
 namespace jitcache {
 namespace {
@@ -333,6 +336,22 @@ Status check_input(const SourceInput& input, const std::string& name) {
 }
 
 Result<SourceOutput> compile_checked(const SourceInput& input, const std::string& name);
+Result<std::string> loaded_tool_file(const std::string& tool);
+Status check_worker_tools(const SourceOutput& out, const std::string& name, const std::string& target);
+
+// The file libNVVM or nvJitLink would be loaded from in this process, when a path
+// candidate tells it (the first that exists, as the loader takes the first that loads);
+// std::nullopt when only the soname is left, which cannot be told without loading.
+std::optional<std::string> expected_library_file(const std::string& tool) {
+  for (const auto& candidate : tool == "libnvvm" ? nvvm_candidates() : nvjitlink_candidates()) {
+    if (candidate.find('/') == std::string::npos) return std::nullopt;
+    std::error_code ec;
+    const auto file = std::filesystem::canonical(candidate, ec);
+    if (ec) continue;
+    return describe_file(file);
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -346,7 +365,9 @@ Result<SourceOutput> compile_source(const SourceInput& input) {
   const std::string name = input.name.empty() ? default_name(input.kind) : input.name;
   JC_TRY(check_input(input, name));
   if (input.trusted) return compile_checked(input, name);
-  return compile_in_worker(input);
+  auto out = compile_in_worker(input);
+  if (out) JC_TRY(check_worker_tools(*out, name, input.target));
+  return out;
 }
 
 Result<SourceOutput> compile_source_in_process(const SourceInput& input) {
@@ -390,7 +411,57 @@ Result<SourceOutput> compile_checked(const SourceInput& input, const std::string
   if (auto entry = check_entry(*info, input.entry, what); !entry)
     return make_error(ErrorCode::compile, entry.error().message, out->log);
   out->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  for (const auto& [tool, version] : out->tools) {
+    auto file = loaded_tool_file(tool);
+    if (!file) return std::unexpected(std::move(file.error()));
+    out->tool_files[tool] = std::move(*file);
+  }
   return out;
+}
+
+// The library file `tool` ran from in this process (describe_file's form).
+Result<std::string> loaded_tool_file(const std::string& tool) {
+  std::filesystem::path file;
+  if (tool == "nvrtc") {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) == 0 || info.dli_fname == nullptr)
+      return make_error(ErrorCode::unavailable, "the loaded NVRTC library cannot be told (dladdr)");
+    std::error_code ec;
+    file = std::filesystem::canonical(info.dli_fname, ec);
+    if (ec) file = info.dli_fname;
+  } else if (tool == "libnvvm") {
+    file = JC_TRY(nvvm_library())->library.file;
+  } else if (tool == "nvjitlink") {
+    file = JC_TRY(nvjitlink_library())->library.file;
+  } else {
+    return make_error(ErrorCode::internal, "unknown tool " + tool);
+  }
+  auto described = describe_file(file);
+  if (!described) return make_error(ErrorCode::unavailable, "cannot stat the " + tool + " library " + file.string());
+  return *described;
+}
+
+// The tools a worker ran must be the files this process keys requests with: the worker
+// finds its own copies (its own search path, environment and libnvrtc), and a key made
+// from one build must never hold another build's binary. The file this process would key
+// with is the one it loaded, or for libNVVM and nvJitLink the one it would load (loaded
+// here only when a path candidate cannot tell).
+Status check_worker_tools(const SourceOutput& out, const std::string& name, const std::string& target) {
+  for (const auto& [tool, version] : out.tools) {
+    const auto ran = out.tool_files.find(tool);
+    if (ran == out.tool_files.end())
+      return make_error(ErrorCode::compile, "the tool worker did not say which " + tool + " library compiled " + name);
+    std::optional<std::string> ours;
+    if (tool == "libnvvm" || tool == "nvjitlink") ours = expected_library_file(tool);
+    if (!ours) ours = JC_TRY(loaded_tool_file(tool));
+    if (*ours != ran->second)
+      return make_error(ErrorCode::unavailable,
+                        "the tool worker compiled " + name + " for " + target + " with another " + tool + " (" +
+                            ran->second + ") than the one this process keys its requests with (" + *ours +
+                            "): nothing was stored. Give both the same toolkit (library search path, " +
+                            std::string(env::jitcache_tool_worker.name) + ")");
+  }
+  return {};
 }
 
 }  // namespace

@@ -78,6 +78,10 @@ struct SourceOutput {
   std::map<std::string, std::string> tools;
   // The options each tool was given, in the order it ran, as "tool: option".
   std::vector<std::string> effective_options;
+  // Each tool that ran -> the library file it ran from (describe_file: path, size, times,
+  // inode). A worker loads its own copies of the tools; compile_source checks that they are
+  // the files this process keys its requests with.
+  std::map<std::string, std::string> tool_files;
 };
 
 // Checks the input (source_rules.hpp for CUDA C++), then compiles it: in this process when

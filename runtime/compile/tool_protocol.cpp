@@ -122,6 +122,8 @@ Bytes encode_result(const Result<SourceOutput>& result) {
   const SourceOutput& out = *result;
   json tools = json::object();
   for (const auto& [tool, version] : out.tools) tools[tool] = bytes(version);
+  json tool_files = json::object();
+  for (const auto& [tool, file] : out.tool_files) tool_files[tool] = bytes(file);
   return to_frame({{"output",
                     {{"cubin", bytes(out.cubin)},
                      {"ptx", bytes(out.ptx)},
@@ -131,6 +133,7 @@ Bytes encode_result(const Result<SourceOutput>& result) {
                      {"log", bytes(out.log)},
                      {"compile_ms", out.compile_ms},
                      {"tools", tools},
+                     {"tool_files", tool_files},
                      {"effective_options", text_list(out.effective_options)}}}});
 }
 
@@ -164,6 +167,7 @@ Result<Reply> decode_reply(const Bytes& frame) {
     out.log = text_of(o.at("log"));
     out.compile_ms = o.at("compile_ms").get<double>();
     for (const auto& [tool, version] : o.at("tools").items()) out.tools[tool] = text_of(version);
+    for (const auto& [tool, file] : o.at("tool_files").items()) out.tool_files[tool] = text_of(file);
     out.effective_options = texts_of(o.at("effective_options"));
     reply.result = std::move(out);
     return reply;

@@ -16,6 +16,7 @@
 #include "runtime/compile/nvvm_library.hpp"
 #include "runtime/compile/source_compiler.hpp"
 #include "runtime/compile/tool_worker.hpp"
+#include "runtime/compile/toolkit_library.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
@@ -178,6 +179,43 @@ TEST_F(ToolWorker, TheRealWorkerIsReusedAndSurvivesItsCallersBadInput) {
   auto second = compile_source(ptx_input());
   ASSERT_FALSE(second);
   EXPECT_EQ(first.error().message, second.error().message);
+}
+
+// The worker finds its own tools. One that runs another NVRTC file than the one this
+// process keys its requests with (here a copy of the same build, which a key made from
+// the file this process runs cannot tell from another build) compiles, but nothing of it is
+// served: the request's key would name a compiler that did not make the binary.
+TEST_F(ToolWorker, AWorkerRunningAnotherCompilerFileIsRefused) {
+  const auto real = find_tool_worker();
+  ASSERT_TRUE(real) << real.error().to_string();
+  const auto nvrtc_dir = nvrtc_library_dir();
+  if (!nvrtc_dir) GTEST_SKIP() << "the loaded NVRTC's directory cannot be told";
+  const auto copy = dir() / "other-toolkit";
+  std::filesystem::create_directories(copy);
+  for (const auto& entry : std::filesystem::directory_iterator(*nvrtc_dir)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind("libnvrtc", 0) == 0 && entry.is_regular_file())
+      std::filesystem::copy_file(entry.path(), copy / file);
+    else if (file.rfind("libnvrtc", 0) == 0 && entry.is_symlink())
+      std::filesystem::create_symlink(std::filesystem::read_symlink(entry.path()), copy / file);
+  }
+  fake("LD_LIBRARY_PATH='" + copy.string() + "' exec '" + real->string() + "'");
+  SourceInput in;
+  in.kind = SourceKind::cuda;
+  in.text = "extern \"C\" __global__ void k(float* x) { x[0] = 1.0f; }\n";
+  in.entry = "k";
+  in.target = "sm_90";
+  in.name = "k.cu";
+  auto r = compile_source(in);
+  ASSERT_FALSE(r) << "a binary of another compiler file was served";
+  EXPECT_EQ(r.error().code, ErrorCode::unavailable) << r.error().to_string();
+  EXPECT_TRUE(has(r.error().message, "another nvrtc")) << r.error().to_string();
+  EXPECT_TRUE(has(r.error().message, std::filesystem::canonical(copy).string())) << r.error().to_string();
+  // The same worker with the toolkit this process runs compiles.
+  m_env.set("JITCACHE_TOOL_WORKER", real->string());
+  drop_idle_tool_workers();
+  auto ok = compile_source(in);
+  EXPECT_TRUE(ok) << ok.error().to_string();
 }
 
 // On main, libNVVM called exit(1) in this process for this input: the test program ended.

@@ -3,7 +3,8 @@
 // golden/axpy.cu for sm_90) through compile_source, which runs libNVVM and nvJitLink in the
 // tool worker. Each input gives a cubin or an error; this process must survive all of them.
 // Prints the counts: compiled, refused by a tool (by stage), worker exit, worker killed by
-// a signal, timeout; and the inputs of the last three kinds.
+// a signal, timeout; and the inputs of the last three kinds. Exits 1 when an input had
+// any other outcome (a garbled reply, a timeout, an error of another kind).
 //
 //   bench_tool_fuzz [--xor HEX]... [--stride N]   (default: --xor ff --xor 01, stride 1)
 #include <chrono>
@@ -71,6 +72,13 @@ int main(int argc, char** argv) {
   };
   const Golden goldens[] = {{"axpy_nvvm.bc", SourceKind::nvvm, bench::golden_kernel(JITCACHE_SOURCE_DIR, "axpy_nvvm.bc")},
                             {"axpy.ptx (sm_90)", SourceKind::ptx, ptx->ptx}};
+  // What a tool may do with a corrupted input: compile it, refuse it, or end its worker.
+  // Anything else (a garbled reply, a timeout, an error of another kind) fails the run.
+  auto expected = [](const std::string& what) {
+    return what == "compiled" || what.starts_with("refused at ") || what.starts_with("refused: compile error: ") ||
+           what.starts_with("worker exit ") || what.starts_with("worker signal ");
+  };
+  int unexpected = 0;
   for (const Golden& g : goldens) {
     std::map<std::string, int> counts;
     std::vector<std::string> notable;
@@ -87,6 +95,7 @@ int main(int argc, char** argv) {
         const std::string what = outcome(compile_source(in));
         ++counts[what];
         ++total;
+        if (!expected(what)) ++unexpected;
         if (what.starts_with("worker") || what.starts_with("garbled")) {
           char label[48];
           std::snprintf(label, sizeof label, "byte %zu ^ 0x%02x: ", at, pattern);
@@ -99,6 +108,10 @@ int main(int argc, char** argv) {
                 g.text.size(), total, s);
     for (const auto& [what, n] : counts) std::printf("  %6d  %s\n", n, what.c_str());
     if (!notable.empty()) std::printf("  first worker ends: %s%s\n", notable.front().c_str(), notable.size() > 1 ? ", ..." : "");
+  }
+  if (unexpected > 0) {
+    std::printf("%d corruptions had an outcome other than a cubin, a tool's refusal or a worker's end\n", unexpected);
+    return 1;
   }
   return 0;
 }

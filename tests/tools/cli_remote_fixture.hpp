@@ -38,6 +38,19 @@ inline std::size_t count_lines(const std::string& text, const std::string& needl
   return n;
 }
 
+// A command's stdout as its one JSON document (an empty object, and a failure, otherwise).
+inline json parse_cli_json(const CliOutcome& o) {
+  json doc = json::parse(o.out, nullptr, false);
+  EXPECT_FALSE(doc.is_discarded()) << "stdout is not one JSON document:\n" << o.out << o.err;
+  return doc.is_discarded() ? json::object() : doc;
+}
+
+// The fleet key's bytes, as the tests sign and check values with it.
+inline std::string read_fleet_key(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 class CliRemoteTest : public TempDirTest {
  protected:
   void SetUp() override {
@@ -86,16 +99,9 @@ class CliRemoteTest : public TempDirTest {
     return parse(o);
   }
 
-  static json parse(const CliOutcome& o) {
-    json doc = json::parse(o.out, nullptr, false);
-    EXPECT_FALSE(doc.is_discarded()) << "stdout is not one JSON document:\n" << o.out << o.err;
-    return doc.is_discarded() ? json::object() : doc;
-  }
+  static json parse(const CliOutcome& o) { return parse_cli_json(o); }
 
-  std::string fleet_key() const {
-    std::ifstream in(m_key_file, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string fleet_key() const { return read_fleet_key(m_key_file); }
 
   // The entry names in the remote, by variant label ("writer/dynamic"), decoded with the
   // fleet key.

@@ -18,8 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_runner.hpp"
-#include "redis_server.hpp"
+#include "cli_remote_fixture.hpp"
 #include "remote/signed_entry.hpp"
 #include "test_support.hpp"
 
@@ -31,8 +30,8 @@ using nlohmann::json;
 using testing::CliOutcome;
 using testing::RedisServer;
 
-const fs::path k_checkpoint = testing::source_dir() / "examples" / "glm5-mini";
-constexpr std::size_t k_variants = 4;  // glm5-mini on one target
+using testing::k_checkpoint;
+using testing::k_variants;
 
 // A password with every character a URL gives a meaning to, and pieces no output holds
 // by chance: a leak of any piece is a leak.
@@ -76,16 +75,9 @@ class CliRemoteTrustTest : public testing::TempDirTest {
     return {"warm", "--checkpoint", k_checkpoint.string(), "--arch", "sm_90", "--jobs", "2", "--json"};
   }
 
-  static json parse(const CliOutcome& o) {
-    json doc = json::parse(o.out, nullptr, false);
-    EXPECT_FALSE(doc.is_discarded()) << "stdout is not one JSON document:\n" << o.out << o.err;
-    return doc.is_discarded() ? json::object() : doc;
-  }
+  static json parse(const CliOutcome& o) { return testing::parse_cli_json(o); }
 
-  std::string fleet_key() const {
-    std::ifstream in(m_key_file, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string fleet_key() const { return testing::read_fleet_key(m_key_file); }
 
   std::unique_ptr<RedisServer> m_server;
   std::string m_key_file;

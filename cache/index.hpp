@@ -66,7 +66,7 @@
 
 namespace jitcache::cache {
 
-// Bump with a new entry in k_migrations (index.cpp) when the tables change.
+// Bump with a new entry in k_migrations (index_open.cpp) when the tables change.
 inline constexpr int k_index_schema_version = 2;
 
 // Counts (hits, counters) saturate here rather than overflow: 10^15, far beyond any real use.

@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
   std::printf("%-24s %10s %10s %10s %9s\n", "kernel (64k tokens)", "time us", "GB/s", "copy GB/s", "fraction");
 
   constexpr std::int64_t tokens = 65536;
-  for (const RopeFormatRow& row : k_rope_formats.rows) {
-    const RopeFormat rope = row.value;
+  for (const RecordFormatRow& row : k_record_formats.rows) {
+    const RecordFormat rope = row.value;
     auto prepared = (*runtime)->prepare(ModelSpec{checkpoint, rope, "", std::nullopt, std::nullopt});
     if (!prepared) return fail(prepared.error());
     const std::int64_t rb = record_bytes(rope);

@@ -150,7 +150,7 @@ nlohmann::json run_child(const std::string& mode, const fs::path& cache) {
 }
 
 ModelSpec bundled_model() {
-  return ModelSpec{g_config.checkpoint, RopeFormat::bf16, k_target, std::nullopt, std::nullopt};
+  return ModelSpec{g_config.checkpoint, RecordFormat::b12x_432, k_target, std::nullopt, std::nullopt};
 }
 
 RuntimeOptions runtime_options(const fs::path& cache) {
@@ -222,7 +222,7 @@ int child_breakdown(const fs::path& cache, const fs::path& checkpoint) {
   });
   step("compiler_fingerprint", [&] { (void)compiler->fingerprint().value(); });
   const Target target = parse_target(k_target).value();
-  const std::vector<KernelSpec> specs = plan_variants(scales, RopeFormat::bf16, target).variants;
+  const std::vector<KernelSpec> specs = plan_variants(scales, RecordFormat::b12x_432, target).value().variants;
   std::vector<GeneratedSource> sources;
   step("generate_x4", [&] {
     for (const auto& s : specs) sources.push_back(generate(s));
@@ -418,7 +418,7 @@ void BM_HostWrite_CApi(benchmark::State& state) {
 }
 BENCHMARK(BM_HostWrite_CApi)->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond);
 
-const KernelSpec k_compile_spec{KernelKind::writer, LatentScale::dynamic, RopeFormat::bf16, Target{k_target}};
+const KernelSpec k_compile_spec{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{k_target}};
 
 void BM_Compile_Nvrtc(benchmark::State& state) {
   const auto compiler = make_nvrtc_compiler();

@@ -54,24 +54,27 @@ Occupancy occupancy(const ArchLimits& limits, int registers, int threads_per_cta
   return out;
 }
 
-TokenBytes bytes_per_token(KernelKind kernel, RopeFormat rope) {
+TokenBytes bytes_per_token(KernelKind kernel, RecordFormat rope) {
   const int record = record_bytes(rope);
+  const int row_elems = gathered_row_elems(rope);
   constexpr int k_bf16 = 2;
   TokenBytes out;
   switch (kernel) {
     case KernelKind::writer:
       // kv_c row (512 bf16) + k_pe row (64 bf16) + its slot_mapping entry in; the whole
       // record out (latent, scales, padding and RoPE are all written).
-      out.read = jc::k_latent_dim * k_bf16 + jc::k_rope_dim * k_bf16 + static_cast<int>(sizeof(jc::i64));
+      // (A format without RoPE reads no k_pe.)
+      out.read = jc::k_latent_dim * k_bf16 + (row_elems - jc::k_latent_dim) * k_bf16 +
+                 static_cast<int>(sizeof(jc::i64));
       out.written = record;
       break;
     case KernelKind::gather:
-      // Its slot in, the record in, 576 bf16 out. The gather does not read the record's
+      // Its slot in, the record in, 576 (512 without RoPE) bf16 out. The gather does not read the record's
       // 16 (bf16 RoPE) or 12 (fp8 RoPE) padding bytes, but they lie between bytes it reads
       // and are narrower than a 32-byte DRAM sector, so every sector holding one is fetched
       // anyway: the DRAM traffic is the whole record.
       out.read = static_cast<int>(sizeof(jc::i32)) + record;
-      out.written = jc::k_out_dim * k_bf16;
+      out.written = row_elems * k_bf16;
       break;
   }
   return out;

@@ -48,7 +48,7 @@ struct TokenBytes {
   int written = 0;
   int total() const { return read + written; }
 };
-TokenBytes bytes_per_token(KernelKind kernel, RopeFormat rope);
+TokenBytes bytes_per_token(KernelKind kernel, RecordFormat rope);
 
 struct Device {
   std::string_view name;    // "H200"

@@ -179,7 +179,7 @@ struct VariantReport {
 
 std::string variant_name(const KernelSpec& spec) {
   return std::string(to_string(spec.kernel)) + "/" + to_string(spec.latent_scale) + "/" +
-         to_string(spec.rope);
+         to_string(spec.format);
 }
 
 enum class LineInfo { without, with };
@@ -241,7 +241,7 @@ Status analyse_variant(const Compiler& compiler, const fs::path& nvdisasm, const
                                                " has a loop; its count would be per iteration");
   if (const auto limits = kernel_model::arch_limits(report.spec.target.name))
     report.occupancy = kernel_model::occupancy(*limits, plain.usage.registers, jc::k_threads_per_cta);
-  report.bytes = kernel_model::bytes_per_token(report.spec.kernel, report.spec.rope);
+  report.bytes = kernel_model::bytes_per_token(report.spec.kernel, report.spec.format);
   return {};
 }
 
@@ -315,7 +315,7 @@ json report_json(const std::vector<VariantReport>& reports, const std::string& c
     json v{{"variant", variant_name(r.spec)},
            {"kernel", to_string(r.spec.kernel)},
            {"latent_scale", to_string(r.spec.latent_scale)},
-           {"rope", to_string(r.spec.rope)},
+           {"format", to_string(r.spec.format)},
            {"target", r.spec.target.name}};
     if (!r.error.empty()) {
       v["error"] = r.error;
@@ -631,7 +631,7 @@ int run(const Options& options) {
         fs::create_directories(options.dump_sass, ec);
         const fs::path file = fs::path(options.dump_sass) /
                               (std::string(to_string(spec.kernel)) + "_" + to_string(spec.latent_scale) +
-                               "_" + to_string(spec.rope) + "_" + spec.target.name + ".sass");
+                               "_" + to_string(spec.format) + "_" + spec.target.name + ".sass");
         std::ofstream(file) << r.sass_text;
       }
       reports.push_back(std::move(r));

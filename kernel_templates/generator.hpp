@@ -22,7 +22,7 @@ constexpr const char* k_facts_symbol = "jc_artifact_facts";
 
 struct GeneratedSource {
   KernelSpec spec;
-  std::string program_name;  // e.g. "jc_nvfp4_mla_writer_dynamic_fp8.cu"
+  std::string program_name;  // e.g. "jc_nvfp4_mla_writer_per-token_b12x-304.cu"
   std::string entry;         // the kernel's extern "C" name
   std::string source;        // the specialized translation unit
   std::vector<kernel_templates::EmbeddedHeader> headers;  // everything it may include
@@ -33,7 +33,13 @@ struct GeneratedSource {
 
 GeneratedSource generate(const KernelSpec& spec);
 
-// Every (kernel, latent_scale, rope) combination for one target, in table order.
+// Whether nvfp4_mla.cuh's own kernel bodies build the variant (b12x-432 and b12x-368 with an
+// identity or dynamic scale, whose keys predate the formats) rather than
+// nvfp4_mla_formats.cuh's. The host executor runs the same bodies.
+bool built_from_first_text(const KernelSpec& spec);
+
+// Every (kernel, latent_scale, format) combination a format can be written with, for one
+// target, in table order.
 std::vector<KernelSpec> all_variants(const Target& target);
 
 }  // namespace jitcache

@@ -58,13 +58,36 @@ Result<Target> parse_target(std::string_view text) {
 
 const char* to_string(KernelKind kind) { return k_kernel_kinds[kind].name; }
 const char* to_string(LatentScale scale) { return k_latent_scales[scale].name; }
-const char* to_string(RopeFormat rope) { return k_rope_formats[rope].name; }
+const char* to_string(RecordFormat format) { return k_record_formats[format].name; }
 
 std::optional<KernelKind> parse_kernel_kind(std::string_view text) { return parse(k_kernel_kinds, text); }
 std::optional<LatentScale> parse_latent_scale(std::string_view text) { return parse(k_latent_scales, text); }
-std::optional<RopeFormat> parse_rope_format(std::string_view text) { return parse(k_rope_formats, text); }
+std::optional<RecordFormat> parse_rope_format(std::string_view text) {
+  for (const RecordFormatRow& row : k_record_formats.rows)
+    if (row.rope_alias != nullptr && text == row.rope_alias) return row.value;
+  return std::nullopt;
+}
 
-int record_bytes(RopeFormat rope) { return k_rope_formats[rope].record_bytes; }
+std::optional<RecordFormat> parse_record_format(std::string_view text) {
+  if (auto format = parse(k_record_formats, text)) return format;
+  return parse_rope_format(text);
+}
+
+int record_bytes(RecordFormat format) { return k_record_formats[format].record_bytes; }
+
+int gathered_row_elems(RecordFormat format) { return jc::fmt::layout(k_record_formats[format].device).out_dim; }
+
+bool format_allows(RecordFormat format, LatentScale scale) { return allows(k_record_formats[format], scale); }
+
+Status check_format_mode(RecordFormat format, LatentScale scale) {
+  const RecordFormatRow& row = k_record_formats[format];
+  if (allows(row, scale)) return {};
+  std::string modes;
+  for (const LatentScaleRow& mode : k_latent_scales.rows)
+    if (allows(row, mode.value)) modes += std::string(modes.empty() ? "" : ", ") + mode.name;
+  return make_error(ErrorCode::invalid_argument, std::string("format ") + row.name + " is not written with a " +
+                                                     to_string(scale) + " latent scale (it takes: " + modes + ")");
+}
 
 LatentScale latent_scale_for(ScaleMode mode) {
   switch (mode) {
@@ -75,23 +98,54 @@ LatentScale latent_scale_for(ScaleMode mode) {
 }
 
 std::string KernelSpec::label() const {
-  return std::string(to_string(kernel)) + "/" + to_string(latent_scale) + "/" + to_string(rope) +
+  return std::string(to_string(kernel)) + "/" + to_string(latent_scale) + "/" + to_string(format) +
          "/" + target.name;
 }
 
+std::pair<std::string, std::string> format_fact(RecordFormat format) {
+  const RecordFormatRow& row = k_record_formats[format];
+  if (row.rope_alias != nullptr) return {std::string(k_legacy_format_fact), row.rope_alias};
+  return {std::string(k_record_formats.fact), row.name};
+}
+
+Result<RecordFormat> format_from_facts(const FactMap& facts) {
+  const auto named = facts.find(std::string(k_record_formats.fact));
+  const auto legacy = facts.find(std::string(k_legacy_format_fact));
+  if (named != facts.end() && legacy != facts.end())
+    return make_error(ErrorCode::invalid_input, "facts 'format' and 'rope' both name the record format");
+  if (legacy != facts.end()) {
+    if (auto format = parse_rope_format(legacy->second)) return *format;
+    return make_error(ErrorCode::invalid_input, "fact 'rope' is '" + legacy->second + "', expected bf16 or fp8");
+  }
+  if (named == facts.end()) return make_error(ErrorCode::invalid_input, "missing fact 'format'");
+  const RecordFormatRow* row = k_record_formats.find(named->second);
+  // A format with a RoPE alias is always keyed by it, so `format=b12x-432` is no key of ours.
+  if (row == nullptr || row->rope_alias != nullptr) {
+    std::string expected;
+    for (const RecordFormatRow& r : k_record_formats.rows)
+      if (r.rope_alias == nullptr) expected += std::string(expected.empty() ? "" : " or ") + r.name;
+    return make_error(ErrorCode::invalid_input,
+                      "fact 'format' is '" + named->second + "', expected " + expected);
+  }
+  return row->value;
+}
+
 FactMap KernelSpec::to_facts() const {
-  return {{std::string(k_kernel_kinds.fact), to_string(kernel)},
-          {std::string(k_latent_scales.fact), to_string(latent_scale)},
-          {std::string(k_rope_formats.fact), to_string(rope)},
-          {std::string(k_targets.fact), target.name}};
+  FactMap facts{{std::string(k_kernel_kinds.fact), to_string(kernel)},
+                {std::string(k_latent_scales.fact), to_string(latent_scale)},
+                {std::string(k_targets.fact), target.name}};
+  facts.insert(format_fact(format));
+  return facts;
 }
 
 Result<KernelSpec> KernelSpec::from_facts(const FactMap& facts) {
   KernelSpec spec;
   spec.kernel = JC_TRY(fact_row(facts, k_kernel_kinds))->value;
   spec.latent_scale = JC_TRY(fact_row(facts, k_latent_scales))->value;
-  spec.rope = JC_TRY(fact_row(facts, k_rope_formats))->value;
+  spec.format = JC_TRY(format_from_facts(facts));
   spec.target = Target{JC_TRY(fact_row(facts, k_targets))->name};
+  if (Status mode = check_format_mode(spec.format, spec.latent_scale); !mode)
+    return make_error(ErrorCode::invalid_input, mode.error().message);
   return spec;
 }
 

@@ -10,10 +10,11 @@
 // fact's value is the same string, because `jitcache inspect --rope fp8` filters index
 // rows by the fact value the user typed. Renaming a value is therefore a cache key change.
 //
-// A new RoPE format: its enumerator (include/jitcache/kernel_types.hpp), a row in
-// k_rope_formats, its device enumerator and code (kernel_templates/nvfp4_mla.cuh), and a
-// case in the host executor's dispatch (runtime/kv/host_executor.cpp), which the compiler
-// asks for. Everything else follows from the row.
+// A new record format: its enumerator (include/jitcache/kernel_types.hpp), a row in
+// k_record_formats, its device enumerator and layout row (jc::fmt::layout,
+// kernel_templates/nvfp4_mla_formats.cuh), and a case in the host executor's dispatch
+// (runtime/kv/host_executor.cpp), which the compiler asks for. Everything else follows
+// from the row.
 #pragma once
 
 #include <array>
@@ -24,7 +25,7 @@
 #include <vector>
 
 #include "jitcache/kernel_types.hpp"
-#include "kernel_templates/nvfp4_mla.cuh"
+#include "kernel_templates/nvfp4_mla_formats.cuh"
 
 namespace jitcache {
 
@@ -32,7 +33,7 @@ namespace jitcache {
 // dimension are in enumerator order (checked below), so a row is found by index.
 template <class Row, std::size_t N>
 struct Dimension {
-  std::string_view fact;  // "kernel", "latent_scale", "rope", "target"
+  std::string_view fact;  // "kernel", "latent_scale", "format", "target"
   std::array<Row, N> rows;
 
   static constexpr std::size_t size() { return N; }
@@ -110,66 +111,107 @@ struct KernelKindRow {
   const char* name;
   const char* entry;   // the extern "C" symbol of the generated kernel
   const char* params;  // its launch parameter struct, as generated code names it
-  const char* body;    // the device template it instantiates
+  const char* body;    // the device template it instantiates (nvfp4_mla.cuh's first text)
+  const char* formats_body;  // the same in nvfp4_mla_formats.cuh, for every other variant
 };
 
 inline constexpr Dimension<KernelKindRow, 2> k_kernel_kinds{
     "kernel",
     {{
-        {KernelKind::writer, "writer", "jc_nvfp4_mla_writer", "jc::WriterParams", "jc::writer_kernel"},
-        {KernelKind::gather, "gather", "jc_nvfp4_mla_gather", "jc::GatherParams", "jc::gather_kernel"},
+        {KernelKind::writer, "writer", "jc_nvfp4_mla_writer", "jc::WriterParams", "jc::writer_kernel",
+         "jc::fmt::writer_kernel"},
+        {KernelKind::gather, "gather", "jc_nvfp4_mla_gather", "jc::GatherParams", "jc::gather_kernel",
+         "jc::fmt::gather_kernel"},
     }}};
 static_assert(k_kernel_kinds.in_enumerator_order());
 
 // ---- latent-scale mode ----------------------------------------------------------------
 
+// The device enumerator is jc::fmt::Scaling (kernel_templates/nvfp4_mla_formats.cuh), whose
+// first two values are nvfp4_mla.cuh's jc::LatentMode. `legacy_text` spells a mode as the
+// kernels of nvfp4_mla.cuh take it (the first two formats' identity and dynamic kernels are
+// generated from there, so that their cache keys stay as they were); per-token has none.
 struct LatentScaleRow {
   LatentScale value;
   const char* name;
-  jc::LatentMode device;
+  jc::fmt::Scaling device;
   const char* device_text;  // `device` as generated code spells it
+  const char* legacy_text;  // jc::LatentMode as generated code spells it, or nullptr
 };
 
-inline constexpr Dimension<LatentScaleRow, 2> k_latent_scales{
+inline constexpr Dimension<LatentScaleRow, 3> k_latent_scales{
     "latent_scale",
     {{
-        {LatentScale::identity, "identity", jc::LatentMode::identity, "jc::LatentMode::identity"},
-        {LatentScale::dynamic, "dynamic", jc::LatentMode::dynamic, "jc::LatentMode::dynamic"},
+        {LatentScale::identity, "identity", jc::fmt::Scaling::identity, "jc::fmt::Scaling::identity", "jc::LatentMode::identity"},
+        {LatentScale::dynamic, "dynamic", jc::fmt::Scaling::dynamic, "jc::fmt::Scaling::dynamic", "jc::LatentMode::dynamic"},
+        {LatentScale::per_token, "per-token", jc::fmt::Scaling::per_token, "jc::fmt::Scaling::per_token", nullptr},
     }}};
 static_assert(k_latent_scales.in_enumerator_order() && k_latent_scales.device_values_match());
+static_assert(std::to_underlying(jc::LatentMode::identity) == std::to_underlying(jc::fmt::Scaling::identity) &&
+              std::to_underlying(jc::LatentMode::dynamic) == std::to_underlying(jc::fmt::Scaling::dynamic));
 
-// ---- RoPE format ----------------------------------------------------------------------
+// ---- record format --------------------------------------------------------------------
 
-// One RoPE enum, two spellings. The kernel text keeps jc::RopeMode: NVRTC compiles it
-// without a standard library, so it cannot include the public header (<optional>,
-// <string_view>), and its bytes are hashed into every cache key, so moving the enum out of
-// it would change every key. The public header cannot include the kernel text either (it
-// is not installed). So jitcache::RopeFormat is a checked alias of jc::RopeMode: this table
-// is the only crossing between the two (`device`), and the asserts after it hold that the
-// two agree value for value and that each record size is the kernel's own. The same goes
-// for LatentScale and jc::LatentMode.
-struct RopeFormatRow {
-  RopeFormat value;
-  const char* name;
-  jc::RopeMode device;
-  const char* device_text;  // `device` as generated code spells it
-  int record_bytes;         // one token's nvfp4_ds_mla record
+// One row per record the engines read; the byte map itself is the device row,
+// jc::fmt::layout(), and the asserts below hold this table to it.
+//
+// How a key names the format: the first two formats were jitcache's only records and their
+// keys say `rope=bf16` / `rope=fp8` (their RoPE alias). They keep saying it, so caches
+// written before the format dimension keep hitting; every other format writes
+// `format=<name>`. KernelSpec::to_facts()/from_facts() are the only place that knows.
+inline constexpr std::string_view k_legacy_format_fact = "rope";
+
+constexpr unsigned latent_bit(LatentScale scale) { return 1u << std::to_underlying(scale); }
+
+struct RecordFormatRow {
+  RecordFormat value;
+  const char* name;          // as printed, parsed and written into keys
+  const char* rope_alias;    // "bf16" / "fp8": the RoPE name of the older API and CLI, or nullptr
+  jc::fmt::Format device;
+  const char* device_text;   // `device` as generated code spells it
+  const char* legacy_text;   // jc::RopeMode as generated code spells it, or nullptr
+  int record_bytes;          // one token's record
+  unsigned latent_scales;    // the latent_bit()s of the modes it can be written with
+  const char* summary;       // for help texts and `jitcache kv formats`
+  const char* reader;        // the engine that reads it
 };
 
-inline constexpr Dimension<RopeFormatRow, 2> k_rope_formats{
-    "rope",
-    {{
-        {RopeFormat::bf16, "bf16", jc::RopeMode::bf16, "jc::RopeMode::bf16", jc::k_record_bytes_bf16_rope},
-        {RopeFormat::fp8, "fp8", jc::RopeMode::fp8, "jc::RopeMode::fp8", jc::k_record_bytes_fp8_rope},
-    }}};
-static_assert(k_rope_formats.in_enumerator_order() && k_rope_formats.device_values_match());
+inline constexpr unsigned k_static_modes = latent_bit(LatentScale::identity) | latent_bit(LatentScale::dynamic);
 
-consteval bool rope_record_sizes_are_the_kernels() {
-  for (const RopeFormatRow& row : k_rope_formats.rows)
-    if (jc::record_bytes(row.device) != row.record_bytes) return false;
-  return true;
+inline constexpr Dimension<RecordFormatRow, 4> k_record_formats{
+    "format",
+    {{
+        {RecordFormat::b12x_432, "b12x-432", "bf16", jc::fmt::Format::b12x_432, "jc::fmt::Format::b12x_432",
+         "jc::RopeMode::bf16", 432, k_static_modes,
+         "codes, 32 linear E4M3 scales, 16 zero bytes, 64 bf16 RoPE", "b12x sparse MLA (SM120)"},
+        {RecordFormat::b12x_368, "b12x-368", "fp8", jc::fmt::Format::b12x_368, "jc::fmt::Format::b12x_368",
+         "jc::RopeMode::fp8", 368, k_static_modes | latent_bit(LatentScale::per_token),
+         "codes, 32 linear E4M3 scales, fp32 RoPE scale, s_t (per-token), 64 E4M3 RoPE",
+         "b12x sparse MLA (SM120), per_token_scale for per-token"},
+        {RecordFormat::b12x_304, "b12x-304", nullptr, jc::fmt::Format::b12x_304, "jc::fmt::Format::b12x_304",
+         nullptr, 304, latent_bit(LatentScale::per_token), "codes, 32 linear E4M3 scales, s_t, no RoPE",
+         "b12x GLM_NEXT (GLM-5.3 Flash)"},
+        {RecordFormat::flashmla_352, "flashmla-352", nullptr, jc::fmt::Format::flashmla_352,
+         "jc::fmt::Format::flashmla_352", nullptr, 352, k_static_modes,
+         "codes, 64 unscaled E4M3 RoPE, 32 permuted E4M3 scales floored at 2^-9",
+         "vLLM FlashMLASparseBackend (SM100), nvfp4_ds_mla"},
+    }}};
+static_assert(k_record_formats.in_enumerator_order() && k_record_formats.device_values_match());
+
+consteval bool record_sizes_are_the_kernels() {
+  for (const RecordFormatRow& row : k_record_formats.rows) {
+    if (jc::fmt::layout(row.device).record_bytes != row.record_bytes) return false;
+    // A format nvfp4_ds_mla.cuh also writes has that text's record size.
+    if (row.legacy_text != nullptr && row.rope_alias == nullptr) return false;
+  }
+  return jc::record_bytes(jc::RopeMode::bf16) == k_record_formats[RecordFormat::b12x_432].record_bytes &&
+         jc::record_bytes(jc::RopeMode::fp8) == k_record_formats[RecordFormat::b12x_368].record_bytes;
 }
-static_assert(rope_record_sizes_are_the_kernels(), "a RoPE row's record size differs from jc::record_bytes");
+static_assert(record_sizes_are_the_kernels(), "a format row's record size differs from the kernel text's");
+
+constexpr bool allows(const RecordFormatRow& row, LatentScale scale) {
+  return (row.latent_scales & latent_bit(scale)) != 0u;
+}
 
 // ---- target ---------------------------------------------------------------------------
 

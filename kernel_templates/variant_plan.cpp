@@ -1,15 +1,39 @@
 #include "kernel_templates/variant_plan.hpp"
 
 #include <array>
+#include <string>
 
 #include "kernel_templates/variant_dimensions.hpp"
 
 namespace jitcache {
 
-VariantPlan plan_variants(const ResolvedScales& scales, RopeFormat rope, const Target& target) {
+LatentScale latent_scale_for(const LayerScale& layer, LatentPolicy policy) {
+  switch (policy) {
+    case LatentPolicy::per_layer: return latent_scale_for(layer.mode);
+    case LatentPolicy::per_token: return LatentScale::per_token;
+  }
+  return latent_scale_for(layer.mode);
+}
+
+LatentPolicy default_policy(RecordFormat format) {
+  return format_allows(format, LatentScale::identity) || format_allows(format, LatentScale::dynamic)
+             ? LatentPolicy::per_layer
+             : LatentPolicy::per_token;
+}
+
+Result<VariantPlan> plan_variants(const ResolvedScales& scales, RecordFormat rope, const Target& target,
+                                  LatentPolicy policy) {
   std::array<bool, k_latent_scales.size()> needed{};
-  for (const LayerScale& layer : scales.layers)
-    needed[std::to_underlying(latent_scale_for(layer.mode))] = true;
+  for (const LayerScale& layer : scales.layers) {
+    const LatentScale mode = latent_scale_for(layer, policy);
+    if (!format_allows(rope, mode)) {
+      const Status refused = check_format_mode(rope, mode);
+      return make_error(ErrorCode::invalid_argument,
+                        "layer " + std::to_string(layer.layer) + " (scale " + std::to_string(layer.scale) + "): " +
+                            refused.error().message);
+    }
+    needed[std::to_underlying(mode)] = true;
+  }
 
   VariantPlan plan;
   // index[kind][mode]: where that variant is in plan.variants.
@@ -22,7 +46,7 @@ VariantPlan plan_variants(const ResolvedScales& scales, RopeFormat rope, const T
     }
   plan.layers.reserve(scales.layers.size());
   for (const LayerScale& layer : scales.layers) {
-    const auto mode = std::to_underlying(latent_scale_for(layer.mode));
+    const auto mode = std::to_underlying(latent_scale_for(layer, policy));
     plan.layers.push_back({index[std::to_underlying(KernelKind::writer)][mode],
                            index[std::to_underlying(KernelKind::gather)][mode]});
   }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "jitcache/error.hpp"
 #include "jitcache/scales.hpp"
 #include "kernel_templates/kernel_spec.hpp"
 
@@ -24,6 +25,21 @@ struct VariantPlan {
   std::vector<Layer> layers;
 };
 
-VariantPlan plan_variants(const ResolvedScales& scales, RopeFormat rope, const Target& target);
+// Where a model's layers get their latent-scale mode: each from its calibrated scale
+// (identity for exactly 1.0, else dynamic), or every layer per-token (no outer scale is
+// applied; each token's own is in its record).
+enum class LatentPolicy { per_layer, per_token };
+
+// The mode the policy gives a layer: the binding guard asks this too.
+LatentScale latent_scale_for(const LayerScale& layer, LatentPolicy policy);
+
+// The policy a format implies when the caller chose none: per-token for a format written
+// only per-token (b12x-304), per-layer otherwise.
+LatentPolicy default_policy(RecordFormat format);
+
+// ErrorCode::invalid_argument when the format is not written in a mode the policy needs
+// for these layers (per-token on b12x-432, a calibrated layer on b12x-304, ...).
+Result<VariantPlan> plan_variants(const ResolvedScales& scales, RecordFormat format, const Target& target,
+                                  LatentPolicy policy = LatentPolicy::per_layer);
 
 }  // namespace jitcache

@@ -51,7 +51,8 @@ class PreparedModelImpl final : public PreparedModel {
   std::vector<std::unique_ptr<Kernel>> m_kernels;
   std::vector<LayerBinding> m_layers;
   PrepareStats m_stats;
-  RopeFormat m_rope = RopeFormat::bf16;
+  RecordFormat m_format = RecordFormat::b12x_432;
+  LatentPolicy m_policy = LatentPolicy::per_layer;
   std::string m_target;
 
   const ResolvedScales& scales() const override { return m_scales; }
@@ -63,7 +64,7 @@ class PreparedModelImpl final : public PreparedModel {
     return out;
   }
   const PrepareStats& stats() const override { return m_stats; }
-  RopeFormat rope() const override { return m_rope; }
+  RecordFormat format() const override { return m_format; }
   const std::string& target() const override { return m_target; }
 
   Status launch_writer(int layer, const WriterLaunch& a, void* stream) const override {
@@ -74,7 +75,7 @@ class PreparedModelImpl final : public PreparedModel {
                        reinterpret_cast<const jc::i64*>(a.slot_mapping), a.num_tokens,
                        reinterpret_cast<jc::u8*>(a.cache), a.num_slots,
                        reinterpret_cast<jc::u32*>(a.status)};
-    JC_TRY(validate(p, m_rope));
+    JC_TRY(validate(p, m_format));
     return launch(*b->writer, &p, b->scale, a.num_tokens, stream);
   }
 
@@ -85,7 +86,7 @@ class PreparedModelImpl final : public PreparedModel {
                        reinterpret_cast<const jc::i32*>(a.slots), a.num_rows,
                        reinterpret_cast<jc::u16*>(a.out), a.out_stride,
                        reinterpret_cast<jc::u32*>(a.status)};
-    JC_TRY(validate(p, m_rope));
+    JC_TRY(validate(p, m_format));
     return launch(*b->gather, &p, b->scale, a.num_rows, stream);
   }
 
@@ -202,7 +203,12 @@ class RuntimeImpl final {
     // The caller's mistake comes first, before a missing device is.
     if (model.checkpoint.empty()) return std::unexpected(empty_checkpoint_error());
     auto prepared = std::make_shared<PreparedModelImpl>();
-    prepared->m_rope = model.rope;
+    prepared->m_format = model.format;
+    if (model.latent_scale && *model.latent_scale != LatentScale::per_token)
+      return make_error(ErrorCode::invalid_argument,
+                        std::string("latent_scale: only per-token can be chosen (got ") + to_string(*model.latent_scale) +
+                            "); identity and dynamic follow each layer's scale");
+    prepared->m_policy = model.latent_scale ? LatentPolicy::per_token : default_policy(model.format);
 
     std::string target_name = model.target;
     if (target_name.empty()) {
@@ -220,7 +226,12 @@ class RuntimeImpl final {
     resolve.checkpoint_revision = model.checkpoint_revision;
     prepared->m_scales = JC_TRY(resolve_scales(resolve));
 
-    const VariantPlan plan = plan_variants(prepared->m_scales, model.rope, target);
+    if (prepared->m_policy == LatentPolicy::per_token)
+      log_info("latent scale: per-token for every layer of " + model.checkpoint.string() + " (" +
+               to_string(model.format) + "): each token's scale is in its record; the " +
+               std::to_string(prepared->m_scales.layers.size()) + " per-layer scales (" +
+               to_string(prepared->m_scales.provenance.source) + ") are not applied");
+    const VariantPlan plan = JC_TRY(plan_variants(prepared->m_scales, model.format, target, prepared->m_policy));
     JC_TRY(fetch_all(plan.variants, *prepared));
     JC_TRY(bind(plan, *prepared));
     prepared->m_stats.wall_ms = ms_since(started);
@@ -243,7 +254,7 @@ class RuntimeImpl final {
       KernelInfo& info = kernel->info;
       info.kernel = specs[i].kernel;
       info.latent_scale = specs[i].latent_scale;
-      info.rope = specs[i].rope;
+      info.format = specs[i].format;
       info.target = specs[i].target.name;
       info.key = fetched.key.to_hex();
       info.entry = fetched.artifact->entry;
@@ -313,12 +324,14 @@ class RuntimeImpl final {
     prepared.m_layers.reserve(prepared.m_scales.layers.size());
     for (std::size_t i = 0; i < plan.layers.size(); ++i) {
       const LayerScale& l = prepared.m_scales.layers[i];
-      LayerBinding b{l.layer, l.scale, l.mode, l.source, nullptr, nullptr};
+      const LatentScale latent = latent_scale_for(l, prepared.m_policy);
+      LayerBinding b{l.layer, latent == LatentScale::per_token ? 1.0f : l.scale, l.mode, l.source, nullptr, nullptr,
+                     latent};
       const VariantPlan::Layer& uses = plan.layers[i];
       b.writer = prepared.m_kernels[uses.writer].get();
       b.gather = prepared.m_kernels[uses.gather].get();
-      JC_TRY(check_binding(l, b.writer->spec, embedded[uses.writer]));
-      JC_TRY(check_binding(l, b.gather->spec, embedded[uses.gather]));
+      JC_TRY(check_binding(l, prepared.m_policy, b.writer->spec, embedded[uses.writer]));
+      JC_TRY(check_binding(l, prepared.m_policy, b.gather->spec, embedded[uses.gather]));
       prepared.m_layers.push_back(b);
     }
     return {};

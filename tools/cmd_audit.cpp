@@ -9,6 +9,7 @@
 #include "runtime/audit/remote_audit.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "tools/cli.hpp"
+#include "tools/format_options.hpp"
 #include "tools/remote_cli.hpp"
 
 namespace jitcache::cli {
@@ -18,7 +19,7 @@ struct AuditArgs {
   std::string checkpoint;
   std::string scales;
   std::string arch;
-  std::string rope = "bf16";
+  FormatArgs format;
   bool remote = false;
   bool json = false;
 };
@@ -63,7 +64,8 @@ nlohmann::json to_json(const AuditReport& r) {
                         {"bound_to_identity", l.bound_to_identity}});
     out["checkpoint"] = {{"path", c.checkpoint},
                          {"target", c.target},
-                         {"rope", c.rope},
+                         {"format", c.format},
+                         {"latent_scale_policy", c.latent_policy == LatentPolicy::per_token ? "per-token" : "per-layer"},
                          {"scales_source", to_string(c.provenance.source)},
                          {"scales_file", c.provenance.file},
                          {"scales_sha256", c.provenance.sha256},
@@ -89,8 +91,8 @@ void print_human(const AuditReport& r) {
   }
   if (!r.checkpoint) return;
   const CheckpointAudit& c = *r.checkpoint;
-  std::printf("\ncheckpoint %s, %s, %s RoPE: %zu layers (%zu dynamic, %zu identity); scales from %s %s\n",
-              c.checkpoint.c_str(), c.target.c_str(), c.rope.c_str(), c.layers.size(), c.dynamic_layers,
+  std::printf("\ncheckpoint %s, %s, %s: %zu layers (%zu dynamic, %zu identity); scales from %s %s\n",
+              c.checkpoint.c_str(), c.target.c_str(), c.format.c_str(), c.layers.size(), c.dynamic_layers,
               c.identity_layers, to_string(c.provenance.source), c.provenance.file.c_str());
   std::printf("\n%-32s %-12s %-7s %s\n", "variant needed", "key", "layers", "cached");
   for (const auto& v : c.variants)
@@ -167,7 +169,8 @@ int run_audit(const AuditArgs& args, const GlobalOptions& global) {
   if (!args.checkpoint.empty()) options.checkpoint = args.checkpoint;
   if (!args.scales.empty()) options.scales_override = args.scales;
   options.target = args.arch;
-  options.rope = *parse_rope_format(args.rope);
+  options.format = args.format.record_format();
+  options.policy = args.format.policy();
   auto r = audit_cache(*opened->store, *opened->compiler, options);
   if (!r) {
     // Findings are exit 1; an audit that could not run is an error (2), whatever the cause.
@@ -188,8 +191,7 @@ void register_audit(CLI::App& root, Context& context) {
   cmd->add_option("--checkpoint", args->checkpoint, "Also report what each layer of this checkpoint needs");
   cmd->add_option("--scales", args->scales, "Explicit scales override file (with --checkpoint)");
   cmd->add_option("--arch", args->arch, "Target of the per-layer report (with --checkpoint)");
-  cmd->add_option("--rope", args->rope, k_rope_formats.joined("|"))
-      ->check(CLI::IsMember(k_rope_formats.names()));
+  add_format_options(cmd, args->format);
   cmd->add_flag("--remote", args->remote,
                 "Audit the shared remote tier (the global --remote URL, else JITCACHE_REMOTE) instead: every entry's "
                 "signature, digest, facts against its name, content, stale identity kernels, unknown schemas");

@@ -29,7 +29,7 @@ using cache::Store;
 
 // The facts shown as columns; the store itself knows no fact by meaning.
 constexpr std::string_view k_column_facts[] = {k_kernel_kinds.fact, k_targets.fact, k_latent_scales.fact,
-                                               k_rope_formats.fact};
+                                               k_record_formats.fact};
 constexpr std::size_t k_key_prefix_chars = 16;
 
 CLI::Validator hex_prefix_validator() {

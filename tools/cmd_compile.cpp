@@ -170,7 +170,7 @@ int run_compile(const CompileArgs& args, const GlobalOptions& global) {
         continue;
       }
       const std::string variant = std::string(to_string(spec.kernel)) + "/" +
-                                  to_string(spec.latent_scale) + "/" + to_string(spec.rope);
+                                  to_string(spec.latent_scale) + "/" + to_string(spec.format);
       const int spills = artifact->usage.spill_store_bytes + artifact->usage.spill_load_bytes;
       if (args.json) {
         rows.push_back({{"variant", variant},

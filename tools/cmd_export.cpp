@@ -23,6 +23,7 @@
 #include "support/env.hpp"
 #include "support/regular_file.hpp"
 #include "tools/cli.hpp"
+#include "tools/format_options.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -37,7 +38,7 @@ struct ExportArgs {
   std::string checkpoint;
   std::string scales;
   std::vector<std::string> archs;
-  std::string rope = "bf16";
+  FormatArgs format;
   std::string out;
   unsigned jobs = 0;
   bool json = false;
@@ -57,16 +58,14 @@ Result<std::pair<std::vector<std::string>, std::vector<KernelSpec>>> plan_export
   resolve.checkpoint_dir = args.checkpoint;
   if (!args.scales.empty()) resolve.override_file = args.scales;
   const ResolvedScales scales = JC_TRY(resolve_scales(resolve));
-  const auto rope_format = parse_rope_format(args.rope);  // CLI11 checked the name
-  if (!rope_format) return make_error(ErrorCode::invalid_argument, "--rope: unknown format " + args.rope);
-  const RopeFormat rope = *rope_format;
+  const RecordFormat format = args.format.record_format();
   std::vector<std::string> targets;
   std::vector<KernelSpec> specs;
   for (const std::string& arch : args.archs) {
     const Target target = JC_TRY(parse_target(arch));
     if (std::find(targets.begin(), targets.end(), target.name) != targets.end()) continue;
     targets.push_back(target.name);
-    const VariantPlan plan = plan_variants(scales, rope, target);
+    const VariantPlan plan = JC_TRY(plan_variants(scales, format, target, args.format.policy()));
     specs.insert(specs.end(), plan.variants.begin(), plan.variants.end());
   }
   return std::pair(std::move(targets), std::move(specs));
@@ -120,7 +119,7 @@ int run_export(const ExportArgs& args, const GlobalOptions& global) {
   info.producer = std::string("jitcache ") + JITCACHE_VERSION_STRING;
   info.created = cache::format_time(cache::unix_now_ms(), cache::TimeFormat::iso);
   info.checkpoint = checkpoint_name(args.checkpoint);
-  info.rope = args.rope;
+  info.rope = args.format.name();  // the manifest's "rope" names the record format
   info.targets = targets;
   if (!*key)
     std::fprintf(stderr,
@@ -144,7 +143,7 @@ int run_export(const ExportArgs& args, const GlobalOptions& global) {
     const nlohmann::ordered_json out = {{"out", args.out},
                                         {"checkpoint", info.checkpoint},
                                         {"targets", targets},
-                                        {"rope", args.rope},
+                                        {"format", args.format.name()},
                                         {"entries", entries->size()},
                                         {"compiled", compiled},
                                         {"cached", entries->size() - compiled},
@@ -157,8 +156,8 @@ int run_export(const ExportArgs& args, const GlobalOptions& global) {
   }
   std::string target_list;
   for (const std::string& t : targets) target_list += (target_list.empty() ? "" : ", ") + t;
-  std::printf("exported %zu variants of %s for %s (%s RoPE) to %s: %s, %s\n", entries->size(),
-              info.checkpoint.c_str(), target_list.c_str(), args.rope.c_str(), args.out.c_str(),
+  std::printf("exported %zu variants of %s for %s (%s) to %s: %s, %s\n", entries->size(),
+              info.checkpoint.c_str(), target_list.c_str(), args.format.name().c_str(), args.out.c_str(),
               cache::format_size(*written).c_str(), *key ? "signed with the fleet key" : "unsigned");
   std::printf("compiled %zu, already cached %zu, wall time %.1f ms\n", compiled, entries->size() - compiled, wall_ms);
   return k_exit_ok;
@@ -297,8 +296,7 @@ void register_export(CLI::App& root, Context& context) {
   cmd->add_option("--scales", args->scales, "Explicit scales override file");
   cmd->add_option("--arch", args->archs, "Target (repeat for several): sm_90, sm_100a, sm_120a, ...")
       ->required();
-  cmd->add_option("--rope", args->rope, k_rope_formats.joined("|"))
-      ->check(CLI::IsMember(k_rope_formats.names()));
+  add_format_options(cmd, args->format);
   cmd->add_option("--out", args->out, "The export file to write")->required();
   cmd->add_option("--jobs", args->jobs, "Parallel compiles (default: one per core)");
   cmd->add_flag("--json", args->json, "One JSON document on stdout");

@@ -38,7 +38,7 @@ Result<kv::RecordOptions> record_options(const KvArgs& args) {
   const auto rope = parse_rope_format(args.rope);
   if (!rope)
     return make_error(ErrorCode::invalid_argument,
-                      "--rope: expected " + k_rope_formats.alternatives() + ", got '" + args.rope + "'");
+                      "--rope: expected " + k_record_formats.alternatives() + ", got '" + args.rope + "'");
   return kv::RecordOptions{scale, *rope, args.threads};
 }
 
@@ -149,11 +149,11 @@ int run_error(const KvArgs& args) {
 }
 
 void add_common(CLI::App* cmd, KvArgs& args) {
-  const std::string layouts = k_rope_formats.alternatives([](const RopeFormatRow& row) {
+  const std::string layouts = k_record_formats.alternatives([](const RecordFormatRow& row) {
     return std::string(row.name) + " (" + std::to_string(row.record_bytes) + " bytes)";
   });
   cmd->add_option("--rope", args.rope, "RoPE layout of the record: " + layouts)
-      ->check(CLI::IsMember(k_rope_formats.names()));
+      ->check(CLI::IsMember(k_record_formats.names()));
   cmd->add_option("--threads", args.threads, "Host threads (0: one per core for large inputs)");
 }
 

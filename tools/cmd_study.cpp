@@ -66,8 +66,8 @@ void register_study(CLI::App& root, Context& context) {
       "study", "Identity vs calibrated outer scale: round-trip error across layer magnitudes");
   cmd->add_option("--tokens", args->tokens, "Synthetic tokens per layer")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seed", args->seed, "Seed of the synthetic data");
-  cmd->add_option("--rope", args->rope, k_rope_formats.joined("|"))
-      ->check(CLI::IsMember(k_rope_formats.names()));
+  cmd->add_option("--rope", args->rope, k_record_formats.joined("|"))
+      ->check(CLI::IsMember(k_record_formats.names()));
   cmd->add_flag("--json", args->json, "One JSON document on stdout");
   context.bind(cmd, [args] { return run_study(*args); });
 }

@@ -9,6 +9,7 @@
 #include "jitcache/runtime.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
 #include "tools/cli.hpp"
+#include "tools/format_options.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -17,7 +18,7 @@ struct WarmArgs {
   std::string checkpoint;
   std::string scales;
   std::string arch;
-  std::string rope = "bf16";
+  FormatArgs format;
   unsigned jobs = 0;
   bool json = false;
 };
@@ -50,7 +51,6 @@ int unstored_exit(const PrepareStats& s, const CacheStatus& cache) {
 }
 
 int run_warm(const WarmArgs& args, const GlobalOptions& global) {
-  auto rope = parse_rope_format(args.rope);
   RuntimeOptions options;
   options.cache_dir = global.cache_dir;
   options.remote = global.remote;
@@ -64,7 +64,8 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
   if (!runtime) return report(runtime.error(), k_exit_usage);  // the cache, the remote: environment
   ModelSpec model;
   model.checkpoint = args.checkpoint;
-  model.rope = *rope;
+  model.format = args.format.record_format();
+  if (args.format.policy() == LatentPolicy::per_token) model.latent_scale = LatentScale::per_token;
   model.target = args.arch;
   if (!args.scales.empty()) model.scales_override = args.scales;
   auto prepared = (*runtime)->prepare(model);
@@ -77,7 +78,7 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
     for (const KernelInfo& k : m.kernels())
       variants.push_back({{"kernel", to_string(k.kernel)},
                           {"latent_scale", to_string(k.latent_scale)},
-                          {"rope", to_string(k.rope)},
+                          {"format", to_string(k.format)},
                           {"target", k.target},
                           {"key", k.key},
                           {"compiled", k.compiled_now},
@@ -88,7 +89,8 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
     const nlohmann::json out = {{"checkpoint", args.checkpoint},
                                 {"cache_dir", (*runtime)->cache_dir().string()},
                                 {"target", m.target()},
-                                {"rope", args.rope},
+                                {"format", args.format.name()},
+                                {"latent_scale_policy", args.format.policy() == LatentPolicy::per_token ? "per-token" : "per-layer"},
                                 {"layers", m.layers().size()},
                                 {"identity_layers", m.scales().count(ScaleMode::identity)},
                                 {"dynamic_layers", m.scales().count(ScaleMode::dynamic)},
@@ -103,9 +105,13 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
     std::printf("%s\n", out.dump(2).c_str());
     return unstored_exit(s, (*runtime)->cache_status());
   }
-  std::printf("warm %s for %s (%s RoPE): %zu layers (%d dynamic, %d identity)\n", args.checkpoint.c_str(),
-              m.target().c_str(), args.rope.c_str(), m.layers().size(), m.scales().count(ScaleMode::dynamic),
-              m.scales().count(ScaleMode::identity));
+  if (args.format.policy() == LatentPolicy::per_token)
+    std::printf("warm %s for %s (%s): %zu layers, all per-token (the per-layer scales are not applied)\n",
+                args.checkpoint.c_str(), m.target().c_str(), args.format.name().c_str(), m.layers().size());
+  else
+    std::printf("warm %s for %s (%s): %zu layers (%d dynamic, %d identity)\n", args.checkpoint.c_str(),
+                m.target().c_str(), args.format.name().c_str(), m.layers().size(),
+                m.scales().count(ScaleMode::dynamic), m.scales().count(ScaleMode::identity));
   // The remote's share only when it had one: a node without a remote reads as before.
   const std::string remote = s.remote ? " (" + std::to_string(s.remote) + " from the remote)" : "";
   std::printf("variants needed %zu, already cached %zu%s, compiled %zu, stored %zu of %zu, wall time %.1f ms\n",
@@ -119,8 +125,7 @@ void register_warm(CLI::App& root, Context& context) {
   cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint directory (holds config.json)")->required();
   cmd->add_option("--scales", args->scales, "Explicit scales override file");
   cmd->add_option("--arch", args->arch, "Target: sm_90, sm_100a, sm_120a, ...")->required();
-  cmd->add_option("--rope", args->rope, k_rope_formats.joined("|"))
-      ->check(CLI::IsMember(k_rope_formats.names()));
+  add_format_options(cmd, args->format);
   cmd->add_option("--jobs", args->jobs, "Parallel compiles (default: one per core)");
   cmd->add_flag("--json", args->json, "One JSON document on stdout");
   context.bind(cmd, [args, &context] { return run_warm(*args, context.global); });

@@ -27,7 +27,7 @@ struct FilterArgs {
     if (!kernel.empty()) f.facts.emplace_back(k_kernel_kinds.fact, kernel);
     if (!arch.empty()) f.facts.emplace_back(k_targets.fact, arch);
     if (!latent_scale.empty()) f.facts.emplace_back(k_latent_scales.fact, latent_scale);
-    if (!rope.empty()) f.facts.emplace_back(k_rope_formats.fact, rope);
+    if (!rope.empty()) f.facts.emplace_back(k_record_formats.fact, rope);
     return f;
   }
 };
@@ -38,7 +38,7 @@ inline void add_filter_options(CLI::App* command, FilterArgs& args) {
   command->add_option("--latent-scale", args.latent_scale, "Only entries built for identity or dynamic scales")
       ->check(CLI::IsMember(k_latent_scales.names()));
   command->add_option("--rope", args.rope, "Only entries whose fact 'rope' is R")
-      ->check(CLI::IsMember(k_rope_formats.names()));
+      ->check(CLI::IsMember(k_record_formats.names()));
 }
 
 }  // namespace jitcache::cli

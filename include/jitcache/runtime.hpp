@@ -89,18 +89,24 @@ struct RuntimeOptions {
 
 struct ModelSpec {
   std::filesystem::path checkpoint;  // the directory holding config.json
-  RopeFormat rope = RopeFormat::bf16;
+  // The KV record the engine reads (docs/record-formats.md).
+  RecordFormat format = RecordFormat::b12x_432;
   // "sm_90", "sm_100a", "sm_120a", ...; empty: the device's target (an error without one).
   std::string target;
   std::optional<std::filesystem::path> scales_override;  // beats VLLM_NVFP4_MLA_SCALES_FILE
   std::optional<std::string> checkpoint_revision;
+  // Unset: each layer's mode follows its resolved scale (identity or dynamic), except for a
+  // format written only per-token (b12x-304). LatentScale::per_token: every layer
+  // per-token, and the checkpoint's scales are not applied (prepare() logs it). identity
+  // and dynamic are not choices: they follow from the scales (invalid_argument).
+  std::optional<LatentScale> latent_scale;
 };
 
 // One compiled variant, as prepared. Owned by its PreparedModel.
 struct KernelInfo {
   KernelKind kernel = KernelKind::writer;
   LatentScale latent_scale = LatentScale::identity;
-  RopeFormat rope = RopeFormat::bf16;
+  RecordFormat format = RecordFormat::b12x_432;
   std::string target;
   std::string key;          // the cache key, 32 hex digits
   std::string entry;        // the kernel's symbol
@@ -117,11 +123,12 @@ class Kernel;  // opaque: a variant's artifact and, with a GPU, its loaded funct
 
 struct LayerBinding {
   int layer = 0;
-  float scale = 1.0f;
+  float scale = 1.0f;  // what its kernels are launched with: 1.0 when per-token
   ScaleMode mode = ScaleMode::identity;
   ScaleSource source = ScaleSource::identity_default;
   const Kernel* writer = nullptr;
   const Kernel* gather = nullptr;
+  LatentScale latent_scale = LatentScale::identity;  // its kernels' mode
 };
 
 // Launch arguments: raw device addresses, strides in elements, a CUstream (nullptr: the
@@ -181,7 +188,7 @@ class PreparedModel {
   virtual const KernelInfo& info(const Kernel& kernel) const = 0;
   virtual std::vector<KernelInfo> kernels() const = 0;
   virtual const PrepareStats& stats() const = 0;
-  virtual RopeFormat rope() const = 0;
+  virtual RecordFormat format() const = 0;
   virtual const std::string& target() const = 0;
 
   // Launch the layer's kernel with the layer's scale on `stream`. invalid_argument for a

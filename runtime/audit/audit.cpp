@@ -24,7 +24,7 @@ struct ArtifactView {
   std::string form;                 // "bundle", "cubin", "ptx"
 };
 
-enum class BuiltFor { identity, dynamic, unknown };
+enum class BuiltFor { identity, dynamic, per_token, unknown };
 
 bool starts_with(std::span<const std::byte> bytes, std::string_view prefix) {
   return bytes.size() >= prefix.size() && std::memcmp(bytes.data(), prefix.data(), prefix.size()) == 0;
@@ -66,6 +66,7 @@ std::pair<BuiltFor, std::string> built_for(const ArtifactView& view) {
       switch (*mode) {
         case LatentScale::identity: return {BuiltFor::identity, "its embedded facts"};
         case LatentScale::dynamic: return {BuiltFor::dynamic, "its embedded facts"};
+        case LatentScale::per_token: return {BuiltFor::per_token, "its embedded facts"};
       }
     }
   }
@@ -314,6 +315,16 @@ std::optional<Finding> audit_artifact(const cache::CacheKey& key, std::uint32_t 
                  "identity kernel (by " + evidence + ") indexed as " +
                      (indexed ? "latent_scale=" + std::string(*indexed) : "no latent_scale (" + legacy_why + ")") +
                      ": serving it to a calibrated layer skips the restore multiply");
+  // A per-token kernel reads each token's scale from its record and takes no outer scale; a
+  // static one takes the layer's. Indexed as the other, it would be bound to layers whose
+  // records it misreads: named here before the general fact comparison below.
+  const auto indexed_mode = indexed ? parse_latent_scale(*indexed) : std::nullopt;
+  if ((built == BuiltFor::per_token) != (indexed_mode == LatentScale::per_token) && built != BuiltFor::unknown &&
+      indexed_mode)
+    return found(FindingKind::fact_mismatch,
+                 std::string(built == BuiltFor::per_token ? "per-token" : "static") + " kernel (by " + evidence +
+                     ") indexed as latent_scale=" + std::string(*indexed) +
+                     ": it would be bound to layers whose records it reads with the wrong scale");
   if (legacy) return found(FindingKind::legacy_key, legacy_why + "; never served");
   if (facts.key() != key)
     return found(FindingKind::fact_mismatch, "the index's facts hash to " + facts.key().to_hex() + ", not to the entry's key");
@@ -381,7 +392,8 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
   CheckpointAudit audit;
   audit.checkpoint = options.checkpoint->string();
   audit.target = target.name;
-  audit.rope = to_string(options.rope);
+  audit.format = to_string(options.format);
+  audit.latent_policy = options.policy;
   audit.provenance = scales.provenance;
 
   std::map<std::string, const Finding*> flagged;
@@ -391,7 +403,7 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
   for (const cache::EntryInfo& e : entries) present.insert(e.key.to_hex());
 
   // The report lists the variants in the order the layers first need them.
-  const VariantPlan plan = plan_variants(scales, options.rope, target);
+  const VariantPlan plan = JC_TRY(plan_variants(scales, options.format, target, options.policy));
   std::vector<std::optional<std::size_t>> reported(plan.variants.size());
   auto variant = [&](std::size_t planned) -> Result<std::size_t> {
     if (reported[planned]) return *reported[planned];

@@ -39,6 +39,7 @@
 #include "cache/store.hpp"
 #include "jitcache/error.hpp"
 #include "jitcache/scales.hpp"
+#include "kernel_templates/variant_plan.hpp"
 #include "runtime/compile/compiler.hpp"
 
 namespace jitcache {
@@ -93,7 +94,7 @@ struct LayerAudit {
 };
 
 struct VariantAudit {
-  std::string label;  // e.g. "writer/dynamic/bf16/sm_100a"
+  std::string label;  // e.g. "writer/dynamic/b12x-432/sm_100a"
   std::string key;
   bool cached = false;
   std::size_t layers = 0;  // how many layers need it
@@ -102,7 +103,8 @@ struct VariantAudit {
 struct CheckpointAudit {
   std::string checkpoint;
   std::string target;
-  std::string rope;
+  std::string format;  // the record format's name
+  LatentPolicy latent_policy = LatentPolicy::per_layer;
   ScaleProvenance provenance;
   std::vector<VariantAudit> variants;
   std::vector<LayerAudit> layers;
@@ -131,11 +133,13 @@ struct AuditReport {
 };
 
 struct AuditOptions {
-  // With a checkpoint: the per-layer binding report for this target and RoPE layout.
+  // With a checkpoint: the per-layer binding report for this target, record format and
+  // latent-scale policy (per layer from the scales, or per-token).
   std::optional<std::filesystem::path> checkpoint;
   std::optional<std::filesystem::path> scales_override;
   std::string target;
-  RopeFormat rope = RopeFormat::bf16;
+  RecordFormat format = RecordFormat::b12x_432;
+  LatentPolicy policy = LatentPolicy::per_layer;
   // A blob no row refers to is an orphan-blob finding only once it is this old: a younger
   // one may be a concurrent publish between its rename and its row commit.
   std::chrono::milliseconds orphan_grace = cache::k_publish_grace;

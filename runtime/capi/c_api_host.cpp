@@ -55,7 +55,7 @@ jc::GatherParams host_params(const jitcache_gather_launch& a) {
 // Runs one host kernel; the status bits it reports are ORed into the caller's word, as
 // the device kernel does.
 template <class Args>
-jitcache_status run_on_host(const char* self, LatentScale variant, RopeFormat rope, const Args& args,
+jitcache_status run_on_host(const char* self, LatentScale variant, RecordFormat rope, const Args& args,
                             float scale) {
   const auto params = host_params(args);
   Result<jc::u32> bits = [&] {
@@ -75,7 +75,7 @@ jitcache_status run_on_host(const char* self, LatentScale variant, RopeFormat ro
 template <class Args>
 jitcache_status host_kernel(const char* self, float scale, jitcache_rope rope, const Args* args) {
   if (args == nullptr) return null_argument(self, "args");
-  const std::optional<RopeFormat> format = read_rope(rope);
+  const std::optional<RecordFormat> format = read_rope(rope);
   if (!format) return unknown_rope(self, rope);
   const auto choice = kv::choose_latent_scale(static_cast<double>(scale), "scale");
   if (!choice) {
@@ -98,7 +98,7 @@ jitcache_status model_host_kernel(const char* self, const jitcache_model* model,
     return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no layer " + std::to_string(layer) +
                                                      " (the model has " +
                                                      std::to_string(model->model->layers().size()) + ")");
-  return run_on_host(self, latent_scale_for(b->mode), model->model->rope(), *args, b->scale);
+  return run_on_host(self, b->latent_scale, model->model->format(), *args, b->scale);
 }
 
 }  // namespace
@@ -138,7 +138,7 @@ jitcache_status jitcache_model_host_gather(const jitcache_model* model, int32_t 
 }
 
 uint32_t jitcache_record_bytes(jitcache_rope rope) {
-  const std::optional<RopeFormat> format = read_rope(rope);
+  const std::optional<RecordFormat> format = read_rope(rope);
   return format ? static_cast<uint32_t>(record_bytes(*format)) : 0;
 }
 

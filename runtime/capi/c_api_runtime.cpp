@@ -17,6 +17,7 @@
 
 #include "jitcache/runtime.hpp"
 #include "runtime/capi/c_api_support.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/capi/handles.hpp"
 #include "kernel_templates/kernel_spec.hpp"
 #include "runtime/scales/scale_resolver.hpp"
@@ -97,11 +98,11 @@ jitcache_status prepare_model(const char* self, jitcache_runtime* runtime,
   if (options.checkpoint == nullptr) return null_argument(self, "checkpoint");
   if (out == nullptr) return null_argument(self, "out");
   if (t_log_callback_depth > 0) return refused_in_log_callback(self);
-  const std::optional<RopeFormat> rope = read_rope(options.rope);
+  const std::optional<RecordFormat> rope = read_rope(options.rope);
   if (!rope) return unknown_rope(self, options.rope);
   ModelSpec spec;
   spec.checkpoint = options.checkpoint;
-  spec.rope = *rope;
+  spec.format = *rope;
   if (options.target != nullptr) spec.target = options.target;
   if (options.scales_override != nullptr) spec.scales_override = std::filesystem::path(options.scales_override);
   if (!is_unset(options.revision)) spec.checkpoint_revision = std::string(options.revision);
@@ -111,13 +112,21 @@ jitcache_status prepare_model(const char* self, jitcache_runtime* runtime,
   return JITCACHE_OK;
 }
 
+// The RoPE name of the formats that have one ("bf16", "fp8"), else null: the "rope" key
+// the description had before formats existed.
+nlohmann::json rope_alias_or_null(RecordFormat format) {
+  const char* alias = k_record_formats[format].rope_alias;
+  return alias != nullptr ? nlohmann::json(alias) : nlohmann::json(nullptr);
+}
+
 nlohmann::json describe(const PreparedModel& model) {
   const PrepareStats& s = model.stats();
   nlohmann::json kernels = nlohmann::json::array();
   for (const KernelInfo& k : model.kernels())
     kernels.push_back({{"kernel", to_string(k.kernel)},
                        {"latent_scale", to_string(k.latent_scale)},
-                       {"rope", to_string(k.rope)},
+                       {"format", to_string(k.format)},
+                       {"rope", rope_alias_or_null(k.format)},
                        {"target", k.target},
                        {"key", k.key},
                        {"entry", k.entry},
@@ -129,7 +138,8 @@ nlohmann::json describe(const PreparedModel& model) {
                        {"loaded", k.loaded},
                        {"ptx_fallback", k.ptx_fallback}});
   return {{"target", model.target()},
-          {"rope", to_string(model.rope())},
+          {"format", to_string(model.format())},
+          {"rope", rope_alias_or_null(model.format())},
           {"stats",
            {{"variants", s.variants},
             {"cached", s.cached},

@@ -66,10 +66,10 @@ jitcache_status refused_in_log_callback(const char* function) {
                   "that this call would wait for; call it after the callback returns");
 }
 
-std::optional<RopeFormat> read_rope(jitcache_rope rope) {
+std::optional<RecordFormat> read_rope(jitcache_rope rope) {
   switch (abi_enum_value(rope)) {
-    case JITCACHE_ROPE_BF16: return RopeFormat::bf16;
-    case JITCACHE_ROPE_FP8: return RopeFormat::fp8;
+    case JITCACHE_ROPE_BF16: return RecordFormat::b12x_432;
+    case JITCACHE_ROPE_FP8: return RecordFormat::b12x_368;
     default: return std::nullopt;
   }
 }

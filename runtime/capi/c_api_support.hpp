@@ -105,7 +105,7 @@ Result<Struct> read_input_struct(const std::string& field, const Struct* given, 
 }
 
 // The RoPE format a C caller named; nullopt for a value outside the enum.
-std::optional<RopeFormat> read_rope(jitcache_rope rope);
+std::optional<RecordFormat> read_rope(jitcache_rope rope);
 
 jitcache_status unknown_rope(const char* self, jitcache_rope rope);
 

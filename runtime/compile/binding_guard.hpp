@@ -8,12 +8,16 @@
 #include "jitcache/error.hpp"
 #include "jitcache/scales.hpp"
 #include "kernel_templates/kernel_spec.hpp"
+#include "kernel_templates/variant_plan.hpp"
 #include "runtime/compile/artifact_facts.hpp"
 
 namespace jitcache {
 
 // `embedded`: facts read from the artifact (facts_from_cubin). `expected`: the variant
-// the runtime chose for the layer.
-Status check_binding(const LayerScale& layer, const KernelSpec& expected, const FactMap& embedded);
+// the runtime chose for the layer. The mode the layer needs comes from the layer and the
+// model's policy (latent_scale_for), not from `expected`: a per-token kernel for a layer
+// bound per layer, or the reverse, is refused.
+Status check_binding(const LayerScale& layer, LatentPolicy policy, const KernelSpec& expected,
+                     const FactMap& embedded);
 
 }  // namespace jitcache

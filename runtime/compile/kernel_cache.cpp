@@ -61,7 +61,7 @@ Status check_bundle_facts(const cache::Facts& facts, std::span<const std::byte> 
   const FactMap embedded = JC_TRY(facts_from_cubin(artifact.cubin));
   JC_TRY(compare(embedded, "cubin's embedded facts"));
   // The facts that pick a variant must be there to compare, in the key and the bundle.
-  for (std::string_view name : {k_kernel_kinds.fact, k_latent_scales.fact, k_rope_formats.fact, k_targets.fact}) {
+  for (std::string_view name : {k_kernel_kinds.fact, k_latent_scales.fact, k_record_formats.fact, k_targets.fact}) {
     if (!facts.get(name)) return make_error(ErrorCode::invalid_input, "the key has no " + std::string(name) + " fact");
     if (!artifact.facts.contains(std::string(name)))
       return make_error(ErrorCode::invalid_input, "the bundle records no " + std::string(name) + " fact");

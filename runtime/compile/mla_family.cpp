@@ -17,7 +17,7 @@ SpecSchema build_schema() {
   schema.family = k_mla_family;
   add_dimension(schema, k_kernel_kinds);
   add_dimension(schema, k_latent_scales);
-  add_dimension(schema, k_rope_formats);
+  add_dimension(schema, k_record_formats);
   return schema;
 }
 
@@ -31,9 +31,13 @@ const SpecSchema& mla_schema() {
 KernelRequest mla_request(const GeneratedSource& source, const std::vector<std::string>& options) {
   KernelRequest request;
   request.family = k_mla_family;
-  request.spec = source.spec.to_facts();
+  // The request's spec names the format by name, whatever spelling the cache key uses for
+  // it (KernelSpec::to_facts: `rope=bf16|fp8` for the first two formats); the key of the
+  // compiled kernel is KernelCache's, made from the generated source's facts.
+  request.spec = {{std::string(k_kernel_kinds.fact), to_string(source.spec.kernel)},
+                  {std::string(k_latent_scales.fact), to_string(source.spec.latent_scale)},
+                  {std::string(k_record_formats.fact), to_string(source.spec.format)}};
   // The target travels in its own field, as in every request.
-  request.spec.erase(std::string(k_targets.fact));
   request.kind = SourceKind::cuda;
   request.text = source.source;
   request.headers.reserve(source.headers.size());

@@ -130,92 +130,195 @@ jc::u32 run_gather(const jc::GatherParams& p, float scale) {
   return status;
 }
 
+// The formats' bodies (nvfp4_mla_formats.cuh) the same way: the per-token writer first
+// takes the maximum of every lane's block amaxes (the warp's reduction) to get s_t.
+template <jc::fmt::Scaling S, jc::fmt::Format F>
+jc::u32 run_formats_writer(const jc::WriterParams& p, float scale) {
+  jc::u32 status = 0;
+  jc::WriterParams q = p;
+  q.status = &status;
+  if (!jc::fmt::outer_scale_ok<S>(scale)) {
+    jc::report(q.status, jc::fmt::outer_scale_error_bit<S>());
+  } else {
+    jc::WriterLoads in[jc::k_warp];
+    jc::WriterPartials part[jc::k_warp];
+    jc::BlockScale mine[jc::k_warp];
+    for (jc::i64 t = 0; t < q.num_tokens; ++t) {
+      for (int lane = 0; lane < jc::k_warp; ++lane) {
+        in[lane] = jc::fmt::writer_load<F>(q, t, lane);
+        part[lane] = jc::fmt::writer_partials<F>(in[lane]);
+      }
+      float rope_amax = 0.0f;
+      for (int lane = 0; lane < jc::k_warp; ++lane) rope_amax = jc::max_num(rope_amax, part[lane].rope_amax);
+      float block_amax[jc::k_warp][2];
+      float token_amax = 0.0f;
+      for (int lane = 0; lane < jc::k_warp; ++lane)
+        for (int j = 0; j < 2; ++j) {
+          block_amax[lane][j] = jc::max_num(part[lane].latent_amax[j], part[lane ^ 1].latent_amax[j]);
+          token_amax = jc::max_num(token_amax, block_amax[lane][j]);
+        }
+      float s = scale;
+      float token_scale = 0.0f;
+      if constexpr (S == jc::fmt::Scaling::per_token) {
+        token_scale = jc::fmt::per_token_scale(token_amax);
+        s = token_scale;
+      }
+      if constexpr (jc::fmt::shares_block_scales<S>())
+        for (int lane = 0; lane < jc::k_warp; ++lane)
+          mine[lane] = jc::fmt::block_scale_of<S, F>(block_amax[lane][lane % 2], s);
+      for (int lane = 0; lane < jc::k_warp; ++lane) {
+        jc::BlockScale scales[2];
+        if constexpr (jc::fmt::shares_block_scales<S>()) {
+          scales[lane % 2] = mine[lane];
+          scales[1 - lane % 2] = mine[lane ^ 1];
+        } else {
+          scales[0] = jc::fmt::block_scale_of<S, F>(block_amax[lane][0], s);
+          scales[1] = jc::fmt::block_scale_of<S, F>(block_amax[lane][1], s);
+        }
+        jc::fmt::writer_lane<S, F>(q, lane, in[lane], scales, rope_amax, token_scale);
+      }
+    }
+  }
+  if (p.status != nullptr) *p.status |= status;
+  return status;
+}
+
+template <jc::fmt::Scaling S, jc::fmt::Format F>
+jc::u32 run_formats_gather(const jc::GatherParams& p, float scale) {
+  jc::u32 status = 0;
+  jc::GatherParams q = p;
+  q.status = &status;
+  if (!jc::fmt::outer_scale_ok<S>(scale)) {
+    jc::report(q.status, jc::fmt::outer_scale_error_bit<S>());
+  } else {
+    for (jc::i64 row = 0; row < q.num_rows; ++row)
+      for (int lane = 0; lane < jc::k_warp; ++lane) jc::fmt::gather_lane<S, F>(q, row, lane, scale);
+  }
+  if (p.status != nullptr) *p.status |= status;
+  return status;
+}
+
 // The run-time values to template arguments: one case per enumerator (a new one fails to
 // compile here until it has a case), each instantiating with its table row's device
-// enumerator (a new one fails to compile until it has a row).
-template <jc::LatentMode LM, class Params, class Fn>
-Result<jc::u32> dispatch_rope(RopeFormat rope, const Params& p, float scale, Fn&& fn) {
-  switch (rope) {
-    case RopeFormat::bf16:
-      return fn.template operator()<LM, k_rope_formats[RopeFormat::bf16].device>(p, scale);
-    case RopeFormat::fp8:
-      return fn.template operator()<LM, k_rope_formats[RopeFormat::fp8].device>(p, scale);
+// enumerator (a new one fails to compile until it has a row). `fn` is called with the
+// formats' enumerators; the caller picks the bodies.
+template <jc::fmt::Scaling S, class Params, class Fn>
+Result<jc::u32> dispatch_format(RecordFormat format, const Params& p, float scale, Fn&& fn) {
+  switch (format) {
+    case RecordFormat::b12x_432:
+      return fn.template operator()<S, k_record_formats[RecordFormat::b12x_432].device>(p, scale);
+    case RecordFormat::b12x_368:
+      return fn.template operator()<S, k_record_formats[RecordFormat::b12x_368].device>(p, scale);
+    case RecordFormat::b12x_304:
+      return fn.template operator()<S, k_record_formats[RecordFormat::b12x_304].device>(p, scale);
+    case RecordFormat::flashmla_352:
+      return fn.template operator()<S, k_record_formats[RecordFormat::flashmla_352].device>(p, scale);
   }
   return make_error(ErrorCode::invalid_argument,
-                    "no RoPE format " + std::to_string(std::to_underlying(rope)) + ": no kernel to run");
+                    "no record format " + std::to_string(std::to_underlying(format)) + ": no kernel to run");
 }
 
 template <class Params, class Fn>
-Result<jc::u32> dispatch(LatentScale latent, RopeFormat rope, const Params& p, float scale, Fn&& fn) {
+Result<jc::u32> dispatch(LatentScale latent, RecordFormat format, const Params& p, float scale, Fn&& fn) {
   switch (latent) {
     case LatentScale::identity:
-      return dispatch_rope<k_latent_scales[LatentScale::identity].device>(rope, p, scale, fn);
+      return dispatch_format<k_latent_scales[LatentScale::identity].device>(format, p, scale, fn);
     case LatentScale::dynamic:
-      return dispatch_rope<k_latent_scales[LatentScale::dynamic].device>(rope, p, scale, fn);
+      return dispatch_format<k_latent_scales[LatentScale::dynamic].device>(format, p, scale, fn);
+    case LatentScale::per_token:
+      return dispatch_format<k_latent_scales[LatentScale::per_token].device>(format, p, scale, fn);
   }
   const std::string value = std::to_string(std::to_underlying(latent));
   return make_error(ErrorCode::invalid_argument, "no latent-scale mode " + value + ": no kernel to run");
 }
 
+// nvfp4_mla.cuh's enumerators for a variant its first text builds (the generator's
+// from_first_text): the formats' enumerators share their values.
+template <jc::fmt::Scaling S>
+constexpr jc::LatentMode first_text_mode() {
+  return static_cast<jc::LatentMode>(std::to_underlying(S));
+}
+template <jc::fmt::Format F>
+constexpr jc::RopeMode first_text_rope() {
+  return static_cast<jc::RopeMode>(std::to_underlying(F));
+}
+template <jc::fmt::Scaling S, jc::fmt::Format F>
+constexpr bool built_from_first_text() {
+  return S != jc::fmt::Scaling::per_token && (F == jc::fmt::Format::b12x_432 || F == jc::fmt::Format::b12x_368);
+}
+
+Status check_mode(LatentScale latent, RecordFormat format) { return check_format_mode(format, latent); }
+
 }  // namespace
 
-Status validate(const jc::WriterParams& p, RopeFormat rope) {
+Status validate(const jc::WriterParams& p, RecordFormat format) {
+  const bool has_rope = jc::fmt::layout(k_record_formats[format].device).rope != jc::fmt::Rope::none;
   JC_TRY(check_count(p.num_tokens, "num_tokens", k_max_launch_rows));
   JC_TRY(check_count(p.num_slots, "num_slots", std::numeric_limits<std::int64_t>::max()));
   if (p.num_tokens == 0) return {};
   JC_TRY(check_pointer(p.kv_c, "kv_c", 16, "bf16 rows"));
-  JC_TRY(check_pointer(p.k_pe, "k_pe", 16, "bf16 rows"));
+  if (has_rope) JC_TRY(check_pointer(p.k_pe, "k_pe", 16, "bf16 rows"));
   JC_TRY(check_pointer(p.slot_mapping, "slot_mapping", alignof(std::int64_t), "int64"));
   JC_TRY(check_optional_pointer(p.status, "status", alignof(std::uint32_t), "uint32"));
   JC_TRY(check_stride(p.kv_c_stride, jc::k_latent_dim, "kv_c_stride"));
-  JC_TRY(check_stride(p.k_pe_stride, jc::k_rope_dim, "k_pe_stride"));
+  if (has_rope) JC_TRY(check_stride(p.k_pe_stride, jc::k_rope_dim, "k_pe_stride"));
   JC_TRY(check_extent(p.kv_c, "kv_c", p.num_tokens, p.kv_c_stride, jc::k_latent_dim, sizeof(jc::u16)));
-  JC_TRY(check_extent(p.k_pe, "k_pe", p.num_tokens, p.k_pe_stride, jc::k_rope_dim, sizeof(jc::u16)));
+  if (has_rope)
+    JC_TRY(check_extent(p.k_pe, "k_pe", p.num_tokens, p.k_pe_stride, jc::k_rope_dim, sizeof(jc::u16)));
   JC_TRY(check_extent(p.slot_mapping, "slot_mapping", p.num_tokens, 1, 1, sizeof(std::int64_t)));
   // Every slot is out of range with no slots: the cache is never written.
   if (p.num_slots > 0) {
     JC_TRY(check_pointer(p.cache, "cache", 16, "records"));
-    const int record = record_bytes(rope);
+    const int record = record_bytes(format);
     JC_TRY(check_extent(p.cache, "cache", p.num_slots, record, record, 1));
   }
-  return check_no_overlap(p, rope);
+  return check_no_overlap(p, format);
 }
 
-Status validate(const jc::GatherParams& p, RopeFormat rope) {
+Status validate(const jc::GatherParams& p, RecordFormat format) {
+  const int row_elems = gathered_row_elems(format);
   JC_TRY(check_count(p.num_rows, "num_rows", k_max_launch_rows));
   JC_TRY(check_count(p.num_slots, "num_slots", std::numeric_limits<std::int64_t>::max()));
   if (p.num_rows == 0) return {};
   JC_TRY(check_pointer(p.slots, "slots", alignof(std::int32_t), "int32"));
   JC_TRY(check_pointer(p.out, "out", 16, "bf16 rows"));
   JC_TRY(check_optional_pointer(p.status, "status", alignof(std::uint32_t), "uint32"));
-  JC_TRY(check_stride(p.out_stride, jc::k_out_dim, "out_stride"));
+  JC_TRY(check_stride(p.out_stride, row_elems, "out_stride"));
   JC_TRY(check_extent(p.slots, "slots", p.num_rows, 1, 1, sizeof(std::int32_t)));
-  JC_TRY(check_extent(p.out, "out", p.num_rows, p.out_stride, jc::k_out_dim, sizeof(jc::u16)));
+  JC_TRY(check_extent(p.out, "out", p.num_rows, p.out_stride, row_elems, sizeof(jc::u16)));
   // Every slot is out of range with no slots: the cache is never read.
   if (p.num_slots > 0) {
     JC_TRY(check_pointer(p.cache, "cache", 16, "records"));
-    const int record = record_bytes(rope);
+    const int record = record_bytes(format);
     JC_TRY(check_extent(p.cache, "cache", p.num_slots, record, record, 1));
   }
-  return check_no_overlap(p, rope);
+  return check_no_overlap(p, format);
 }
 
-Result<jc::u32> host_run_writer(LatentScale latent, RopeFormat rope, const jc::WriterParams& p,
-                                float scale) {
-  JC_TRY(validate(p, rope));
+Result<jc::u32> host_run_writer(LatentScale latent, RecordFormat format, const jc::WriterParams& p,
+                                float scale, HostBodies bodies) {
+  JC_TRY(check_mode(latent, format));
+  JC_TRY(validate(p, format));
   JC_TRY(check_distinct_slots(p));
-  return dispatch(latent, rope, p, scale,
-                  []<jc::LatentMode LM, jc::RopeMode RM>(const jc::WriterParams& q, float s) {
-                    return run_writer<LM, RM>(q, s);
+  return dispatch(latent, format, p, scale,
+                  [bodies]<jc::fmt::Scaling S, jc::fmt::Format F>(const jc::WriterParams& q, float s) {
+                    if constexpr (built_from_first_text<S, F>())
+                      if (bodies == HostBodies::as_generated)
+                        return run_writer<first_text_mode<S>(), first_text_rope<F>()>(q, s);
+                    return run_formats_writer<S, F>(q, s);
                   });
 }
 
-Result<jc::u32> host_run_gather(LatentScale latent, RopeFormat rope, const jc::GatherParams& p,
-                                float scale) {
-  JC_TRY(validate(p, rope));
-  return dispatch(latent, rope, p, scale,
-                  []<jc::LatentMode LM, jc::RopeMode RM>(const jc::GatherParams& q, float s) {
-                    return run_gather<LM, RM>(q, s);
+Result<jc::u32> host_run_gather(LatentScale latent, RecordFormat format, const jc::GatherParams& p,
+                                float scale, HostBodies bodies) {
+  JC_TRY(check_mode(latent, format));
+  JC_TRY(validate(p, format));
+  return dispatch(latent, format, p, scale,
+                  [bodies]<jc::fmt::Scaling S, jc::fmt::Format F>(const jc::GatherParams& q, float s) {
+                    if constexpr (built_from_first_text<S, F>())
+                      if (bodies == HostBodies::as_generated)
+                        return run_gather<first_text_mode<S>(), first_text_rope<F>()>(q, s);
+                    return run_formats_gather<S, F>(q, s);
                   });
 }
 

@@ -1,5 +1,5 @@
-// The host executor: runs the kernels' own lane bodies (kernel_templates/nvfp4_mla.cuh)
-// on the CPU, token by token and lane by lane, so that the GPU's numerics are testable
+// The host executor: runs the kernels' own lane bodies (kernel_templates/nvfp4_mla.cuh
+// and nvfp4_mla_formats.cuh, whichever the generator builds the variant from) on the CPU, token by token and lane by lane, so that the GPU's numerics are testable
 // and usable (the `kv` tools) without a GPU. Results are bit-identical to the device.
 #pragma once
 
@@ -7,7 +7,7 @@
 
 #include "jitcache/error.hpp"
 #include "kernel_templates/kernel_spec.hpp"
-#include "kernel_templates/nvfp4_mla.cuh"
+#include "kernel_templates/nvfp4_mla_formats.cuh"
 
 namespace jitcache {
 
@@ -32,17 +32,27 @@ inline constexpr std::int64_t k_max_launch_rows = std::int64_t{0x7fffffff} * jc:
 //     read may overlap.
 // A count of 0 is valid with any pointers: nothing is read or written. The device launch
 // wrappers use the same checks. Errors are ErrorCode::invalid_argument naming the field.
-Status validate(const jc::WriterParams& params, RopeFormat rope);
-Status validate(const jc::GatherParams& params, RopeFormat rope);
+// A format without RoPE (b12x-304) reads no k_pe (it may be null), and its gathered rows
+// hold gathered_row_elems(format) = 512 values.
+Status validate(const jc::WriterParams& params, RecordFormat format);
+Status validate(const jc::GatherParams& params, RecordFormat format);
+
+// Which bodies run: the ones the generator builds the variant's GPU kernel from (always,
+// outside tests), or nvfp4_mla_formats.cuh's for every variant, so that tests can hold its
+// bodies to nvfp4_mla.cuh's on the variants both can build.
+enum class HostBodies { as_generated, formats };
 
 // Runs the writer / gather exactly as the GPU would, including the latent-scale guard.
 // Returns the status bits the kernel reports (jc::k_status_*; 0 = clean), or an error
 // when the parameters violate the preconditions. The writer also refuses, before writing
 // anything, a slot_mapping that maps two tokens to one slot in [0, num_slots)
-// (check_distinct_slots): what the device leaves undefined is an error here.
-Result<jc::u32> host_run_writer(LatentScale latent_scale, RopeFormat rope,
-                                const jc::WriterParams& params, float scale);
-Result<jc::u32> host_run_gather(LatentScale latent_scale, RopeFormat rope,
-                                const jc::GatherParams& params, float scale);
+// (check_distinct_slots): what the device leaves undefined is an error here. A mode the
+// format is not written with (check_format_mode) is ErrorCode::invalid_argument.
+Result<jc::u32> host_run_writer(LatentScale latent_scale, RecordFormat format,
+                                const jc::WriterParams& params, float scale,
+                                HostBodies bodies = HostBodies::as_generated);
+Result<jc::u32> host_run_gather(LatentScale latent_scale, RecordFormat format,
+                                const jc::GatherParams& params, float scale,
+                                HostBodies bodies = HostBodies::as_generated);
 
 }  // namespace jitcache

@@ -26,7 +26,7 @@ static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= 16);
 static_assert(k_latent_dim == jc::k_latent_dim && k_rope_dim == jc::k_rope_dim &&
               k_row_dim == jc::k_out_dim);
 
-std::string rope_label(RopeFormat rope) { return std::string(to_string(rope)) + " RoPE"; }
+std::string rope_label(RecordFormat rope) { return std::string(to_string(rope)) + " RoPE"; }
 
 unsigned thread_count(std::int64_t tokens, unsigned requested) {
   if (tokens <= 1) return 1;
@@ -106,7 +106,7 @@ Result<std::vector<std::uint16_t>> gather_records(std::span<const std::uint8_t> 
   const auto bytes = static_cast<std::size_t>(record_bytes(options.rope));
   if (records.size() % bytes != 0) {
     std::string hint;
-    for (const RopeFormatRow& other : k_rope_formats.rows)
+    for (const RecordFormatRow& other : k_record_formats.rows)
       if (hint.empty() && other.value != options.rope &&
           records.size() % static_cast<std::size_t>(other.record_bytes) == 0)
         hint = " (it is a multiple of the " + std::to_string(other.record_bytes) + "-byte " +

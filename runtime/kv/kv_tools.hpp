@@ -48,7 +48,7 @@ LatentScaleChoice calibrated_latent_scale(float max_abs);
 
 struct RecordOptions {
   LatentScaleChoice scale;
-  RopeFormat rope = RopeFormat::bf16;
+  RecordFormat rope = RecordFormat::b12x_432;
   unsigned threads = 0;  // 0: one per core when T is large enough; results never depend on it
 };
 
@@ -87,14 +87,14 @@ const char* to_string(ScaleSource source);
 struct ErrorOptions {
   ScaleSource source = ScaleSource::given;
   LatentScaleChoice scale;  // used when source == given
-  RopeFormat rope = RopeFormat::bf16;
+  RecordFormat rope = RecordFormat::b12x_432;
   unsigned threads = 0;
 };
 
 struct ErrorReport {
   std::uint64_t tokens = 0;
   std::size_t input_columns = k_row_dim;
-  RopeFormat rope = RopeFormat::bf16;
+  RecordFormat rope = RecordFormat::b12x_432;
   ScaleSource source = ScaleSource::given;
   LatentScaleChoice scale;
   ErrorStats latent;

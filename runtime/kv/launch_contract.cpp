@@ -81,24 +81,28 @@ Status check_disjoint(std::span<const ByteRange> ranges) {
   return {};
 }
 
-Status check_no_overlap(const jc::WriterParams& p, RopeFormat rope) {
+Status check_no_overlap(const jc::WriterParams& p, RecordFormat format) {
   const std::int64_t n = p.num_tokens;
-  const int record = record_bytes(rope);
+  const int record = record_bytes(format);
+  // A format without RoPE never reads k_pe.
+  const bool reads_rope = gathered_row_elems(format) > jc::k_latent_dim;
   const ByteRange ranges[] = {
       {"cache", address(p.cache), n > 0 ? span_bytes(p.num_slots, record, record, 1) : 0, Access::write},
       n > 0 ? optional_status(p.status) : ByteRange{"status", 0, 0, Access::write},
       {"kv_c", address(p.kv_c), span_bytes(n, p.kv_c_stride, jc::k_latent_dim, sizeof(jc::u16)), Access::read},
-      {"k_pe", address(p.k_pe), span_bytes(n, p.k_pe_stride, jc::k_rope_dim, sizeof(jc::u16)), Access::read},
+      {"k_pe", address(p.k_pe), reads_rope ? span_bytes(n, p.k_pe_stride, jc::k_rope_dim, sizeof(jc::u16)) : 0,
+       Access::read},
       {"slot_mapping", address(p.slot_mapping), span_bytes(n, 1, 1, sizeof(jc::i64)), Access::read},
   };
   return check_disjoint(ranges);
 }
 
-Status check_no_overlap(const jc::GatherParams& p, RopeFormat rope) {
+Status check_no_overlap(const jc::GatherParams& p, RecordFormat format) {
   const std::int64_t n = p.num_rows;
-  const int record = record_bytes(rope);
+  const int record = record_bytes(format);
   const ByteRange ranges[] = {
-      {"out", address(p.out), span_bytes(n, p.out_stride, jc::k_out_dim, sizeof(jc::u16)), Access::write},
+      {"out", address(p.out), span_bytes(n, p.out_stride, gathered_row_elems(format), sizeof(jc::u16)),
+       Access::write},
       n > 0 ? optional_status(p.status) : ByteRange{"status", 0, 0, Access::write},
       {"cache", address(p.cache), n > 0 ? span_bytes(p.num_slots, record, record, 1) : 0, Access::read},
       {"slots", address(p.slots), span_bytes(n, 1, 1, sizeof(jc::i32)), Access::read},

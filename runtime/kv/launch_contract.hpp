@@ -46,8 +46,8 @@ Status check_disjoint(std::span<const ByteRange> ranges);
 // 0 rows, cache's for num_slots 0 (no slot is in range, so the cache is never touched)
 // and status's when it is null. Call after validate()'s bound checks have passed (they
 // guarantee that every range fits below 2^64).
-Status check_no_overlap(const jc::WriterParams& params, RopeFormat rope);
-Status check_no_overlap(const jc::GatherParams& params, RopeFormat rope);
+Status check_no_overlap(const jc::WriterParams& params, RecordFormat format);
+Status check_no_overlap(const jc::GatherParams& params, RecordFormat format);
 
 // Refuses (ErrorCode::invalid_argument) a writer launch that maps two tokens to one slot
 // in [0, num_slots), naming the slot and both token indices (the first repeat in token

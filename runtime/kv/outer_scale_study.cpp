@@ -13,7 +13,7 @@ namespace {
 constexpr float k_layer_max_abs[] = {0.02f, 0.05f, 0.1f, 0.2f, 0.5f, 1.0f, 2.0f, 5.2f};
 
 // Share of block-scale bytes below E4M3's smallest normal (code 0x08) in a record set.
-double subnormal_block_share(std::span<const std::uint8_t> records, RopeFormat rope) {
+double subnormal_block_share(std::span<const std::uint8_t> records, RecordFormat rope) {
   const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
   std::size_t blocks = 0, subnormal = 0;
   for (std::size_t off = 0; off + rb <= records.size(); off += rb) {

@@ -35,7 +35,7 @@ struct LayerRow {
 struct StudyOptions {
   std::size_t tokens = 1024;
   std::uint64_t seed = 20261129;
-  RopeFormat rope = RopeFormat::bf16;
+  RecordFormat rope = RecordFormat::b12x_432;
 };
 
 // One row per layer magnitude, computed with the host executor (the GPU's numerics).

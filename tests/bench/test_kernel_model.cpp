@@ -63,13 +63,13 @@ TEST(KernelModel, OccupancyFromRegisters) {
 
 TEST(KernelModel, BytesPerTokenFromTheRecordLayout) {
   // Writer: kv_c 1024 + k_pe 128 + slot 8 in; the record out.
-  EXPECT_EQ(bytes_per_token(KernelKind::writer, RopeFormat::bf16).read, 1160);
-  EXPECT_EQ(bytes_per_token(KernelKind::writer, RopeFormat::bf16).written, 432);
-  EXPECT_EQ(bytes_per_token(KernelKind::writer, RopeFormat::fp8).total(), 1160 + 368);
+  EXPECT_EQ(bytes_per_token(KernelKind::writer, RecordFormat::b12x_432).read, 1160);
+  EXPECT_EQ(bytes_per_token(KernelKind::writer, RecordFormat::b12x_432).written, 432);
+  EXPECT_EQ(bytes_per_token(KernelKind::writer, RecordFormat::b12x_368).total(), 1160 + 368);
   // Gather: slot 4 + the record in; 576 bf16 out.
-  EXPECT_EQ(bytes_per_token(KernelKind::gather, RopeFormat::bf16).read, 436);
-  EXPECT_EQ(bytes_per_token(KernelKind::gather, RopeFormat::bf16).written, 1152);
-  EXPECT_EQ(bytes_per_token(KernelKind::gather, RopeFormat::fp8).total(), 4 + 368 + 1152);
+  EXPECT_EQ(bytes_per_token(KernelKind::gather, RecordFormat::b12x_432).read, 436);
+  EXPECT_EQ(bytes_per_token(KernelKind::gather, RecordFormat::b12x_432).written, 1152);
+  EXPECT_EQ(bytes_per_token(KernelKind::gather, RecordFormat::b12x_368).total(), 4 + 368 + 1152);
 }
 
 TEST(KernelModel, RooflineArithmetic) {

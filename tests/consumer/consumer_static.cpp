@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "open: %s\n", runtime.error().to_string().c_str());
     return 1;
   }
-  auto model = (*runtime)->prepare({argv[1], jitcache::RopeFormat::bf16, "sm_90", std::nullopt, std::nullopt});
+  auto model = (*runtime)->prepare({argv[1], jitcache::RecordFormat::b12x_432, "sm_90", std::nullopt, std::nullopt});
   if (!model) {
     std::fprintf(stderr, "prepare: %s\n", model.error().to_string().c_str());
     return 1;

@@ -15,11 +15,11 @@ namespace {
 TEST(VariantDimensions, NamesArePinned) {
   EXPECT_EQ(k_kernel_kinds.joined("|"), "writer|gather");
   EXPECT_EQ(k_latent_scales.joined("|"), "identity|dynamic");
-  EXPECT_EQ(k_rope_formats.joined("|"), "bf16|fp8");
+  EXPECT_EQ(k_record_formats.joined("|"), "bf16|fp8");
   EXPECT_EQ(k_targets.joined(" "), "sm_90 sm_90a sm_100 sm_100a sm_103a sm_110a sm_120 sm_120a sm_121a");
   EXPECT_EQ(k_kernel_kinds.fact, "kernel");
   EXPECT_EQ(k_latent_scales.fact, "latent_scale");
-  EXPECT_EQ(k_rope_formats.fact, "rope");
+  EXPECT_EQ(k_record_formats.fact, "rope");
   EXPECT_EQ(k_targets.fact, "target");
 }
 
@@ -32,7 +32,7 @@ TEST(VariantDimensions, EveryRowParsesBackAndPrints) {
     EXPECT_EQ(parse_latent_scale(row.name), row.value);
     EXPECT_STREQ(to_string(row.value), row.name);
   }
-  for (const auto& row : k_rope_formats.rows) {
+  for (const auto& row : k_record_formats.rows) {
     EXPECT_EQ(parse_rope_format(row.name), row.value);
     EXPECT_STREQ(to_string(row.value), row.name);
     EXPECT_EQ(record_bytes(row.value), row.record_bytes);
@@ -59,9 +59,11 @@ TEST(VariantDimensions, ParsingRefusesWhatNoRowHas) {
 }
 
 TEST(VariantDimensions, RecordSizesAreTheKernels) {
-  EXPECT_EQ(record_bytes(RopeFormat::bf16), 432);
-  EXPECT_EQ(record_bytes(RopeFormat::fp8), 368);
-  for (const auto& row : k_rope_formats.rows) EXPECT_EQ(row.record_bytes, jc::record_bytes(row.device));
+  EXPECT_EQ(record_bytes(RecordFormat::b12x_432), 432);
+  EXPECT_EQ(record_bytes(RecordFormat::b12x_368), 368);
+  EXPECT_EQ(record_bytes(RecordFormat::b12x_304), 304);
+  EXPECT_EQ(record_bytes(RecordFormat::flashmla_352), 352);
+  for (const auto& row : k_record_formats.rows) EXPECT_EQ(row.record_bytes, jc::fmt::layout(row.device).record_bytes);
 }
 
 TEST(VariantDimensions, DefaultTargetsAreTheProductsInTableOrder) {
@@ -73,7 +75,7 @@ TEST(VariantDimensions, DefaultTargetsAreTheProductsInTableOrder) {
 }
 
 TEST(VariantDimensions, AlternativesReadAsEnglish) {
-  EXPECT_EQ(k_rope_formats.alternatives(), "bf16 or fp8");
+  EXPECT_EQ(k_record_formats.alternatives(), "bf16 or fp8");
   EXPECT_EQ(k_targets.alternatives().substr(0, 16), "sm_90, sm_90a, s");
   EXPECT_TRUE(k_targets.alternatives().ends_with(", sm_120a or sm_121a"));
   const auto names = k_latent_scales.names();
@@ -88,7 +90,7 @@ TEST(VariantDimensions, LatentScaleFollowsTheScaleMode) {
 TEST(VariantDimensions, AllVariantsIsEveryCombinationOnce) {
   const Target target{"sm_100a"};
   const auto specs = all_variants(target);
-  EXPECT_EQ(specs.size(), k_kernel_kinds.size() * k_latent_scales.size() * k_rope_formats.size());
+  EXPECT_EQ(specs.size(), k_kernel_kinds.size() * k_latent_scales.size() * k_record_formats.size());
   std::set<std::string> labels;
   for (const KernelSpec& spec : specs) labels.insert(spec.label());
   EXPECT_EQ(labels.size(), specs.size());
@@ -97,7 +99,7 @@ TEST(VariantDimensions, AllVariantsIsEveryCombinationOnce) {
 }
 
 TEST(KernelSpecFacts, ToFactsNamesTheFourDimensions) {
-  const KernelSpec spec{KernelKind::gather, LatentScale::dynamic, RopeFormat::fp8, Target{"sm_120a"}};
+  const KernelSpec spec{KernelKind::gather, LatentScale::dynamic, RecordFormat::b12x_368, Target{"sm_120a"}};
   EXPECT_EQ(
       spec.to_facts(),
       (FactMap{{"kernel", "gather"}, {"latent_scale", "dynamic"}, {"rope", "fp8"}, {"target", "sm_120a"}}));
@@ -107,10 +109,15 @@ TEST(KernelSpecFacts, GeneratedFactsStartFromTheSpecs) {
   for (const KernelSpec& spec : all_variants(Target{"sm_90"})) {
     const GeneratedSource source = generate(spec);
     for (const auto& [name, value] : spec.to_facts()) EXPECT_EQ(source.facts.at(name), value) << name;
-    EXPECT_EQ(source.facts.at("record_bytes"), std::to_string(record_bytes(spec.rope)));
+    EXPECT_EQ(source.facts.at("record_bytes"), std::to_string(record_bytes(spec.format)));
     EXPECT_EQ(source.entry, k_kernel_kinds[spec.kernel].entry);
-    EXPECT_NE(source.source.find(k_rope_formats[spec.rope].device_text), std::string::npos);
-    EXPECT_NE(source.source.find(k_latent_scales[spec.latent_scale].device_text), std::string::npos);
+    // The first text's variants name nvfp4_mla.cuh's enumerators, every other one the formats'.
+    const bool first = built_from_first_text(spec);
+    EXPECT_NE(source.source.find(first ? k_record_formats[spec.format].legacy_text : k_record_formats[spec.format].device_text),
+              std::string::npos);
+    EXPECT_NE(source.source.find(first ? k_latent_scales[spec.latent_scale].legacy_text
+                                       : k_latent_scales[spec.latent_scale].device_text),
+              std::string::npos);
   }
 }
 
@@ -140,7 +147,7 @@ TEST(KernelSpecFacts, FromFactsNamesAMissingFact) {
 
 TEST(KernelSpecFacts, FromFactsNamesAnUnknownValue) {
   const FactMap complete =
-      KernelSpec{KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{"sm_90"}}.to_facts();
+      KernelSpec{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}}.to_facts();
   const std::pair<const char*, const char*> cases[] = {
       {"kernel", "fact 'kernel' is 'scatter', expected writer or gather"},
       {"latent_scale", "fact 'latent_scale' is 'scatter', expected identity or dynamic"},

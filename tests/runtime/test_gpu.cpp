@@ -277,7 +277,7 @@ extern "C" __global__ void jc_check_identity_thresholds(u32 first, u64 count, u3
 // options and embedded headers as the product kernels).
 Result<CompiledArtifact> compile_check_kernels(const std::string& target) {
   GeneratedSource source;
-  source.spec = KernelSpec{KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{target}};
+  source.spec = KernelSpec{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{target}};
   source.program_name = "jc_conversion_checks.cu";
   source.entry = "jc_check_e4m3_encode";
   source.source = k_check_kernels;
@@ -340,7 +340,7 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorBitForBit) {
   std::mt19937_64 rng(jitcache::testing::test_seed("GpuTest.DeviceMatchesHostExecutorBitForBit"));
   const std::size_t tokens = 4099;  // not a multiple of the CTA's four tokens
   const std::size_t slots = tokens + 101;
-  for (RopeFormat rope : k_rope_formats.values()) {
+  for (RecordFormat rope : k_record_formats.values()) {
     auto prepared = m_runtime->prepare(ModelSpec{k_checkpoint, rope, "", std::nullopt, std::nullopt});
     ASSERT_OK(prepared);
     const PreparedModel& m = **prepared;
@@ -412,7 +412,7 @@ TEST_F(GpuTest, IdentityGuardFiresOnTheDevice) {
   ASSERT_OK(store);
   const auto compiler = make_nvrtc_compiler();
   KernelCache kernels(**store, *compiler);
-  const KernelSpec spec{KernelKind::writer, LatentScale::identity, RopeFormat::bf16,
+  const KernelSpec spec{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432,
                         Target{m_runtime->device().target}};
   auto fetched = kernels.get(spec);
   ASSERT_OK(fetched);
@@ -568,7 +568,7 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorOnAdversarialData) {
   d_slots.upload(slot_of.data());
   d_gslots.upload(gather_slots.data());
 
-  for (RopeFormat rope : k_rope_formats.values()) {
+  for (RecordFormat rope : k_record_formats.values()) {
     const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
     for (LatentScale latent : {LatentScale::identity, LatentScale::dynamic}) {
       const std::vector<float> scales = latent == LatentScale::identity

@@ -29,7 +29,7 @@ class RuntimeTest : public jitcache::testing::TempDirTest {
 TEST_F(RuntimeTest, PreparesTheBundledCheckpoint) {
   std::vector<PrepareProgress> events;
   auto rt = open_runtime([&](const PrepareProgress& p) { events.push_back(p); });
-  ModelSpec model{k_checkpoint, RopeFormat::bf16, "sm_100a", std::nullopt, std::nullopt};
+  ModelSpec model{k_checkpoint, RecordFormat::b12x_432, "sm_100a", std::nullopt, std::nullopt};
   auto prepared = rt->prepare(model);
   ASSERT_OK(prepared);
   const PreparedModel& m = **prepared;
@@ -68,7 +68,7 @@ TEST_F(RuntimeTest, PreparesTheBundledCheckpoint) {
 }
 
 TEST_F(RuntimeTest, SecondPrepareCompilesNothing) {
-  ModelSpec model{k_checkpoint, RopeFormat::fp8, "sm_90", std::nullopt, std::nullopt};
+  ModelSpec model{k_checkpoint, RecordFormat::b12x_368, "sm_90", std::nullopt, std::nullopt};
   {
     auto rt = open_runtime();
     ASSERT_OK(rt->prepare(model));
@@ -94,7 +94,7 @@ TEST_F(RuntimeTest, IdentityCheckpointNeedsOnlyIdentityVariants) {
   }
   jitcache::testing::ScopedEnv no_override("VLLM_NVFP4_MLA_SCALES_FILE", nullptr);
   auto rt = open_runtime();
-  auto prepared = rt->prepare(ModelSpec{ckpt, RopeFormat::bf16, "sm_120a", std::nullopt, std::nullopt});
+  auto prepared = rt->prepare(ModelSpec{ckpt, RecordFormat::b12x_432, "sm_120a", std::nullopt, std::nullopt});
   ASSERT_OK(prepared);
   EXPECT_EQ((*prepared)->stats().variants, 2u);
   for (const auto& k : (*prepared)->kernels()) EXPECT_EQ(k.latent_scale, LatentScale::identity);
@@ -102,13 +102,13 @@ TEST_F(RuntimeTest, IdentityCheckpointNeedsOnlyIdentityVariants) {
 
 TEST_F(RuntimeTest, ErrorsNameTheProblem) {
   auto rt = open_runtime();
-  auto no_target = rt->prepare(ModelSpec{k_checkpoint, RopeFormat::bf16, "", std::nullopt, std::nullopt});
+  auto no_target = rt->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "", std::nullopt, std::nullopt});
   ASSERT_FALSE(no_target);
   EXPECT_EQ(no_target.error().code, ErrorCode::unavailable);
-  auto bad_target = rt->prepare(ModelSpec{k_checkpoint, RopeFormat::bf16, "sm_12", std::nullopt, std::nullopt});
+  auto bad_target = rt->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "sm_12", std::nullopt, std::nullopt});
   ASSERT_FALSE(bad_target);
   EXPECT_NE(bad_target.error().message.find("sm_12"), std::string::npos);
-  auto missing = rt->prepare(ModelSpec{dir() / "nowhere", RopeFormat::bf16, "sm_90", std::nullopt, std::nullopt});
+  auto missing = rt->prepare(ModelSpec{dir() / "nowhere", RecordFormat::b12x_432, "sm_90", std::nullopt, std::nullopt});
   ASSERT_FALSE(missing);
   EXPECT_FALSE(rt->device().available);
   EXPECT_FALSE(rt->device().reason.empty());
@@ -116,7 +116,7 @@ TEST_F(RuntimeTest, ErrorsNameTheProblem) {
 
 TEST_F(RuntimeTest, LaunchWithoutAGpuIsUnavailableNotACrash) {
   auto rt = open_runtime();
-  auto prepared = rt->prepare(ModelSpec{k_checkpoint, RopeFormat::bf16, "sm_90", std::nullopt, std::nullopt});
+  auto prepared = rt->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "sm_90", std::nullopt, std::nullopt});
   ASSERT_OK(prepared);
   alignas(16) static std::uint8_t buffer[4096];
   WriterLaunch w;
@@ -138,7 +138,7 @@ TEST_F(RuntimeTest, LaunchWithoutAGpuIsUnavailableNotACrash) {
 
 TEST(BindingGuard, RefusesAnIdentityArtifactForACalibratedLayer) {
   const auto compiler = make_nvrtc_compiler();
-  const KernelSpec identity{KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{"sm_90"}};
+  const KernelSpec identity{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}};
   auto artifact = compiler->compile(generate(identity));
   ASSERT_OK(artifact);
   auto embedded = facts_from_cubin(artifact->cubin);
@@ -146,19 +146,19 @@ TEST(BindingGuard, RefusesAnIdentityArtifactForACalibratedLayer) {
   LayerScale calibrated{17, 0.0019f, ScaleMode::dynamic, ScaleSource::checkpoint, 5.2};
   KernelSpec wanted = identity;
   wanted.latent_scale = LatentScale::dynamic;
-  auto r = check_binding(calibrated, wanted, *embedded);
+  auto r = check_binding(calibrated, LatentPolicy::per_layer, wanted, *embedded);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("layer 17"), std::string::npos) << r.error().message;
   EXPECT_NE(r.error().message.find("latent_scale=identity"), std::string::npos) << r.error().message;
 
   LayerScale draft{78, 1.0f, ScaleMode::identity, ScaleSource::draft_identity, std::nullopt};
-  EXPECT_OK(check_binding(draft, identity, *embedded));
+  EXPECT_OK(check_binding(draft, LatentPolicy::per_layer, identity, *embedded));
   KernelSpec other_target = identity;
   other_target.target = Target{"sm_120a"};
-  EXPECT_FALSE(check_binding(draft, other_target, *embedded));
+  EXPECT_FALSE(check_binding(draft, LatentPolicy::per_layer, other_target, *embedded));
   FactMap missing = *embedded;
   missing.erase("latent_scale");
-  EXPECT_FALSE(check_binding(draft, identity, missing));
+  EXPECT_FALSE(check_binding(draft, LatentPolicy::per_layer, identity, missing));
 }
 
 }  // namespace

@@ -70,7 +70,7 @@ class CliKvTest : public testing::TempDirTest {
   fs::path m_input;
 };
 
-kv::RecordOptions record_options(float scale, RopeFormat rope) {
+kv::RecordOptions record_options(float scale, RecordFormat rope) {
   return kv::RecordOptions{kv::choose_latent_scale(scale).value(), rope, 1};
 }
 
@@ -87,7 +87,7 @@ TEST_F(CliKvTest, QuantizeAndDequantizeWriteWhatTheLibraryComputes) {
   const auto records = read_bytes(dir() / "r.bin");
   EXPECT_EQ(records.size(), k_tokens * 432);
   EXPECT_EQ(records,
-            kv::quantize(m_values, kv::k_row_dim, record_options(1.0f, RopeFormat::bf16)).value());
+            kv::quantize(m_values, kv::k_row_dim, record_options(1.0f, RecordFormat::b12x_432)).value());
 
   const Outcome d =
       jitcache({"kv", "dequantize", "--input", p(dir() / "r.bin"), "--out", p(dir() / "y.npy")});
@@ -96,7 +96,7 @@ TEST_F(CliKvTest, QuantizeAndDequantizeWriteWhatTheLibraryComputes) {
   const auto y = npy::read_float32(dir() / "y.npy", 2);
   ASSERT_OK(y);
   EXPECT_EQ(y->shape, (std::vector<std::uint64_t>{k_tokens, 576}));
-  EXPECT_EQ(y->values, kv::dequantize(records, record_options(1.0f, RopeFormat::bf16)).value());
+  EXPECT_EQ(y->values, kv::dequantize(records, record_options(1.0f, RecordFormat::b12x_432)).value());
 }
 
 TEST_F(CliKvTest, Fp8RopeWithDynamicScale) {
@@ -107,12 +107,12 @@ TEST_F(CliKvTest, Fp8RopeWithDynamicScale) {
   const auto records = read_bytes(dir() / "r.bin");
   EXPECT_EQ(records.size(), k_tokens * 368);
   EXPECT_EQ(records,
-            kv::quantize(m_values, kv::k_row_dim, record_options(0.002f, RopeFormat::fp8)).value());
+            kv::quantize(m_values, kv::k_row_dim, record_options(0.002f, RecordFormat::b12x_368)).value());
   const Outcome d = jitcache({"kv", "dequantize", "--input", p(dir() / "r.bin"), "--scale", "0.002",
                               "--rope", "fp8", "--threads", "3", "--out", p(dir() / "y.npy")});
   ASSERT_EQ(d.code, 0) << d.err;
   EXPECT_EQ(npy::read_float32(dir() / "y.npy").value().values,
-            kv::dequantize(records, record_options(0.002f, RopeFormat::fp8)).value());
+            kv::dequantize(records, record_options(0.002f, RecordFormat::b12x_368)).value());
 }
 
 TEST_F(CliKvTest, LatentOnlyInputDequantizesWithZeroRope) {
@@ -138,7 +138,7 @@ TEST_F(CliKvTest, ErrorJsonIsOneDocumentWithTheLibrarysNumbers) {
   const nlohmann::json doc = nlohmann::json::parse(e.out);  // throws (fails) unless one document
   const auto expected =
       kv::measure_error(m_values, kv::k_row_dim,
-                        kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RopeFormat::fp8, 1});
+                        kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RecordFormat::b12x_368, 1});
   ASSERT_OK(expected);
   EXPECT_EQ(doc.at("input"), p(m_input));
   EXPECT_EQ(doc.at("tokens"), k_tokens);

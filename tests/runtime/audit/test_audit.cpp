@@ -25,7 +25,7 @@ const CompiledArtifact& artifact(KernelKind kind, LatentScale mode) {
   static std::map<std::pair<KernelKind, LatentScale>, CompiledArtifact> compiled;
   auto it = compiled.find({kind, mode});
   if (it == compiled.end()) {
-    auto a = make_nvrtc_compiler()->compile(generate({kind, mode, RopeFormat::bf16, Target{"sm_100a"}}));
+    auto a = make_nvrtc_compiler()->compile(generate({kind, mode, RecordFormat::b12x_432, Target{"sm_100a"}}));
     EXPECT_TRUE(a.has_value()) << a.error().to_string();
     it = compiled.emplace(std::make_pair(kind, mode), std::move(*a)).first;
   }
@@ -45,7 +45,7 @@ class AuditTest : public jitcache::testing::TempDirTest {
   // Publishes the real entry for a spec through the kernel cache (a healthy entry).
   std::string healthy(KernelKind kind, LatentScale mode) {
     KernelCache kernels(*m_store, *m_compiler);
-    auto got = kernels.get({kind, mode, RopeFormat::bf16, Target{"sm_100a"}});
+    auto got = kernels.get({kind, mode, RecordFormat::b12x_432, Target{"sm_100a"}});
     EXPECT_TRUE(got.has_value()) << got.error().to_string();
     return got->key.to_hex();
   }
@@ -76,7 +76,7 @@ class AuditTest : public jitcache::testing::TempDirTest {
   }
 
   cache::Facts current_facts(KernelKind kind, LatentScale mode) {
-    auto f = kernel_facts(generate({kind, mode, RopeFormat::bf16, Target{"sm_100a"}}), *m_compiler);
+    auto f = kernel_facts(generate({kind, mode, RecordFormat::b12x_432, Target{"sm_100a"}}), *m_compiler);
     EXPECT_TRUE(f.has_value());
     return *f;
   }
@@ -143,7 +143,7 @@ TEST_F(AuditTest, FindsTheStaleIdentityKernelOfALegacyCache) {
 
   // And the runtime never serves it: the kernel cache recompiles the dynamic kernel.
   KernelCache kernels(*m_store, *m_compiler);
-  auto got = kernels.get({KernelKind::writer, LatentScale::dynamic, RopeFormat::bf16, Target{"sm_100a"}});
+  auto got = kernels.get({KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_100a"}});
   ASSERT_OK(got);
   EXPECT_EQ(got->artifact->facts.at("latent_scale"), "dynamic");
 }
@@ -278,7 +278,7 @@ class PausedPublish {
 // commit flagged the new blob as an orphan, and clearing deleted it (the row then
 // pointed at nothing, and the next clear removed the entry too).
 TEST_F(AuditTest, PublishInFlightIsNoOrphanAndClearingKeepsIt) {
-  const KernelSpec spec{KernelKind::writer, LatentScale::dynamic, RopeFormat::bf16, Target{"sm_100a"}};
+  const KernelSpec spec{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_100a"}};
   PausedPublish writer(m_root);
   std::string key;
   writer.start([&](cache::Store& store) {

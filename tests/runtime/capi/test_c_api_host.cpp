@@ -209,7 +209,7 @@ TEST(CApiHost, HostWriteIsTheKvToolsQuantize) {
   std::vector<float> values(tokens * 576);
   for (auto& v : values) v = normal(rng);
   const float scale = 1.2254464e-05f;
-  const auto records = kv::quantize(values, 576, kv::RecordOptions{{scale, LatentScale::dynamic}, RopeFormat::fp8, 1});
+  const auto records = kv::quantize(values, 576, kv::RecordOptions{{scale, LatentScale::dynamic}, RecordFormat::b12x_368, 1});
   ASSERT_OK(records);
 
   std::vector<std::uint16_t> bits(values.size());

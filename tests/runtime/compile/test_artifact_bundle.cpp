@@ -12,7 +12,7 @@ namespace {
 
 CompiledArtifact sample() {
   CompiledArtifact a;
-  a.spec = {KernelKind::gather, LatentScale::dynamic, RopeFormat::fp8, Target{"sm_100a"}};
+  a.spec = {KernelKind::gather, LatentScale::dynamic, RecordFormat::b12x_368, Target{"sm_100a"}};
   a.entry = "jc_nvfp4_mla_gather";
   a.cubin = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0x33, 0, 0xff};
   a.ptx = ".version 9.0\n.target sm_100a\n";

@@ -14,7 +14,7 @@ class ArtifactFacts : public ::testing::Test {
   static void SetUpTestSuite() {
     const auto compiler = make_nvrtc_compiler();
     for (LatentScale l : {LatentScale::identity, LatentScale::dynamic}) {
-      auto a = compiler->compile(generate({KernelKind::gather, l, RopeFormat::bf16, Target{"sm_100a"}}));
+      auto a = compiler->compile(generate({KernelKind::gather, l, RecordFormat::b12x_432, Target{"sm_100a"}}));
       ASSERT_TRUE(a.has_value()) << a.error().to_string();
       s_artifacts->push_back(*a);
     }

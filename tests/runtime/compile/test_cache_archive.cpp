@@ -42,8 +42,8 @@ class CountingCompiler final : public Compiler {
   const Compiler& m_inner;
 };
 
-const KernelSpec k_identity{KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{"sm_90"}};
-const KernelSpec k_dynamic{KernelKind::writer, LatentScale::dynamic, RopeFormat::bf16, Target{"sm_90"}};
+const KernelSpec k_identity{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}};
+const KernelSpec k_dynamic{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_90"}};
 
 class CacheArchive : public jitcache::testing::TempDirTest {
  protected:
@@ -433,7 +433,7 @@ TEST_F(CacheArchive, GatherTakesCachedVariantsAndCompilesOnlyTheMisses) {
   for (const ExportEntry& e : *s_entries) ASSERT_OK(store->put(e.key, e.facts, *e.bytes, e.compile_ms));
   CountingCompiler compiler(*s_compiler);
   KernelCache kernels(*store, compiler);
-  const KernelSpec gather{KernelKind::gather, LatentScale::identity, RopeFormat::bf16, Target{"sm_90"}};
+  const KernelSpec gather{KernelKind::gather, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}};
   const std::vector<KernelSpec> specs{k_identity, k_dynamic, gather};
   std::vector<std::string> seen;
   auto entries = gather_export_entries(kernels, compiler, specs, 2,

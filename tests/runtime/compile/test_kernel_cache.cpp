@@ -38,7 +38,7 @@ class FakeCompiler final : public Compiler {
   std::string m_extra_option = "--fmad=false";
 };
 
-const KernelSpec k_base{KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{"sm_120a"}};
+const KernelSpec k_base{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_120a"}};
 
 cache::CacheKey key_of(const KernelSpec& spec, const Compiler& compiler) {
   auto facts = kernel_facts(generate(spec), compiler);
@@ -55,8 +55,10 @@ TEST(KernelFacts, EveryFactChangesTheKey) {
   s.latent_scale = LatentScale::dynamic;
   EXPECT_NE(key_of(s, compiler), base) << "latent_scale";
   s = k_base;
-  s.rope = RopeFormat::fp8;
-  EXPECT_NE(key_of(s, compiler), base) << "rope";
+  s.format = RecordFormat::b12x_368;
+  EXPECT_NE(key_of(s, compiler), base) << "format";
+  s.format = RecordFormat::flashmla_352;
+  EXPECT_NE(key_of(s, compiler), base) << "format";
   s = k_base;
   s.kernel = KernelKind::gather;
   EXPECT_NE(key_of(s, compiler), base) << "kernel";
@@ -198,9 +200,9 @@ TEST_F(KernelCacheTest, FindThenCompileCountsOneMissPerVariant) {
   FakeCompiler compiler;
   const KernelSpec variants[] = {
       k_base,
-      {KernelKind::writer, LatentScale::dynamic, RopeFormat::bf16, Target{"sm_120a"}},
-      {KernelKind::writer, LatentScale::identity, RopeFormat::fp8, Target{"sm_120a"}},
-      {KernelKind::writer, LatentScale::dynamic, RopeFormat::fp8, Target{"sm_120a"}},
+      {KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_120a"}},
+      {KernelKind::writer, LatentScale::identity, RecordFormat::b12x_368, Target{"sm_120a"}},
+      {KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_368, Target{"sm_120a"}},
   };
   {
     auto store = open_store();
@@ -377,7 +379,7 @@ TEST_F(KernelCacheTest, AMemoryHitServesTheParsedArtifactItWasGiven) {
 
 TEST_F(KernelCacheTest, RealNvrtcArtifactRoundTripsThroughTheStore) {
   const auto nvrtc = make_nvrtc_compiler();
-  KernelSpec spec{KernelKind::gather, LatentScale::dynamic, RopeFormat::fp8, Target{"sm_90"}};
+  KernelSpec spec{KernelKind::gather, LatentScale::dynamic, RecordFormat::b12x_368, Target{"sm_90"}};
   std::vector<std::uint8_t> cubin;
   {
     auto store = open_store();

@@ -48,7 +48,7 @@ TEST(MlaFamily, SchemaIsTheVariantDimensionTables) {
   };
   EXPECT_EQ(domain(k_kernel_kinds.fact), sorted(k_kernel_kinds.names()));
   EXPECT_EQ(domain(k_latent_scales.fact), sorted(k_latent_scales.names()));
-  EXPECT_EQ(domain(k_rope_formats.fact), sorted(k_rope_formats.names()));
+  EXPECT_EQ(domain(k_record_formats.fact), sorted(k_record_formats.names()));
   // Every domain is a closed list: no fact of the family takes an arbitrary string.
   for (const auto& [name, d] : schema.facts) EXPECT_FALSE(d.any()) << name;
 }
@@ -58,10 +58,8 @@ TEST(MlaFamily, EveryPlannedVariantForEveryTargetIsAValidRequest) {
   std::set<std::string> seen;
   for (std::string_view t : supported_targets()) {
     const Target target{std::string(t)};
-    for (RopeFormat rope : k_rope_formats.values()) {
-      const VariantPlan plan = plan_variants(mixed_scales(), rope, target);
-      ASSERT_EQ(plan.variants.size(), k_kernel_kinds.size() * k_latent_scales.size());
-      for (const KernelSpec& spec : plan.variants) {
+    for (const KernelSpec& spec : all_variants(target)) {
+      {
         const GeneratedSource source = generate(spec);
         const KernelRequest request = mla_request(source, compiler->options(spec));
         SCOPED_TRACE(spec.label());
@@ -73,8 +71,9 @@ TEST(MlaFamily, EveryPlannedVariantForEveryTargetIsAValidRequest) {
         EXPECT_EQ(request.target, spec.target.name);
         EXPECT_EQ(request.entry, source.entry);
         EXPECT_EQ(request.text, source.source);
-        FactMap expected_spec = spec.to_facts();
-        expected_spec.erase("target");
+        const FactMap expected_spec{{"kernel", to_string(spec.kernel)},
+                                    {"latent_scale", to_string(spec.latent_scale)},
+                                    {"format", to_string(spec.format)}};
         EXPECT_EQ(request.spec, expected_spec) << spec.label();
         ASSERT_EQ(request.headers.size(), source.headers.size());
         for (std::size_t i = 0; i < source.headers.size(); ++i) {
@@ -88,11 +87,11 @@ TEST(MlaFamily, EveryPlannedVariantForEveryTargetIsAValidRequest) {
       }
     }
   }
-  EXPECT_EQ(seen.size(), supported_targets().size() * 8);
+  EXPECT_EQ(seen.size(), supported_targets().size() * all_variants(Target{"sm_90"}).size());
 }
 
 TEST(MlaFamily, ATamperedFactIsRefusedNamingIt) {
-  const KernelSpec spec{KernelKind::writer, LatentScale::dynamic, RopeFormat::fp8, Target{"sm_100a"}};
+  const KernelSpec spec{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_368, Target{"sm_100a"}};
   const KernelRequest good = mla_request(generate(spec), {});
   ASSERT_OK(validate_mla_request(good));
 
@@ -129,7 +128,7 @@ TEST(MlaFamily, ATamperedFactIsRefusedNamingIt) {
 }
 
 TEST(MlaFamily, OnlyTheTargetsOwnArchitectureOptionMovesToTheTargetField) {
-  const KernelSpec spec{KernelKind::gather, LatentScale::identity, RopeFormat::bf16, Target{"sm_90"}};
+  const KernelSpec spec{KernelKind::gather, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}};
   const KernelRequest request =
       mla_request(generate(spec), {"--gpu-architecture=sm_90", "--std=c++17", "--gpu-architecture=sm_120a"});
   EXPECT_EQ(request.options, (std::vector<std::string>{"--std=c++17", "--gpu-architecture=sm_120a"}));
@@ -190,12 +189,12 @@ void expect_same_as_direct_nvrtc(const KernelSpec& spec) {
 
 TEST(MlaOneCompilePath, TheBackEndGivesNvrtcTheSameOptionsAndGetsTheSameCubin) {
   ScopedEnv lineinfo("JITCACHE_LINEINFO", nullptr);
-  expect_same_as_direct_nvrtc({KernelKind::writer, LatentScale::dynamic, RopeFormat::fp8, Target{"sm_100a"}});
+  expect_same_as_direct_nvrtc({KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_368, Target{"sm_100a"}});
 }
 
 TEST(MlaOneCompilePath, TheSameWithLineInformation) {
   ScopedEnv lineinfo("JITCACHE_LINEINFO", "1");
-  const KernelSpec spec{KernelKind::gather, LatentScale::identity, RopeFormat::bf16, Target{"sm_120a"}};
+  const KernelSpec spec{KernelKind::gather, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_120a"}};
   ASSERT_EQ(make_nvrtc_compiler()->options(spec).back(), "--generate-line-info");
   expect_same_as_direct_nvrtc(spec);
 }
@@ -205,7 +204,7 @@ TEST(MlaOneCompilePath, TheSameWithLineInformation) {
 // compiler's version and fingerprint).
 TEST(MlaOneCompilePath, TheKeysOptionsFactIsUnchanged) {
   const auto compiler = make_nvrtc_compiler();
-  const KernelSpec spec{KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{"sm_90"}};
+  const KernelSpec spec{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}};
   {
     ScopedEnv lineinfo("JITCACHE_LINEINFO", nullptr);
     auto facts = kernel_facts(generate(spec), *compiler);
@@ -224,7 +223,7 @@ TEST(MlaOneCompilePath, TheKeysOptionsFactIsUnchanged) {
 
 TEST(MlaOneCompilePath, ATargetOutsideTheTableFailsBeforeNvrtcRuns) {
   const auto compiler = make_nvrtc_compiler();
-  auto r = compiler->compile(generate({KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{"sm_75"}}));
+  auto r = compiler->compile(generate({KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_75"}}));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
   EXPECT_NE(r.error().message.find("sm_75"), std::string::npos) << r.error().message;

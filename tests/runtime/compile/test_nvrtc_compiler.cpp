@@ -137,7 +137,7 @@ TEST_F(AllVariants, ArtifactsCarryTheirFacts) {
 
 TEST(NvrtcCompiler, CompileErrorReturnsOptionsAndFullLog) {
   const auto compiler = make_nvrtc_compiler();
-  GeneratedSource broken = generate({KernelKind::writer, LatentScale::dynamic, RopeFormat::fp8, Target{"sm_90"}});
+  GeneratedSource broken = generate({KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_368, Target{"sm_90"}});
   broken.source += "\nextern \"C\" __global__ void oops() { this_is_not_declared = 1; }\n";
   auto r = compiler->compile(broken);
   ASSERT_FALSE(r);
@@ -150,7 +150,7 @@ TEST(NvrtcCompiler, CompileErrorReturnsOptionsAndFullLog) {
 
 TEST(NvrtcCompiler, MissingHeaderIsACompileError) {
   const auto compiler = make_nvrtc_compiler();
-  GeneratedSource broken = generate({KernelKind::gather, LatentScale::identity, RopeFormat::bf16, Target{"sm_100a"}});
+  GeneratedSource broken = generate({KernelKind::gather, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_100a"}});
   broken.headers.clear();
   auto r = compiler->compile(broken);
   ASSERT_FALSE(r);
@@ -161,7 +161,7 @@ TEST(NvrtcCompiler, ReportsVersionAndNormalizedOptions) {
   const auto compiler = make_nvrtc_compiler();
   EXPECT_EQ(compiler->name(), "nvrtc");
   EXPECT_NE(compiler->version(), "unknown");
-  const auto opts = compiler->options({KernelKind::writer, LatentScale::identity, RopeFormat::bf16, Target{"sm_120a"}});
+  const auto opts = compiler->options({KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_120a"}});
   EXPECT_NE(std::find(opts.begin(), opts.end(), "--gpu-architecture=sm_120a"), opts.end());
   EXPECT_NE(std::find(opts.begin(), opts.end(), "--fmad=false"), opts.end());
 }

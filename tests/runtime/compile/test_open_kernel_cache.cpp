@@ -41,7 +41,7 @@ TEST_F(OpenKernelCacheTest, OpensTheStoreTheCompilerAndTheKernelCacheTogether) {
   EXPECT_TRUE(fs::exists(opened->dir / k_fingerprint_memo_name));
   // The kernel cache works over the two: a probe of an empty cache finds nothing.
   auto found = opened->kernels->find(
-      KernelSpec{KernelKind::writer, LatentScale::dynamic, RopeFormat::bf16, Target{"sm_90"}});
+      KernelSpec{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_90"}});
   ASSERT_OK(found);
   EXPECT_FALSE(*found);
 }

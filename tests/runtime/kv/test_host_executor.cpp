@@ -63,12 +63,12 @@ Batch random_batch(std::mt19937_64& rng, int tokens) {
 
 struct Variant {
   LatentScale latent;
-  RopeFormat rope;
+  RecordFormat rope;
 };
-const Variant k_variants[] = {{LatentScale::identity, RopeFormat::bf16},
-                              {LatentScale::identity, RopeFormat::fp8},
-                              {LatentScale::dynamic, RopeFormat::bf16},
-                              {LatentScale::dynamic, RopeFormat::fp8}};
+const Variant k_variants[] = {{LatentScale::identity, RecordFormat::b12x_432},
+                              {LatentScale::identity, RecordFormat::b12x_368},
+                              {LatentScale::dynamic, RecordFormat::b12x_432},
+                              {LatentScale::dynamic, RecordFormat::b12x_368}};
 
 std::string name(const Variant& v) {
   return std::string(to_string(v.latent)) + "/" + to_string(v.rope);
@@ -80,7 +80,7 @@ std::string name(const Variant& v) {
 void check_round_trip(Batch& batch, const Variant& v, float scale, const std::vector<std::int64_t>& slot_of,
                       std::int64_t slots) {
   const bool dynamic = v.latent == LatentScale::dynamic;
-  const bool fp8 = v.rope == RopeFormat::fp8;
+  const bool fp8 = v.rope == RecordFormat::b12x_368;
   const int rb = ref_record_bytes(fp8);
   AlignedBytes cache(static_cast<std::size_t>(slots) * rb);
   std::memset(cache.data(), 0xA5, static_cast<std::size_t>(slots) * rb);
@@ -209,7 +209,7 @@ TEST(HostExecutor, DocumentedSpecialValues) {
   AlignedBytes cache(8 * 432);
   const auto slots = identity_slots(8);
   jc::WriterParams w{batch.rows(), 576, batch.rows() + 512, 576, slots.data(), 8, cache.data(), 8, nullptr};
-  ASSERT_OK(host_run_writer(LatentScale::identity, RopeFormat::bf16, w, 1.0f));
+  ASSERT_OK(host_run_writer(LatentScale::identity, RecordFormat::b12x_432, w, 1.0f));
   const std::uint8_t* zero = cache.data();
   for (int i = 0; i < 304; ++i) EXPECT_EQ(zero[i], 0) << "all-zero token, byte " << i;
   // Ties: block 0 of token 3 has amax 6, so sf = 1.0 (0x38) and x/sf are the ties.
@@ -240,7 +240,7 @@ TEST(HostExecutor, DynamicWithUnitScaleEqualsIdentity) {
   std::mt19937_64 rng(test_seed("HostExecutor.DynamicWithUnitScaleEqualsIdentity"));
   Batch batch = random_batch(rng, 64);
   const auto slots = identity_slots(64);
-  for (RopeFormat rope : k_rope_formats.values()) {
+  for (RecordFormat rope : k_record_formats.values()) {
     AlignedBytes a(64 * 432), b(64 * 432);
     jc::WriterParams w{batch.rows(), 576, batch.rows() + 512, 576, slots.data(), 64, a.data(), 64, nullptr};
     ASSERT_OK(host_run_writer(LatentScale::identity, rope, w, 1.0f));
@@ -257,7 +257,7 @@ TEST(HostExecutor, IdentityKernelRefusesACalibratedScale) {
   const auto slots = identity_slots(8);
   std::uint32_t host_status = 0;
   jc::WriterParams w{batch.rows(), 576, batch.rows() + 512, 576, slots.data(), 8, cache.data(), 8, &host_status};
-  auto status = host_run_writer(LatentScale::identity, RopeFormat::bf16, w, 5.2f / 2688.0f);
+  auto status = host_run_writer(LatentScale::identity, RecordFormat::b12x_432, w, 5.2f / 2688.0f);
   ASSERT_OK(status);
   EXPECT_EQ(*status, jc::k_status_identity_scale_mismatch);
   EXPECT_EQ(host_status, jc::k_status_identity_scale_mismatch);
@@ -267,7 +267,7 @@ TEST(HostExecutor, IdentityKernelRefusesACalibratedScale) {
   AlignedBytes out(2 * 576 * 2);
   std::memset(out.data(), 0x5a, 2 * 576 * 2);
   jc::GatherParams g{cache.data(), 8, rows.data(), 2, reinterpret_cast<std::uint16_t*>(out.data()), 576, nullptr};
-  auto gstatus = host_run_gather(LatentScale::identity, RopeFormat::bf16, g, 0.5f);
+  auto gstatus = host_run_gather(LatentScale::identity, RecordFormat::b12x_432, g, 0.5f);
   ASSERT_OK(gstatus);
   EXPECT_EQ(*gstatus, jc::k_status_identity_scale_mismatch);
   for (int i = 0; i < 2 * 576 * 2; ++i) ASSERT_EQ(out.data()[i], 0x5a);
@@ -279,7 +279,7 @@ TEST(HostExecutor, DynamicKernelRefusesImpossibleScales) {
   const auto slots = identity_slots(8);
   jc::WriterParams w{batch.rows(), 576, batch.rows() + 512, 576, slots.data(), 8, cache.data(), 8, nullptr};
   for (float bad : {0.0f, -1.0f, NAN, INFINITY, -0.0f}) {
-    auto status = host_run_writer(LatentScale::dynamic, RopeFormat::fp8, w, bad);
+    auto status = host_run_writer(LatentScale::dynamic, RecordFormat::b12x_368, w, bad);
     ASSERT_OK(status);
     EXPECT_EQ(*status, jc::k_status_bad_latent_scale) << bad;
   }
@@ -291,7 +291,7 @@ TEST(HostExecutor, OutOfRangeSlotsAreReportedAndSkipped) {
   std::memset(cache.data(), 0x11, 4 * 432);
   const std::vector<std::int64_t> slots = {0, 4, 100, -1, 3, -7, 2, 1};
   jc::WriterParams w{batch.rows(), 576, batch.rows() + 512, 576, slots.data(), 8, cache.data(), 4, nullptr};
-  auto status = host_run_writer(LatentScale::identity, RopeFormat::bf16, w, 1.0f);
+  auto status = host_run_writer(LatentScale::identity, RecordFormat::b12x_432, w, 1.0f);
   ASSERT_OK(status);
   EXPECT_EQ(*status, jc::k_status_slot_out_of_range);
   // Slot 0 holds token 0 (zeros), slot 3 token 4, slot 2 token 6, slot 1 token 7.
@@ -303,7 +303,7 @@ TEST(HostExecutor, OutOfRangeSlotsAreReportedAndSkipped) {
   AlignedBytes out(2 * 576 * 2);
   std::memset(out.data(), 0x77, 2 * 576 * 2);
   jc::GatherParams g{cache.data(), 4, rows.data(), 2, reinterpret_cast<std::uint16_t*>(out.data()), 576, nullptr};
-  auto gstatus = host_run_gather(LatentScale::identity, RopeFormat::bf16, g, 1.0f);
+  auto gstatus = host_run_gather(LatentScale::identity, RecordFormat::b12x_432, g, 1.0f);
   ASSERT_OK(gstatus);
   EXPECT_EQ(*gstatus, jc::k_status_slot_out_of_range);
   for (int i = 0; i < 576 * 2; ++i) ASSERT_EQ(out.data()[i], 0) << "out-of-range row is zeroed";
@@ -316,33 +316,33 @@ TEST(HostExecutor, RejectsMisalignedOrInvalidParameters) {
   jc::WriterParams w{batch.rows(), 576, batch.rows() + 512, 576, slots.data(), 8, cache.data(), 8, nullptr};
   auto bad = w;
   bad.kv_c = batch.rows() + 1;
-  auto r = host_run_writer(LatentScale::identity, RopeFormat::bf16, bad, 1.0f);
+  auto r = host_run_writer(LatentScale::identity, RecordFormat::b12x_432, bad, 1.0f);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("'kv_c'"), std::string::npos) << r.error().message;
   bad = w;
   bad.kv_c_stride = 577;
-  r = host_run_writer(LatentScale::identity, RopeFormat::bf16, bad, 1.0f);
+  r = host_run_writer(LatentScale::identity, RecordFormat::b12x_432, bad, 1.0f);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("kv_c_stride"), std::string::npos);
   bad = w;
   bad.cache = cache.data() + 8;
-  EXPECT_FALSE(host_run_writer(LatentScale::identity, RopeFormat::bf16, bad, 1.0f));
+  EXPECT_FALSE(host_run_writer(LatentScale::identity, RecordFormat::b12x_432, bad, 1.0f));
   bad = w;
   bad.slot_mapping = nullptr;
-  EXPECT_FALSE(host_run_writer(LatentScale::identity, RopeFormat::bf16, bad, 1.0f));
+  EXPECT_FALSE(host_run_writer(LatentScale::identity, RecordFormat::b12x_432, bad, 1.0f));
   bad = w;
   bad.num_tokens = -1;
-  EXPECT_FALSE(host_run_writer(LatentScale::identity, RopeFormat::bf16, bad, 1.0f));
+  EXPECT_FALSE(host_run_writer(LatentScale::identity, RecordFormat::b12x_432, bad, 1.0f));
 
   std::vector<std::int32_t> rows = {0};
   AlignedBytes out(576 * 2 + 16);
   jc::GatherParams g{cache.data(), 8, rows.data(), 1, reinterpret_cast<std::uint16_t*>(out.data() + 2), 576, nullptr};
-  auto gr = host_run_gather(LatentScale::identity, RopeFormat::bf16, g, 1.0f);
+  auto gr = host_run_gather(LatentScale::identity, RecordFormat::b12x_432, g, 1.0f);
   ASSERT_FALSE(gr);
   EXPECT_NE(gr.error().message.find("'out'"), std::string::npos);
   g.out = reinterpret_cast<std::uint16_t*>(out.data());
   g.out_stride = 500;
-  EXPECT_FALSE(host_run_gather(LatentScale::identity, RopeFormat::bf16, g, 1.0f));
+  EXPECT_FALSE(host_run_gather(LatentScale::identity, RecordFormat::b12x_432, g, 1.0f));
 }
 
 // Issue 10 item 11: the int64 slot_mapping, int32 slots and uint32 status were not
@@ -370,62 +370,62 @@ TEST(HostExecutor, EveryPointerIsAlignedForItsTypeAndNoExtentOverflows) {
   };
 
   const jc::WriterParams w{kv_c, 512, k_pe, 64, i64, 2, writer_cache, 2, u32};
-  for (RopeFormat rope : k_rope_formats.values()) EXPECT_OK(validate(w, rope));
+  for (RecordFormat rope : k_record_formats.values()) EXPECT_OK(validate(w, rope));
   auto bad = w;
   bad.slot_mapping = reinterpret_cast<const std::int64_t*>(buffer + 4);
-  expect_refused(validate(bad, RopeFormat::bf16), "'slot_mapping': must be 8-byte aligned (int64)");
+  expect_refused(validate(bad, RecordFormat::b12x_432), "'slot_mapping': must be 8-byte aligned (int64)");
   bad = w;
   bad.status = reinterpret_cast<std::uint32_t*>(buffer + 2);
-  expect_refused(validate(bad, RopeFormat::bf16), "'status': must be 4-byte aligned (uint32)");
+  expect_refused(validate(bad, RecordFormat::b12x_432), "'status': must be 4-byte aligned (uint32)");
   bad = w;
   bad.num_tokens = k_max;
-  expect_refused(validate(bad, RopeFormat::bf16), "'num_tokens': must be <= 8589934588");
+  expect_refused(validate(bad, RecordFormat::b12x_432), "'num_tokens': must be <= 8589934588");
   bad = w;
   bad.num_slots = k_max / 432 + 1;  // slot * 432 overflows int64
-  expect_refused(validate(bad, RopeFormat::bf16), "'cache'");
+  expect_refused(validate(bad, RecordFormat::b12x_432), "'cache'");
   bad.num_slots = k_max / 368;  // fits for fp8 records
-  EXPECT_OK(validate(bad, RopeFormat::fp8));
+  EXPECT_OK(validate(bad, RecordFormat::b12x_368));
   bad = w;
   bad.kv_c_stride = k_max & ~std::int64_t{7};
-  expect_refused(validate(bad, RopeFormat::bf16), "'kv_c'");
+  expect_refused(validate(bad, RecordFormat::b12x_432), "'kv_c'");
   bad = w;
   bad.k_pe = reinterpret_cast<const std::uint16_t*>(at(top));
-  expect_refused(validate(bad, RopeFormat::bf16), "'k_pe'");
+  expect_refused(validate(bad, RecordFormat::b12x_432), "'k_pe'");
   bad = w;
   bad.slot_mapping = reinterpret_cast<const std::int64_t*>(at(top + 8));  // 8 bytes left, 16 needed
-  expect_refused(validate(bad, RopeFormat::bf16), "'slot_mapping'");
+  expect_refused(validate(bad, RecordFormat::b12x_432), "'slot_mapping'");
 
   const jc::GatherParams g{gather_cache, 2, i32, 2, out, 576, reinterpret_cast<std::uint32_t*>(buffer + 16)};
-  EXPECT_OK(validate(g, RopeFormat::bf16));
+  EXPECT_OK(validate(g, RecordFormat::b12x_432));
   auto gbad = g;
   gbad.slots = reinterpret_cast<const std::int32_t*>(buffer + 2);
-  expect_refused(validate(gbad, RopeFormat::bf16), "'slots': must be 4-byte aligned (int32)");
+  expect_refused(validate(gbad, RecordFormat::b12x_432), "'slots': must be 4-byte aligned (int32)");
   gbad = g;
   gbad.status = reinterpret_cast<std::uint32_t*>(buffer + 1);
-  expect_refused(validate(gbad, RopeFormat::bf16), "'status'");
+  expect_refused(validate(gbad, RecordFormat::b12x_432), "'status'");
   gbad = g;
   gbad.num_rows = k_max;
-  expect_refused(validate(gbad, RopeFormat::bf16), "'num_rows'");
+  expect_refused(validate(gbad, RecordFormat::b12x_432), "'num_rows'");
   gbad = g;
   gbad.num_slots = k_max;
-  expect_refused(validate(gbad, RopeFormat::fp8), "'cache'");
+  expect_refused(validate(gbad, RecordFormat::b12x_368), "'cache'");
   gbad = g;
   gbad.out_stride = (k_max / 2) & ~std::int64_t{7};
-  expect_refused(validate(gbad, RopeFormat::bf16), "'out'");
+  expect_refused(validate(gbad, RecordFormat::b12x_432), "'out'");
   gbad = g;
   gbad.out = reinterpret_cast<std::uint16_t*>(at(top));
-  expect_refused(validate(gbad, RopeFormat::bf16), "'out'");
+  expect_refused(validate(gbad, RecordFormat::b12x_432), "'out'");
 
   // A count of 0 reads nothing: null buffers are fine. So is a null status, and a
   // gather with no slots never reads the cache.
   EXPECT_OK(
-      validate(jc::WriterParams{nullptr, 0, nullptr, 0, nullptr, 0, nullptr, 0, nullptr}, RopeFormat::bf16));
-  EXPECT_OK(validate(jc::GatherParams{nullptr, 0, nullptr, 0, nullptr, 0, nullptr}, RopeFormat::bf16));
+      validate(jc::WriterParams{nullptr, 0, nullptr, 0, nullptr, 0, nullptr, 0, nullptr}, RecordFormat::b12x_432));
+  EXPECT_OK(validate(jc::GatherParams{nullptr, 0, nullptr, 0, nullptr, 0, nullptr}, RecordFormat::b12x_432));
   gbad = g;
   gbad.status = nullptr;
   gbad.cache = nullptr;
   gbad.num_slots = 0;
-  EXPECT_OK(validate(gbad, RopeFormat::bf16));
+  EXPECT_OK(validate(gbad, RecordFormat::b12x_432));
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ std::vector<float> random_tokens(std::mt19937_64& rng, std::size_t tokens, std::
   return values;
 }
 
-kv::RecordOptions options(float scale, RopeFormat rope, unsigned threads = 1) {
+kv::RecordOptions options(float scale, RecordFormat rope, unsigned threads = 1) {
   auto choice = kv::choose_latent_scale(scale);
   EXPECT_TRUE(choice.has_value());
   return kv::RecordOptions{choice.value_or(kv::LatentScaleChoice{}), rope, threads};
@@ -80,7 +80,7 @@ double rope_bound(double x, double amax) {
 }
 
 void expect_within_bounds(const std::vector<float>& input, std::size_t columns,
-                          const std::vector<float>& output, float s, RopeFormat rope) {
+                          const std::vector<float>& output, float s, RecordFormat rope) {
   const std::size_t tokens = input.size() / columns;
   ASSERT_EQ(output.size(), tokens * k_row_dim);
   double err2 = 0.0, ref2 = 0.0;
@@ -102,7 +102,7 @@ void expect_within_bounds(const std::vector<float>& input, std::size_t columns,
     for (std::size_t i = k_latent_dim; i < k_row_dim; ++i)
       rope_amax = std::max(rope_amax, std::fabs(double{x[i]}));
     for (std::size_t i = k_latent_dim; i < k_row_dim; ++i) {
-      if (rope == RopeFormat::bf16) {
+      if (rope == RecordFormat::b12x_432) {
         ASSERT_EQ(bits(y[i]), bits(x[i]))
             << "bf16 RoPE is stored verbatim; token " << t << " element " << i;
       } else {
@@ -125,7 +125,7 @@ void expect_within_bounds(const std::vector<float>& input, std::size_t columns,
 TEST(KvTools, RoundTripStaysWithinTheNvfp4ErrorBound) {
   std::mt19937_64 rng(testing::test_seed("kv round trip"));
   std::uniform_real_distribution<float> log_magnitude(std::log(0.02f), std::log(5.2f));
-  for (const RopeFormat rope : k_rope_formats.values()) {
+  for (const RecordFormat rope : k_record_formats.values()) {
     for (int scale_kind = 0; scale_kind < 3; ++scale_kind) {
       const std::size_t tokens = 1 + rng() % 48;
       const float latent_max = std::exp(log_magnitude(rng));
@@ -147,7 +147,7 @@ TEST(KvTools, RoundTripStaysWithinTheNvfp4ErrorBound) {
 
 TEST(KvTools, MatchesTheIndependentReferenceBitForBit) {
   std::mt19937_64 rng(testing::test_seed("kv vs reference"));
-  for (const RopeFormat rope : k_rope_formats.values()) {
+  for (const RecordFormat rope : k_record_formats.values()) {
     for (const float s : {1.0f, 0.0013f, 3.5f}) {
       const std::size_t tokens = 1 + rng() % 16;
       const std::vector<float> input =
@@ -156,7 +156,7 @@ TEST(KvTools, MatchesTheIndependentReferenceBitForBit) {
       ASSERT_OK(records);
       const auto output = kv::dequantize(*records, options(s, rope));
       ASSERT_OK(output);
-      const bool fp8 = rope == RopeFormat::fp8;
+      const bool fp8 = rope == RecordFormat::b12x_368;
       const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
       for (std::size_t t = 0; t < tokens; ++t) {
         std::uint16_t row[k_row_dim];
@@ -181,7 +181,7 @@ TEST(KvTools, ExactlyRepresentableInputsRoundTripExactly) {
   static const float e2m1[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   // Powers of two keep x / s and the restore multiply exact.
   for (const float s : {1.0f, 0.25f, 8.0f}) {
-    for (const RopeFormat rope : k_rope_formats.values()) {
+    for (const RecordFormat rope : k_record_formats.values()) {
       const std::size_t tokens = 1 + rng() % 8;
       std::vector<float> input(tokens * k_row_dim);
       for (std::size_t t = 0; t < tokens; ++t) {
@@ -237,13 +237,13 @@ TEST(KvTools, InputsAreRoundedToBf16FirstNearestEven) {
   const std::vector<float> input = random_tokens(rng, 5, k_row_dim, 1.3f);
   std::vector<float> rounded(input.size());
   for (std::size_t i = 0; i < input.size(); ++i) rounded[i] = as_bf16(input[i]);
-  EXPECT_EQ(kv::quantize(input, k_row_dim, options(0.01f, RopeFormat::fp8)).value(),
-            kv::quantize(rounded, k_row_dim, options(0.01f, RopeFormat::fp8)).value());
+  EXPECT_EQ(kv::quantize(input, k_row_dim, options(0.01f, RecordFormat::b12x_368)).value(),
+            kv::quantize(rounded, k_row_dim, options(0.01f, RecordFormat::b12x_368)).value());
 }
 
 TEST(KvTools, LatentOnlyInputGetsZeroRope) {
   std::mt19937_64 rng(testing::test_seed("kv 512 columns"));
-  for (const RopeFormat rope : k_rope_formats.values()) {
+  for (const RecordFormat rope : k_record_formats.values()) {
     const std::size_t tokens = 1 + rng() % 20;
     const std::vector<float> latent = random_tokens(rng, tokens, k_latent_dim, 2.0f);
     std::vector<float> padded(tokens * k_row_dim, 0.0f);
@@ -265,7 +265,7 @@ TEST(KvTools, ThreadCountNeverChangesTheBytes) {
   std::mt19937_64 rng(testing::test_seed("kv threads"));
   const std::size_t tokens = 2501;  // an odd count: uneven chunks
   const std::vector<float> input = random_tokens(rng, tokens, k_row_dim, 3.0f);
-  for (const RopeFormat rope : k_rope_formats.values()) {
+  for (const RecordFormat rope : k_record_formats.values()) {
     const auto single = kv::quantize(input, k_row_dim, options(0.002f, rope, 1));
     ASSERT_OK(single);
     const auto single_out = kv::dequantize(*single, options(0.002f, rope, 1));
@@ -282,17 +282,17 @@ TEST(KvTools, ThreadCountNeverChangesTheBytes) {
   }
   // More threads than tokens is fine.
   const std::vector<float> few = random_tokens(rng, 3, k_row_dim, 1.0f);
-  EXPECT_EQ(kv::quantize(few, k_row_dim, options(1.0f, RopeFormat::bf16, 16)).value(),
-            kv::quantize(few, k_row_dim, options(1.0f, RopeFormat::bf16, 1)).value());
+  EXPECT_EQ(kv::quantize(few, k_row_dim, options(1.0f, RecordFormat::b12x_432, 16)).value(),
+            kv::quantize(few, k_row_dim, options(1.0f, RecordFormat::b12x_432, 1)).value());
 }
 
 TEST(KvTools, EmptyInputsGiveEmptyOutputs) {
   const auto records =
-      kv::quantize(std::span<const float>{}, k_row_dim, options(1.0f, RopeFormat::bf16));
+      kv::quantize(std::span<const float>{}, k_row_dim, options(1.0f, RecordFormat::b12x_432));
   ASSERT_OK(records);
   EXPECT_TRUE(records->empty());
   const auto output =
-      kv::dequantize(std::span<const std::uint8_t>{}, options(1.0f, RopeFormat::fp8));
+      kv::dequantize(std::span<const std::uint8_t>{}, options(1.0f, RecordFormat::b12x_368));
   ASSERT_OK(output);
   EXPECT_TRUE(output->empty());
 }
@@ -300,14 +300,14 @@ TEST(KvTools, EmptyInputsGiveEmptyOutputs) {
 TEST(KvTools, MisalignedRecordSpanIsHandled) {
   std::mt19937_64 rng(testing::test_seed("kv misaligned"));
   const std::vector<float> input = random_tokens(rng, 4, k_row_dim, 1.0f);
-  const auto records = kv::quantize(input, k_row_dim, options(1.0f, RopeFormat::bf16));
+  const auto records = kv::quantize(input, k_row_dim, options(1.0f, RecordFormat::b12x_432));
   ASSERT_OK(records);
   std::vector<std::uint8_t> shifted(records->size() + 1);
   std::copy(records->begin(), records->end(), shifted.begin() + 1);
   const auto from_shifted =
-      kv::dequantize(std::span(shifted).subspan(1), options(1.0f, RopeFormat::bf16));
+      kv::dequantize(std::span(shifted).subspan(1), options(1.0f, RecordFormat::b12x_432));
   ASSERT_OK(from_shifted);
-  EXPECT_EQ(*from_shifted, kv::dequantize(*records, options(1.0f, RopeFormat::bf16)).value());
+  EXPECT_EQ(*from_shifted, kv::dequantize(*records, options(1.0f, RecordFormat::b12x_432)).value());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -338,12 +338,12 @@ TEST(KvTools, DynamicScaleDividesOnWriteAndMultipliesOnRead) {
   for (std::size_t i = 0; i < halved.size(); ++i)
     if (i % k_row_dim < k_latent_dim) halved[i] = as_bf16(input[i]) / 2.0f;  // exact
   // The writer stores kv_c / s: records at s = 2 are the identity records of x / 2 ...
-  const auto dynamic = kv::quantize(input, k_row_dim, options(2.0f, RopeFormat::bf16));
+  const auto dynamic = kv::quantize(input, k_row_dim, options(2.0f, RecordFormat::b12x_432));
   ASSERT_OK(dynamic);
-  EXPECT_EQ(*dynamic, kv::quantize(halved, k_row_dim, options(1.0f, RopeFormat::bf16)).value());
+  EXPECT_EQ(*dynamic, kv::quantize(halved, k_row_dim, options(1.0f, RecordFormat::b12x_432)).value());
   // ... and the reader multiplies by s: exactly twice what the identity reader returns.
-  const auto restored = kv::dequantize(*dynamic, options(2.0f, RopeFormat::bf16));
-  const auto unrestored = kv::dequantize(*dynamic, options(1.0f, RopeFormat::bf16));
+  const auto restored = kv::dequantize(*dynamic, options(2.0f, RecordFormat::b12x_432));
+  const auto unrestored = kv::dequantize(*dynamic, options(1.0f, RecordFormat::b12x_432));
   ASSERT_OK(restored);
   ASSERT_OK(unrestored);
   for (std::size_t i = 0; i < restored->size(); ++i) {
@@ -410,7 +410,7 @@ TEST(KvTools, ScaleRuleIsTheScalesFilesRule) {
 TEST(KvTools, RecordBufferOfWrongLengthIsRejected) {
   for (const std::size_t size : {1u, 431u, 433u, 865u}) {
     const std::vector<std::uint8_t> records(size);
-    const auto r = kv::dequantize(records, options(1.0f, RopeFormat::bf16));
+    const auto r = kv::dequantize(records, options(1.0f, RecordFormat::b12x_432));
     ASSERT_FALSE(r) << size;
     EXPECT_EQ(r.error().code, ErrorCode::invalid_input);
     EXPECT_EQ(r.error().message.find(
@@ -421,24 +421,24 @@ TEST(KvTools, RecordBufferOfWrongLengthIsRejected) {
   }
   // A file of the other layout is named as such.
   const auto fp8_file_read_as_bf16 =
-      kv::dequantize(std::vector<std::uint8_t>(368 * 5), options(1.0f, RopeFormat::bf16));
+      kv::dequantize(std::vector<std::uint8_t>(368 * 5), options(1.0f, RecordFormat::b12x_432));
   ASSERT_FALSE(fp8_file_read_as_bf16);
   EXPECT_NE(fp8_file_read_as_bf16.error().message.find(
                 "(it is a multiple of the 368-byte fp8 RoPE record: is --rope fp8 meant?)"),
             std::string::npos);
   const auto bf16_file_read_as_fp8 =
-      kv::dequantize(std::vector<std::uint8_t>(432), options(1.0f, RopeFormat::fp8));
+      kv::dequantize(std::vector<std::uint8_t>(432), options(1.0f, RecordFormat::b12x_368));
   ASSERT_FALSE(bf16_file_read_as_fp8);
   EXPECT_NE(bf16_file_read_as_fp8.error().message.find("is --rope bf16 meant?"), std::string::npos);
 }
 
 TEST(KvTools, TokenMatrixOfWrongWidthIsRejected) {
   const std::vector<float> values(1000);
-  const auto wide = kv::quantize(values, 500, options(1.0f, RopeFormat::bf16));
+  const auto wide = kv::quantize(values, 500, options(1.0f, RecordFormat::b12x_432));
   ASSERT_FALSE(wide);
   EXPECT_EQ(wide.error().code, ErrorCode::invalid_argument);
   EXPECT_NE(wide.error().message.find("expected 576 or 512 columns, given 500"), std::string::npos);
-  const auto ragged = kv::quantize(values, k_latent_dim, options(1.0f, RopeFormat::bf16));
+  const auto ragged = kv::quantize(values, k_latent_dim, options(1.0f, RecordFormat::b12x_432));
   ASSERT_FALSE(ragged);
   EXPECT_NE(ragged.error().message.find("1000 values do not fill rows of 512"), std::string::npos);
   const auto measured = kv::measure_error(values, 7, kv::ErrorOptions{});
@@ -471,11 +471,11 @@ TEST(KvTools, ErrorMetricFollowsItsDefinition) {
   const auto report = kv::measure_error(
       input, k_row_dim,
       kv::ErrorOptions{kv::ScaleSource::given, kv::choose_latent_scale(0.01).value(),
-                       RopeFormat::fp8, 1});
+                       RecordFormat::b12x_368, 1});
   ASSERT_OK(report);
   const auto output =
-      kv::dequantize(kv::quantize(input, k_row_dim, options(0.01f, RopeFormat::fp8)).value(),
-                     options(0.01f, RopeFormat::fp8))
+      kv::dequantize(kv::quantize(input, k_row_dim, options(0.01f, RecordFormat::b12x_368)).value(),
+                     options(0.01f, RecordFormat::b12x_368))
           .value();
   double latent_max = 0.0, rope_max = 0.0;
   const double latent_rms = reference_rel_rms(input, output, 0, k_latent_dim, &latent_max);
@@ -495,7 +495,7 @@ TEST(KvTools, ErrorMetricFollowsItsDefinition) {
   const auto threaded = kv::measure_error(
       input, k_row_dim,
       kv::ErrorOptions{kv::ScaleSource::given, kv::choose_latent_scale(0.01).value(),
-                       RopeFormat::fp8, 5});
+                       RecordFormat::b12x_368, 5});
   ASSERT_OK(threaded);
   EXPECT_EQ(threaded->latent.rel_rms, report->latent.rel_rms);
   EXPECT_EQ(threaded->rope_part.rel_rms, report->rope_part.rel_rms);
@@ -506,7 +506,7 @@ TEST(KvTools, CalibrationRescuesShallowLayers) {
   const auto measure = [&](float latent_max, kv::ScaleSource source) {
     std::mt19937_64 same(rng());
     const std::vector<float> input = random_tokens(same, 64, k_latent_dim, latent_max);
-    return kv::measure_error(input, k_latent_dim, kv::ErrorOptions{source, {}, RopeFormat::bf16, 0})
+    return kv::measure_error(input, k_latent_dim, kv::ErrorOptions{source, {}, RecordFormat::b12x_432, 0})
         .value();
   };
   const std::uint64_t pick = rng();
@@ -546,7 +546,7 @@ TEST(KvTools, NonFiniteInputsAreCountedNotPropagated) {
       finite_max = std::max(finite_max, std::fabs(as_bf16(input[i])));
   for (const kv::ScaleSource source : {kv::ScaleSource::given, kv::ScaleSource::calibrated}) {
     const auto report =
-        kv::measure_error(input, k_row_dim, kv::ErrorOptions{source, {}, RopeFormat::fp8, 1});
+        kv::measure_error(input, k_row_dim, kv::ErrorOptions{source, {}, RecordFormat::b12x_368, 1});
     ASSERT_OK(report);
     EXPECT_EQ(report->latent.nonfinite_inputs, 3u);
     EXPECT_EQ(report->rope_part.nonfinite_inputs, 1u);
@@ -575,7 +575,7 @@ TEST(KvTools, InfiniteFp8RopeValueMakesItsTokensRopeNaN) {
   std::vector<float> input = random_tokens(rng, 2, k_row_dim, 1.0f);
   input[k_row_dim + k_latent_dim + 7] = std::numeric_limits<float>::infinity();
   const auto fp8 =
-      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RopeFormat::fp8, 1});
+      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RecordFormat::b12x_368, 1});
   ASSERT_OK(fp8);
   EXPECT_EQ(fp8->rope_part.nonfinite_inputs, 1u);
   EXPECT_EQ(fp8->rope_part.nonfinite_outputs, k_rope_dim - 1);
@@ -583,7 +583,7 @@ TEST(KvTools, InfiniteFp8RopeValueMakesItsTokensRopeNaN) {
   EXPECT_TRUE(std::isfinite(fp8->rope_part.rel_rms));
   EXPECT_EQ(fp8->latent.nonfinite_outputs, 0u);
   const auto bf16 =
-      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RopeFormat::bf16, 1});
+      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RecordFormat::b12x_432, 1});
   ASSERT_OK(bf16);
   EXPECT_EQ(bf16->rope_part.nonfinite_outputs, 0u);
   EXPECT_EQ(bf16->rope_part.rel_rms, 0.0);
@@ -598,7 +598,7 @@ TEST(KvTools, OverflowingRestoreIsCountedAsNonFiniteOutput) {
   const auto report = kv::measure_error(
       input, k_row_dim,
       kv::ErrorOptions{kv::ScaleSource::given,
-                       kv::choose_latent_scale(std::ldexp(1.0, 120)).value(), RopeFormat::bf16, 1});
+                       kv::choose_latent_scale(std::ldexp(1.0, 120)).value(), RecordFormat::b12x_432, 1});
   ASSERT_OK(report);
   EXPECT_EQ(report->latent.nonfinite_inputs, 0u);
   EXPECT_EQ(report->latent.nonfinite_outputs, 16u);
@@ -615,7 +615,7 @@ TEST(KvTools, FiniteInputsBeyondBf16RangeAreCountedApart) {
   input[k_latent_dim + 3] = std::bit_cast<float>(0x7f7f8000u);
   input[9] = std::numeric_limits<float>::quiet_NaN();
   const auto report =
-      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RopeFormat::bf16, 1});
+      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RecordFormat::b12x_432, 1});
   ASSERT_OK(report);
   EXPECT_EQ(report->latent.out_of_bf16_range, 2u);
   EXPECT_EQ(report->latent.nonfinite_inputs, 1u);
@@ -630,7 +630,7 @@ TEST(KvTools, NothingMeasuredIsNaNNotZero) {
   std::vector<float> input(k_row_dim, std::numeric_limits<float>::max());
   input[0] = std::numeric_limits<float>::infinity();
   const auto report =
-      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RopeFormat::bf16, 1});
+      kv::measure_error(input, k_row_dim, kv::ErrorOptions{{}, {}, RecordFormat::b12x_432, 1});
   ASSERT_OK(report);
   EXPECT_EQ(report->latent.elements + report->rope_part.elements, 0u);
   EXPECT_EQ(report->latent.nonfinite_inputs, 1u);
@@ -643,7 +643,7 @@ TEST(KvTools, NothingMeasuredIsNaNNotZero) {
 TEST(KvTools, AllZeroInputHasZeroErrorNotNaN) {
   const std::vector<float> zeros(3 * k_row_dim, 0.0f);
   const auto report = kv::measure_error(
-      zeros, k_row_dim, kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RopeFormat::fp8, 1});
+      zeros, k_row_dim, kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RecordFormat::b12x_368, 1});
   ASSERT_OK(report);
   EXPECT_EQ(report->latent.rel_rms, 0.0);
   EXPECT_EQ(report->rope_part.rel_rms, 0.0);
@@ -662,7 +662,7 @@ TEST_F(KvFileTest, FileRoundTrip) {
   const std::vector<float> input = random_tokens(rng, tokens, k_latent_dim, 2.5f);
   const std::uint64_t shape[] = {tokens, k_latent_dim};
   ASSERT_OK(npy::write_float32(dir() / "x.npy", shape, input));
-  const auto opts = options(0.001f, RopeFormat::fp8);
+  const auto opts = options(0.001f, RecordFormat::b12x_368);
   const auto written = kv::quantize_file(dir() / "x.npy", dir() / "r.bin", opts);
   ASSERT_OK(written);
   EXPECT_EQ(written->tokens, tokens);
@@ -678,7 +678,7 @@ TEST_F(KvFileTest, FileRoundTrip) {
   EXPECT_EQ(y->values,
             kv::dequantize(kv::quantize(input, k_latent_dim, opts).value(), opts).value());
   const auto report = kv::measure_error_file(
-      dir() / "x.npy", kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RopeFormat::fp8, 0});
+      dir() / "x.npy", kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RecordFormat::b12x_368, 0});
   ASSERT_OK(report);
   EXPECT_EQ(report->input_columns, k_latent_dim);
 }
@@ -688,7 +688,7 @@ TEST_F(KvFileTest, BadInputFilesAreNamedWithTheirField) {
   const std::uint64_t narrow[] = {6, 100};
   ASSERT_OK(npy::write_float32(dir() / "narrow.npy", narrow, values));
   const auto r =
-      kv::quantize_file(dir() / "narrow.npy", dir() / "out.bin", options(1.0f, RopeFormat::bf16));
+      kv::quantize_file(dir() / "narrow.npy", dir() / "out.bin", options(1.0f, RecordFormat::b12x_432));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::invalid_input);
   EXPECT_EQ(r.error().message,
@@ -703,7 +703,7 @@ TEST_F(KvFileTest, BadInputFilesAreNamedWithTheirField) {
                                    ": field 'shape': expected 2 dimensions, found (2, 3, 100)");
   std::ofstream(dir() / "short.bin", std::ios::binary) << std::string(500, 'x');
   const auto d =
-      kv::dequantize_file(dir() / "short.bin", dir() / "y.npy", options(1.0f, RopeFormat::bf16));
+      kv::dequantize_file(dir() / "short.bin", dir() / "y.npy", options(1.0f, RecordFormat::b12x_432));
   ASSERT_FALSE(d);
   EXPECT_EQ(d.error().code, ErrorCode::invalid_input);
   EXPECT_EQ(d.error().message.find((dir() / "short.bin").string() + ": field 'size': 500 bytes"),
@@ -712,7 +712,7 @@ TEST_F(KvFileTest, BadInputFilesAreNamedWithTheirField) {
   EXPECT_FALSE(std::filesystem::exists(dir() / "out.bin"));
   EXPECT_FALSE(std::filesystem::exists(dir() / "y.npy"));
   const auto missing =
-      kv::quantize_file(dir() / "absent.npy", dir() / "out.bin", options(1.0f, RopeFormat::bf16));
+      kv::quantize_file(dir() / "absent.npy", dir() / "out.bin", options(1.0f, RecordFormat::b12x_432));
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, ErrorCode::not_found);
 }
@@ -723,7 +723,7 @@ TEST_F(KvFileTest, OutputThatIsTheInputIsRefused) {
   const std::vector<float> values(2 * k_row_dim, 0.25f);
   const std::uint64_t shape[] = {2, k_row_dim};
   ASSERT_OK(npy::write_float32(dir() / "x.npy", shape, values));
-  const auto opts = options(1.0f, RopeFormat::bf16);
+  const auto opts = options(1.0f, RecordFormat::b12x_432);
   ASSERT_OK(kv::quantize_file(dir() / "x.npy", dir() / "r.bin", opts));
   ASSERT_EQ(::link((dir() / "x.npy").c_str(), (dir() / "x-link.npy").c_str()), 0);
   ASSERT_EQ(::link((dir() / "r.bin").c_str(), (dir() / "r-link.bin").c_str()), 0);
@@ -751,7 +751,7 @@ TEST_F(KvFileTest, OutputThatIsTheInputIsRefused) {
 TEST_F(KvFileTest, FifoAsRecordsOrNpyInputIsRefusedWithoutBlocking) {
   ASSERT_EQ(::mkfifo((dir() / "pipe").c_str(), 0600), 0);
   const testing::HangGuard guard(10);
-  const auto opts = options(1.0f, RopeFormat::bf16);
+  const auto opts = options(1.0f, RecordFormat::b12x_432);
   const auto d = kv::dequantize_file(dir() / "pipe", dir() / "y.npy", opts);
   ASSERT_FALSE(d);
   EXPECT_EQ(d.error().message, (dir() / "pipe").string() + ": not a regular file (a FIFO)");

@@ -81,7 +81,7 @@ const WriterField k_writer_fields[] = {
 };
 
 TEST(LaunchContract, AWriterBufferMayNotOverlapAnyOtherToTheByte) {
-  for (RopeFormat rope : k_rope_formats.values()) EXPECT_OK(validate(writer(), rope));
+  for (RecordFormat rope : k_record_formats.values()) EXPECT_OK(validate(writer(), rope));
   // The written buffers (cache, status) against every other buffer: ending right at the
   // other's first byte passes, one alignment unit further is refused; so is starting at
   // the other's last aligned unit, and starting right after its end passes.
@@ -95,14 +95,14 @@ TEST(LaunchContract, AWriterBufferMayNotOverlapAnyOtherToTheByte) {
       const std::string second = cache_side ? "status" : o.name;
       jc::WriterParams p = writer();
       w.place(p, o.base - w.bytes);
-      EXPECT_OK(validate(p, RopeFormat::bf16));
+      EXPECT_OK(validate(p, RecordFormat::b12x_432));
       w.place(p, o.base - w.bytes + w.alignment);
-      expect_overlap(validate(p, RopeFormat::bf16), first, second);
+      expect_overlap(validate(p, RecordFormat::b12x_432), first, second);
       const std::uint64_t last_unit = (o.base + o.bytes - 1) / w.alignment * w.alignment;
       w.place(p, last_unit);
-      expect_overlap(validate(p, RopeFormat::bf16), first, second);
+      expect_overlap(validate(p, RecordFormat::b12x_432), first, second);
       w.place(p, (o.base + o.bytes + w.alignment - 1) / w.alignment * w.alignment);
-      EXPECT_OK(validate(p, RopeFormat::bf16));
+      EXPECT_OK(validate(p, RecordFormat::b12x_432));
     }
   }
 }
@@ -110,7 +110,7 @@ TEST(LaunchContract, AWriterBufferMayNotOverlapAnyOtherToTheByte) {
 TEST(LaunchContract, TheMessageNamesBothBuffersWithTheirByteRanges) {
   jc::WriterParams p = writer();
   p.cache = at<jc::u8>(k_kv_c + 4480 - 16);
-  const Status status = validate(p, RopeFormat::bf16);
+  const Status status = validate(p, RecordFormat::b12x_432);
   ASSERT_FALSE(status);
   EXPECT_EQ(status.error().message, "kernel parameter 'cache': [" + hex(k_kv_c + 4464) +
                                         ", +3456 bytes) overlaps 'kv_c' [" + hex(k_kv_c) +
@@ -118,22 +118,22 @@ TEST(LaunchContract, TheMessageNamesBothBuffersWithTheirByteRanges) {
                                         "with another buffer of the launch");
   // fp8 records are 368 bytes: the cache's range follows the RoPE format.
   p.cache = at<jc::u8>(k_kv_c - 8 * 368);
-  EXPECT_OK(validate(p, RopeFormat::fp8));
-  expect_overlap(validate(p, RopeFormat::bf16), "cache", "kv_c");
+  EXPECT_OK(validate(p, RecordFormat::b12x_368));
+  expect_overlap(validate(p, RecordFormat::b12x_432), "cache", "kv_c");
 }
 
 TEST(LaunchContract, BuffersThatAreOnlyReadMayOverlap) {
   jc::WriterParams p = writer();
   p.k_pe = p.kv_c + 512;  // vLLM: column slices of one [N, 576] tensor
-  EXPECT_OK(validate(p, RopeFormat::bf16));
+  EXPECT_OK(validate(p, RecordFormat::b12x_432));
   p.k_pe = p.kv_c;  // the same rows, read twice
-  EXPECT_OK(validate(p, RopeFormat::bf16));
+  EXPECT_OK(validate(p, RecordFormat::b12x_432));
   p.slot_mapping = at<const jc::i64>(k_kv_c + 64);  // inside kv_c's first row
-  EXPECT_OK(validate(p, RopeFormat::bf16));
+  EXPECT_OK(validate(p, RecordFormat::b12x_432));
   // A gather's slots may lie inside the cache it reads.
   jc::GatherParams g{at<const jc::u8>(k_cache), 8, at<const jc::i32>(k_cache + 432), 4,
                      at<jc::u16>(0x500000), 576, nullptr};
-  EXPECT_OK(validate(g, RopeFormat::bf16));
+  EXPECT_OK(validate(g, RecordFormat::b12x_432));
 }
 
 TEST(LaunchContract, EveryGatherWriteIsCheckedAgainstEveryOtherBuffer) {
@@ -141,11 +141,11 @@ TEST(LaunchContract, EveryGatherWriteIsCheckedAgainstEveryOtherBuffer) {
   constexpr std::uint64_t out_bytes = 4 * 1152;
   const jc::GatherParams g{at<const jc::u8>(cache), 8, at<const jc::i32>(slots), 4, at<jc::u16>(out), 576,
                            at<jc::u32>(status)};
-  for (RopeFormat rope : k_rope_formats.values()) EXPECT_OK(validate(g, rope));
+  for (RecordFormat rope : k_record_formats.values()) EXPECT_OK(validate(g, rope));
   auto with = [&](auto change) {
     jc::GatherParams p = g;
     change(p);
-    return validate(p, RopeFormat::bf16);
+    return validate(p, RecordFormat::b12x_432);
   };
   // out over the cache's last record, over slots, over status.
   expect_overlap(with([&](auto& p) { p.out = at<jc::u16>(cache + 8 * 432 - 16); }), "out", "cache");
@@ -165,15 +165,15 @@ TEST(LaunchContract, AStridedBufferSpansItsRowGaps) {
   constexpr std::uint64_t out = 0x300000;
   jc::GatherParams g{at<const jc::u8>(0x100000), 8, at<const jc::i32>(0x200000), 3, at<jc::u16>(out), 640,
                      at<jc::u32>(out + 1152)};
-  expect_overlap(validate(g, RopeFormat::bf16), "out", "status");
+  expect_overlap(validate(g, RecordFormat::b12x_432), "out", "status");
   g.status = at<jc::u32>(out + 2 * 1280 + 1152);
-  EXPECT_OK(validate(g, RopeFormat::bf16));
+  EXPECT_OK(validate(g, RecordFormat::b12x_432));
   // The same for a read buffer: status inside k_pe's first row gap, then past its end.
   jc::WriterParams p = writer();
   p.status = at<jc::u32>(k_k_pe + 128);
-  expect_overlap(validate(p, RopeFormat::bf16), "status", "k_pe");
+  expect_overlap(validate(p, RecordFormat::b12x_432), "status", "k_pe");
   p.status = at<jc::u32>(k_k_pe + k_k_pe_bytes);
-  EXPECT_OK(validate(p, RopeFormat::bf16));
+  EXPECT_OK(validate(p, RecordFormat::b12x_432));
 }
 
 TEST(LaunchContract, WhatALaunchDoesNotTouchMayOverlapAnything) {
@@ -182,36 +182,36 @@ TEST(LaunchContract, WhatALaunchDoesNotTouchMayOverlapAnything) {
   p.num_tokens = 0;
   p.cache = at<jc::u8>(k_kv_c);
   p.status = at<jc::u32>(k_kv_c);
-  EXPECT_OK(validate(p, RopeFormat::bf16));
+  EXPECT_OK(validate(p, RecordFormat::b12x_432));
   jc::GatherParams g{at<const jc::u8>(0x100000), 8, at<const jc::i32>(0x100000), 0, at<jc::u16>(0x100000), 576,
                      at<jc::u32>(0x100000)};
-  EXPECT_OK(validate(g, RopeFormat::bf16));
+  EXPECT_OK(validate(g, RecordFormat::b12x_432));
   // No slots: every slot is out of range and the cache is never touched.
   p = writer();
   p.num_slots = 0;
   p.cache = at<jc::u8>(k_kv_c);
-  EXPECT_OK(validate(p, RopeFormat::bf16));
+  EXPECT_OK(validate(p, RecordFormat::b12x_432));
   g.num_rows = 4;
   g.num_slots = 0;
   g.slots = at<const jc::i32>(0x200000);
   g.out = at<jc::u16>(0x300000);
   g.cache = at<const jc::u8>(0x300000);
   g.status = nullptr;  // no status word: nothing to overlap
-  EXPECT_OK(validate(g, RopeFormat::bf16));
+  EXPECT_OK(validate(g, RecordFormat::b12x_432));
 }
 
 TEST(LaunchContract, RangesEndingAtTheTopOfTheAddressSpaceDoNotWrap) {
   constexpr std::uint64_t top_cache = 0 - std::uint64_t{k_cache_bytes};  // ends at exactly 2^64
   jc::WriterParams p = writer();
   p.cache = at<jc::u8>(top_cache);
-  EXPECT_OK(validate(p, RopeFormat::bf16));
+  EXPECT_OK(validate(p, RecordFormat::b12x_432));
   p.status = at<jc::u32>(top_cache - 4);
-  EXPECT_OK(validate(p, RopeFormat::bf16));
+  EXPECT_OK(validate(p, RecordFormat::b12x_432));
   p.status = at<jc::u32>(0 - std::uint64_t{4});
-  expect_overlap(validate(p, RopeFormat::bf16), "cache", "status");
+  expect_overlap(validate(p, RecordFormat::b12x_432), "cache", "status");
   p.status = at<jc::u32>(k_status);
   p.slot_mapping = at<const jc::i64>(0 - std::uint64_t{32});
-  expect_overlap(validate(p, RopeFormat::bf16), "cache", "slot_mapping");
+  expect_overlap(validate(p, RecordFormat::b12x_432), "cache", "slot_mapping");
 }
 
 // ---- duplicate slots: the host executor -------------------------------------------------
@@ -256,7 +256,7 @@ TEST(LaunchContract, TheHostWriterRefusesADuplicateSlotBeforeWritingAnything) {
     const std::vector<std::int64_t> slots = {3, -1, 5, -1, 7, 5, 3, 2};
     HostBatch batch(8, num_slots);
     for (LatentScale latent : {LatentScale::identity, LatentScale::dynamic}) {
-      const auto result = host_run_writer(latent, RopeFormat::bf16, batch.params(slots, num_slots), 1.0f);
+      const auto result = host_run_writer(latent, RecordFormat::b12x_432, batch.params(slots, num_slots), 1.0f);
       ASSERT_FALSE(result);
       EXPECT_EQ(result.error().code, ErrorCode::invalid_argument);
       EXPECT_EQ(result.error().message, duplicate_message(5, 2, 5));
@@ -268,7 +268,7 @@ TEST(LaunchContract, TheHostWriterRefusesADuplicateSlotBeforeWritingAnything) {
 TEST(LaunchContract, PaddingAndOutOfRangeSlotsMayRepeat) {
   const std::vector<std::int64_t> slots = {-1, 2, -1, 9, 9, 0, -7, -7, 1, 4};
   HostBatch batch(10, 4);
-  const auto result = host_run_writer(LatentScale::identity, RopeFormat::bf16, batch.params(slots, 4), 1.0f);
+  const auto result = host_run_writer(LatentScale::identity, RecordFormat::b12x_432, batch.params(slots, 4), 1.0f);
   ASSERT_OK(result);
   EXPECT_EQ(*result, jc::k_status_slot_out_of_range);  // 9 and 4 are not slots of a 4-slot cache
   const auto* bytes = reinterpret_cast<const std::uint8_t*>(batch.cache.data());

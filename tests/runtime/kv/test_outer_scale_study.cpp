@@ -36,7 +36,7 @@ TEST(OuterScaleStudy, CalibratedScalesRemoveTheShallowLayerPenalty) {
   StudyOptions options;
   options.tokens = 512;
   options.seed = jitcache::testing::test_seed("OuterScaleStudy.CalibratedScales");
-  for (RopeFormat rope : k_rope_formats.values()) {
+  for (RecordFormat rope : k_record_formats.values()) {
     options.rope = rope;
     auto rows = run_outer_scale_study(default_layer_max_abs(), options);
     ASSERT_OK(rows);

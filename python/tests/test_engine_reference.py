@@ -206,6 +206,26 @@ def test_vllm_flashmla_round_trip_and_exact_rule():
     assert np.all(er.e4m3_decode(up[:, er.FLASHMLA_SCALE_OFFSETS]) >= er.e4m3_decode(rec[:, er.FLASHMLA_SCALE_OFFSETS]))
 
 
+def test_flashmla_calibrated_scale_fold():
+    """A shallow layer (max |kv_c| = 0.02) on flashmla-352: s_l folded outside the kernel
+    (write kv_c / s_l, multiply the result by s_l) beats no scale; folding s_l into the
+    E4M3 scale byte is worse than no scale at all."""
+    rng = rng_with_seed("fold")
+    kv = rng.standard_normal((500, 512)) * np.exp2(rng.uniform(-2, 0, (500, 1)))
+    kvb = bf16(kv / np.abs(kv).max() * 0.02)
+    x = er.bf16_to_f32(kvb).astype(np.float64)
+    pe = np.zeros((500, 64), np.uint16)
+    s_l = np.float32(np.abs(x).max() / 2688)
+    plain = rel_rms(er.vllm_flashmla_read(er.vllm_flashmla_write(kvb, pe))[:, :512], x)
+    rec = er.vllm_flashmla_write(bf16(er.bf16_to_f32(kvb) / s_l), pe)
+    outside = rel_rms(er.vllm_flashmla_read(rec)[:, :512].astype(np.float64) * s_l, x)
+    into_byte = rec.copy()
+    into_byte[:, er.FLASHMLA_SCALE_OFFSETS] = er.e4m3_encode(er.e4m3_decode(rec[:, er.FLASHMLA_SCALE_OFFSETS]) * s_l)
+    byte = rel_rms(er.vllm_flashmla_read(into_byte)[:, :512], x)
+    print(f"flashmla at max 0.02: no scale {plain:.4f}, fold outside {outside:.4f}, into the byte {byte:.4f}")
+    assert outside < 0.11 < plain < byte
+
+
 def test_flashmla_floor_and_zero_tokens():
     zeros = np.zeros((2, 512), dtype=np.uint16), np.zeros((2, 64), dtype=np.uint16)
     rec = er.vllm_flashmla_write(*zeros)
@@ -318,8 +338,9 @@ def test_host_today_matches_exact_rule(rope, scale):
     for r in RCPS:
         engine = er.b12x_write(kv, pe, 432 if rope == "bf16" else 368, False, rcp=r)
         finite = np.all(np.isfinite(er.bf16_to_f32(kv)), axis=1)
-        if scale == 1.0:
-            assert same_bits(host.dequantize(engine, 1.0, rope)[finite], er.b12x_read(engine, 432 if rope == "bf16" else 368, False)[finite])
+        layout = 432 if rope == "bf16" else 368
+        assert same_bits(host.dequantize(engine, scale, rope)[finite], er.b12x_read(engine, layout, False, scale)[finite])
+        assert same_bits(er.b12x_read(ours, layout, False, scale)[finite], host.dequantize(ours, scale, rope)[finite])
 
 
 FORMAT_CASES = [("b12x-432", "identity"), ("b12x-432", "layer"), ("b12x-368", "identity"),

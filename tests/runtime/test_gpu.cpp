@@ -340,8 +340,14 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorBitForBit) {
   std::mt19937_64 rng(jitcache::testing::test_seed("GpuTest.DeviceMatchesHostExecutorBitForBit"));
   const std::size_t tokens = 4099;  // not a multiple of the CTA's four tokens
   const std::size_t slots = tokens + 101;
-  for (RecordFormat rope : k_record_formats.values()) {
-    auto prepared = m_runtime->prepare(ModelSpec{k_checkpoint, rope, "", std::nullopt, std::nullopt});
+  // Every format as prepare() binds it (b12x-304 per-token, the others per layer), then
+  // b12x-368 per-token.
+  std::vector<std::pair<RecordFormat, std::optional<LatentScale>>> models;
+  for (RecordFormat format : k_record_formats.values()) models.emplace_back(format, std::nullopt);
+  models.emplace_back(RecordFormat::b12x_368, LatentScale::per_token);
+  for (const auto& [rope, latent_choice] : models) {
+    auto prepared =
+        m_runtime->prepare(ModelSpec{k_checkpoint, rope, "", std::nullopt, std::nullopt, latent_choice});
     ASSERT_OK(prepared);
     const PreparedModel& m = **prepared;
     const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
@@ -362,7 +368,7 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorBitForBit) {
       std::memset(host_cache.data(), 0x3c, slots * rb);
       jc::WriterParams hw{rows.data(), 576, rows.data() + 512, 576, slot_of.data(), static_cast<jc::i64>(tokens),
                           reinterpret_cast<jc::u8*>(host_cache.data()), static_cast<jc::i64>(slots), nullptr};
-      const LatentScale mode = b->mode == ScaleMode::identity ? LatentScale::identity : LatentScale::dynamic;
+      const LatentScale mode = b->latent_scale;  // the binding's mode: per-token, or the layer's
       auto host_status = host_run_writer(mode, rope, hw, b->scale);
       ASSERT_OK(host_status);
       ASSERT_EQ(*host_status, 0u);
@@ -387,6 +393,7 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorBitForBit) {
       for (std::size_t s = 0; s < slots; ++s) gather_slots.push_back(s % 17 == 0 ? -1 : static_cast<std::int32_t>(s));
       const std::size_t n = gather_slots.size();
       std::vector<jc::Vec16> host_out(n * 576 * 2 / 16);
+      std::memset(host_out.data(), 0x77, n * 576 * 2);  // as d_out: a 512-wide format leaves the rest
       jc::GatherParams hg{reinterpret_cast<const jc::u8*>(host_cache.data()), static_cast<jc::i64>(slots),
                           gather_slots.data(), static_cast<jc::i64>(n),
                           reinterpret_cast<jc::u16*>(host_out.data()), 576, nullptr};
@@ -570,8 +577,10 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorOnAdversarialData) {
 
   for (RecordFormat rope : k_record_formats.values()) {
     const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
-    for (LatentScale latent : {LatentScale::identity, LatentScale::dynamic}) {
-      const std::vector<float> scales = latent == LatentScale::identity
+    for (LatentScale latent : k_latent_scales.values()) {
+      if (!format_allows(rope, latent)) continue;
+      // Identity and per-token take 1.0 only (each refuses anything else).
+      const std::vector<float> scales = latent != LatentScale::dynamic
                                             ? std::vector<float>{1.0f}
                                             : std::vector<float>{0.0019f, 1.0f, 3.0e-39f, 1e-30f, 2.5e30f, 3.0e38f};
       CUfunction writer = nullptr, gather = nullptr;
@@ -619,6 +628,7 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorOnAdversarialData) {
             d_cache.upload(host_cache.data());
           }
           std::vector<jc::Vec16> host_out(tokens * 576 * 2 / 16);
+          std::memset(host_out.data(), 0x77, tokens * 576 * 2);  // as d_out: a 512-wide format leaves the rest
           jc::GatherParams hg{reinterpret_cast<const jc::u8*>(host_cache.data()), static_cast<jc::i64>(tokens),
                               gather_slots.data(), static_cast<jc::i64>(tokens),
                               reinterpret_cast<jc::u16*>(host_out.data()), 576, nullptr};

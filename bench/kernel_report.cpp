@@ -1,11 +1,11 @@
 // kernel_report: the static report of the NVFP4 MLA kernels. For every variant (writer /
-// gather x identity / dynamic latent scale x bf16 / fp8 RoPE) and target it compiles the
+// gather x latent-scale mode x record format) and target it compiles the
 // kernel through the library's own NVRTC back end (as `jitcache compile` does), reads the
 // SASS of the cubin with NVIDIA's disassembler, and reports registers, occupancy,
 // instruction counts (all, and those one warp issues for an ordinary token), memory
 // instructions by width, bytes per token and a roofline for H200 and B200.
 //
-//   kernel_report [--json] [--arch A]... [--variant writer/identity/bf16]... [--explain]
+//   kernel_report [--json] [--arch A]... [--variant writer/identity/b12x-432]... [--explain]
 //                 [--baseline OLD.json] [--dump-sass DIR] [--nvdisasm PATH] [--python-env DIR]
 //                 [--smoke]
 //
@@ -544,6 +544,53 @@ std::string nvdisasm_version(const std::string& text) {
   return rest;
 }
 
+// ---------------------------------------------------------------------------------------
+// The formats' budget: each variant built from nvfp4_mla_formats.cuh issues at most
+// k_format_budget times the path instructions of the first text's variant it is measured
+// against: the same kernel and target, the dynamic mode for per-token (both divide by a
+// scale), and b12x-368 for a format with E4M3 RoPE (flashmla-352), b12x-432 otherwise.
+
+constexpr double k_format_budget = 1.2;
+
+KernelSpec budget_baseline(const KernelSpec& spec) {
+  KernelSpec base = spec;
+  if (base.latent_scale == LatentScale::per_token) base.latent_scale = LatentScale::dynamic;
+  base.format = spec.format == RecordFormat::flashmla_352 || spec.format == RecordFormat::b12x_368
+                    ? RecordFormat::b12x_368
+                    : RecordFormat::b12x_432;
+  return base;
+}
+
+struct BudgetRow {
+  const VariantReport* variant;
+  const VariantReport* baseline;
+  double ratio;
+};
+
+std::vector<BudgetRow> format_budget(const std::vector<VariantReport>& reports) {
+  std::vector<BudgetRow> rows;
+  for (const auto& r : reports) {
+    if (!r.error.empty() || built_from_first_text(r.spec)) continue;
+    const KernelSpec base = budget_baseline(r.spec);
+    for (const auto& b : reports)
+      if (b.spec == base && b.error.empty() && b.analysis.path_instructions > 0)
+        rows.push_back({&r, &b, static_cast<double>(r.analysis.path_instructions) / b.analysis.path_instructions});
+  }
+  return rows;
+}
+
+void print_budget(const std::vector<BudgetRow>& rows) {
+  if (rows.empty()) return;
+  std::printf("\nFormats' budget: path instructions against the first text's variant (at most %.1fx)\n",
+              k_format_budget);
+  std::printf("%-30s %-8s %5s   %-28s %5s %6s\n", "variant", "target", "path", "measured against", "path", "ratio");
+  for (const BudgetRow& row : rows)
+    std::printf("%-30s %-8s %5d   %-28s %5d %5.2fx%s\n", variant_name(row.variant->spec).c_str(),
+                row.variant->spec.target.name.c_str(), row.variant->analysis.path_instructions,
+                variant_name(row.baseline->spec).c_str(), row.baseline->analysis.path_instructions, row.ratio,
+                row.ratio > k_format_budget ? "  OVER BUDGET" : "");
+}
+
 int run(const Options& options) {
   std::vector<Target> targets;
   std::vector<std::string> archs = options.archs;
@@ -565,12 +612,12 @@ int run(const Options& options) {
   std::vector<std::string> wanted = options.variants;
   // The smoke test takes the variant with the most kinds of branch (divisions, NaN tests,
   // the RoPE shuffle, both status reports).
-  if (options.smoke && wanted.empty()) wanted = {"writer/dynamic/fp8"};
+  if (options.smoke && wanted.empty()) wanted = {"writer/dynamic/b12x-368"};
   for (const auto& w : wanted) {
     bool known = false;
     for (const auto& s : all_variants(targets.front())) known = known || variant_name(s) == w;
     if (!known) {
-      std::fprintf(stderr, "kernel_report: error: unknown variant '%s' (e.g. writer/identity/bf16)\n",
+      std::fprintf(stderr, "kernel_report: error: unknown variant '%s' (e.g. writer/identity/b12x-432)\n",
                    w.c_str());
       return k_exit_usage;
     }
@@ -646,6 +693,7 @@ int run(const Options& options) {
                 disassembler_version.empty() ? "(version unknown)" : disassembler_version.c_str());
     print_table(reports, baseline);
     print_rooflines(reports);
+    print_budget(format_budget(reports));
     print_notes();
     if (options.explain)
       for (const auto& r : reports)
@@ -664,6 +712,13 @@ int run(const Options& options) {
       }
     }
   }
+  for (const BudgetRow& row : format_budget(reports))
+    if (row.ratio > k_format_budget) {
+      std::fprintf(stderr, "kernel_report: error: %s on %s issues %.2fx the path instructions of %s\n",
+                   variant_name(row.variant->spec).c_str(), row.variant->spec.target.name.c_str(), row.ratio,
+                   variant_name(row.baseline->spec).c_str());
+      ++failures;
+    }
   return failures == 0 ? k_exit_ok : k_exit_findings;
 }
 
@@ -677,12 +732,12 @@ int main(int argc, char** argv) {
       "memory instructions, bytes per token, roofline"};
   app.add_flag("--json", options.json, "One JSON document on stdout");
   app.add_flag("--smoke", options.smoke,
-               "One variant (writer/dynamic/fp8) on sm_90 unless --variant/--arch say otherwise; "
+               "One variant (writer/dynamic/b12x-368) on sm_90 unless --variant/--arch say otherwise; "
                "exits 0 with a note when there is no nvdisasm");
   app.add_flag("--explain", options.explain,
                "Also print each variant's branches, the instructions off the path and its source lines");
   app.add_option("--arch", options.archs, "Target(s) (default: sm_90 sm_100a sm_120a)");
-  app.add_option("--variant", options.variants, "Variant(s), e.g. writer/identity/bf16 (default: all eight)");
+  app.add_option("--variant", options.variants, "Variant(s), e.g. writer/identity/b12x-432 (default: all)");
   app.add_option("--nvdisasm", options.nvdisasm,
                  "The disassembler (else JCTEST_NVDISASM, --python-env, PATH)");
   app.add_option("--python-env", options.python_env,

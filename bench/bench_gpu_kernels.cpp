@@ -43,9 +43,12 @@ int main(int argc, char** argv) {
   std::printf("%-24s %10s %10s %10s %9s\n", "kernel (64k tokens)", "time us", "GB/s", "copy GB/s", "fraction");
 
   constexpr std::int64_t tokens = 65536;
-  for (const RecordFormatRow& row : k_record_formats.rows) {
-    const RecordFormat rope = row.value;
-    auto prepared = (*runtime)->prepare(ModelSpec{checkpoint, rope, "", std::nullopt, std::nullopt});
+  // Every format as prepare() binds it (b12x-304 per-token), then b12x-368 per-token.
+  std::vector<std::pair<RecordFormat, std::optional<LatentScale>>> models;
+  for (const RecordFormatRow& row : k_record_formats.rows) models.emplace_back(row.value, std::nullopt);
+  models.emplace_back(RecordFormat::b12x_368, LatentScale::per_token);
+  for (const auto& [rope, latent_choice] : models) {
+    auto prepared = (*runtime)->prepare(ModelSpec{checkpoint, rope, "", std::nullopt, std::nullopt, latent_choice});
     if (!prepared) return fail(prepared.error());
     const std::int64_t rb = record_bytes(rope);
     CUdeviceptr rows = 0, slots64 = 0, slots32 = 0, cache = 0, out = 0, copy_dst = 0;
@@ -84,10 +87,12 @@ int main(int argc, char** argv) {
     };
     const WriterLaunch w{rows, 576, rows + 1024, 576, slots64, tokens, cache, tokens, 0};
     const GatherLaunch g{cache, tokens, slots32, tokens, out, 576, 0};
+    // A format without RoPE reads 512 values per token and gathers 512.
+    const double row_bytes = 2.0 * gathered_row_elems(rope);
     for (int layer : {0, 78}) {
-      const char* mode = to_string((*prepared)->layer(layer)->mode);
-      const double bytes_w = double(tokens) * (576 * 2 + 8 + rb);
-      const double bytes_g = double(tokens) * (rb + 4 + 576 * 2);
+      const char* mode = to_string((*prepared)->layer(layer)->latent_scale);
+      const double bytes_w = double(tokens) * (row_bytes + 8 + rb);
+      const double bytes_g = double(tokens) * (rb + 4 + row_bytes);
       const double tw = time_us([&] { (void)(*prepared)->launch_writer(layer, w, nullptr); });
       const double tg = time_us([&] { (void)(*prepared)->launch_gather(layer, g, nullptr); });
       // A copy moves each byte twice (read + write): copy bytes/2 of the kernel's traffic.

@@ -157,7 +157,7 @@ int run_compile(const CompileArgs& args, const GlobalOptions& global) {
   nlohmann::json rows = nlohmann::json::array();
   if (!args.json) {
     std::printf("Compiling with %s %s\n\n", compiler->name().c_str(), compiler->version().c_str());
-    std::printf("%-26s %-8s %10s %11s %9s %7s\n", "variant", "target", "compile ms", "cubin bytes",
+    std::printf("%-30s %-8s %10s %11s %9s %7s\n", "variant", "target", "compile ms", "cubin bytes",
                 "registers", "spills");
   }
   int failures = 0;
@@ -181,7 +181,7 @@ int run_compile(const CompileArgs& args, const GlobalOptions& global) {
                         {"spill_store_bytes", artifact->usage.spill_store_bytes},
                         {"spill_load_bytes", artifact->usage.spill_load_bytes}});
       } else {
-        std::printf("%-26s %-8s %10.1f %11zu %9d %7d\n", variant.c_str(), target.name.c_str(),
+        std::printf("%-30s %-8s %10.1f %11zu %9d %7d\n", variant.c_str(), target.name.c_str(),
                     artifact->compile_ms, artifact->cubin.size(), artifact->usage.registers, spills);
       }
     }

@@ -81,9 +81,13 @@ TEST(OuterScaleStudy, CalibratedAndPerTokenScalesRemoveTheShallowLayerPenalty) {
       // its random values are below 6 * 2^-6 = 0.094: rare, not impossible (1 of 16384
       // blocks with some seeds), so "essentially none", not zero.
       EXPECT_LT(deep.identity->subnormal_blocks, 1e-3);
-      // And the identity error only grows as layers get shallower.
-      for (std::size_t i = 1; i < rows->size(); ++i)
-        EXPECT_GE((*rows)[i - 1].identity->rel_rms, (*rows)[i].identity->rel_rms * 0.99);
+      // And the identity error only grows as layers get shallower; not so with
+      // a scale floor (flashmla-352's 2^-9), below which every block has the floor's
+      // scale and the error of the smallest layers goes up and down (about 0.13 from
+      // max_abs 0.05 to 0.2).
+      if (!jc::fmt::layout(k_record_formats[format].device).floor_scale)
+        for (std::size_t i = 1; i < rows->size(); ++i)
+          EXPECT_GE((*rows)[i - 1].identity->rel_rms, (*rows)[i].identity->rel_rms * 0.99);
     }
     // The fix: with s_l = max_abs / 2688, or with each token's own s_t, every layer stays
     // within 2% of the deep error and no block scale is subnormal (a token's max is at

@@ -33,8 +33,15 @@ std::string record_label(RecordFormat format) {
 
 bool has_rope(RecordFormat format) { return output_columns(format) > k_latent_dim; }
 
+// The mode must be one the format is written with, and a per-token choice carries no
+// layer scale (the kernels would refuse any launch scale but 1.0).
 Status check_mode(const RecordOptions& options) {
-  return check_format_mode(options.format, options.scale.variant);
+  JC_TRY(check_format_mode(options.format, options.scale.variant));
+  if (options.scale.variant == LatentScale::per_token && options.scale.value != 1.0f)
+    return make_error(ErrorCode::invalid_argument,
+                      "latent scale: per-token takes no layer scale (the value must be 1.0), given " +
+                          std::to_string(options.scale.value));
+  return {};
 }
 
 unsigned thread_count(std::int64_t tokens, unsigned requested) {

@@ -239,6 +239,16 @@ TEST(KvTools, ModesAFormatIsNotWrittenWithAreRefused) {
     }
 }
 
+TEST(KvTools, PerTokenWithALayerScaleIsRefused) {
+  const std::vector<float> latent(k_latent_dim, 0.5f);
+  const kv::RecordOptions opts{{0.5f, LatentScale::per_token}, RecordFormat::b12x_368, 1};
+  const auto q = kv::quantize(latent, k_latent_dim, opts);
+  ASSERT_FALSE(q);
+  EXPECT_EQ(q.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(q.error().message.find("per-token takes no layer scale"), std::string::npos) << q.error().message;
+  EXPECT_FALSE(kv::dequantize(std::vector<std::uint8_t>(368), opts));
+}
+
 TEST(KvTools, FormatWithoutRopeRefusesRopeAndGivesLatentRows) {
   const std::vector<float> with_rope(3 * k_row_dim, 0.25f);
   const auto refused = kv::quantize(with_rope, k_row_dim, per_token(RecordFormat::b12x_304));

@@ -177,6 +177,9 @@ int run_error(const KvArgs& args) {
 // refused together with --latent-scale.
 void add_common(CLI::App* cmd, KvArgs& args, CLI::Option* scale) {
   add_format_options(cmd, args.format);
+  cmd->get_option("--latent-scale")
+      ->description("per-token: each token's own s_t, written into its record and read from there "
+                    "(b12x-368; b12x-304 is always per-token). Default: --scale");
   if (scale != nullptr) {
     args.scale_option = scale;
     scale->excludes(cmd->get_option("--latent-scale"));

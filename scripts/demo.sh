@@ -3,7 +3,7 @@
 # checkpoint (examples/glm5-mini: 78 calibrated layers + 1 draft layer, scales in a
 # sidecar): resolved scales, a warm cache, what the cache holds, the audit, a kernel from
 # outside (NVVM IR) cached by spec and shadow-verified, the kernels' resource table, and
-# the identity-vs-calibrated error table. With a GPU it also runs
+# the error table of the identity, calibrated and per-token scales. With a GPU it also runs
 # both kernels and compares them with the host executor.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -98,7 +98,7 @@ fi
 section "Every kernel variant compiled with NVRTC (registers, spills, sizes)"
 "$jitcache" compile
 
-section "Why per-layer outer scales: NVFP4 round-trip error by layer magnitude"
+section "Why outer scales (per layer or per token): NVFP4 round-trip error by layer magnitude"
 "$jitcache" kv study
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then

@@ -27,9 +27,9 @@ using cache::EntryFilter;
 using cache::EntryInfo;
 using cache::Store;
 
-// The facts shown as columns; the store itself knows no fact by meaning.
-constexpr std::string_view k_column_facts[] = {k_kernel_kinds.fact, k_targets.fact, k_latent_scales.fact,
-                                               k_record_formats.fact};
+// The facts shown as columns; the store itself knows no fact by meaning. The format
+// column follows them (format_or_dash).
+constexpr std::string_view k_column_facts[] = {k_kernel_kinds.fact, k_targets.fact, k_latent_scales.fact};
 constexpr std::size_t k_key_prefix_chars = 16;
 
 CLI::Validator hex_prefix_validator() {
@@ -80,12 +80,21 @@ std::string fact_or_dash(const EntryInfo& e, std::string_view name) {
   return value && !value->empty() ? std::string(*value) : "-";
 }
 
+// The record format by name, from either spelling of the key (rope=bf16|fp8 for b12x-432
+// and b12x-368, format=<name> for the others).
+std::string format_or_dash(const EntryInfo& e) {
+  if (auto rope = e.facts.get(k_legacy_format_fact))
+    if (auto format = parse_rope_format(*rope)) return to_string(*format);
+  return fact_or_dash(e, k_record_formats.fact);
+}
+
 void print_table(const std::vector<EntryInfo>& entries) {
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"KEY", "KERNEL", "TARGET", "LATENT_SCALE", "ROPE", "SIZE", "CREATED", "LAST USED", "HITS"});
+  rows.push_back({"KEY", "KERNEL", "TARGET", "LATENT_SCALE", "FORMAT", "SIZE", "CREATED", "LAST USED", "HITS"});
   for (const EntryInfo& e : entries) {
     std::vector<std::string> row{e.key.to_hex().substr(0, k_key_prefix_chars)};
     for (std::string_view name : k_column_facts) row.push_back(fact_or_dash(e, name));
+    row.push_back(format_or_dash(e));
     // A kernel from outside has no kernel fact of jitcache's own: its family names it, and
     // a spec record (what lookups by spec read) says so.
     if (is_request_facts(e.facts))
@@ -316,7 +325,7 @@ int run_clear(const Context& context, const ClearArgs& args) {
   }
   if (int(args.all) + int(args.stale) + int(args.filter.any()) != 1) {
     std::fprintf(stderr, "jitcache: error: clear: give exactly one of --all, --stale or filters (KEY, --kernel, "
-                         "--arch, --latent-scale, --rope)\n");
+                         "--arch, --latent-scale, --format)\n");
     return k_exit_usage;
   }
   if (args.all && !args.dry_run) return run_clear_all(context);

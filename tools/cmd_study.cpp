@@ -1,11 +1,14 @@
-// `jitcache kv study`: the identity-vs-calibrated error table across layer magnitudes
-// (synthetic post-RMSNorm latents, host executor numerics).
+// `jitcache kv study`: the error table across layer magnitudes (synthetic post-RMSNorm
+// latents, host executor numerics): identity, the calibrated per-layer scale and the
+// per-token scale side by side, and the bytes per token each record format costs.
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/kv/outer_scale_study.hpp"
 #include "tools/cli.hpp"
+#include "tools/format_options.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -13,44 +16,103 @@ namespace {
 struct StudyArgs {
   std::size_t tokens = 1024;
   std::uint64_t seed = 20261129;
-  std::string rope = "bf16";
+  FormatArgs format;
   bool json = false;
+
+  // Neither --format nor --rope: b12x-368, the format written with all three modes.
+  RecordFormat record_format() const {
+    return format.format.empty() && format.rope.empty() ? study::StudyOptions{}.format
+                                                        : format.record_format();
+  }
 };
+
+std::string modes_of(const RecordFormatRow& row, const char* separator) {
+  std::string modes;
+  for (const LatentScaleRow& mode : k_latent_scales.rows)
+    if (allows(row, mode.value)) modes += std::string(modes.empty() ? "" : separator) + mode.name;
+  return modes;
+}
+
+
+nlohmann::json field(const std::optional<study::ModeResult>& result, double study::ModeResult::*member) {
+  return result ? nlohmann::json((*result).*member) : nlohmann::json(nullptr);
+}
+
+// The deep layer's error every 'vs deep' column divides by: identity's where the format
+// has it, else the first measured mode's.
+study::StudyMode reference_mode(const study::LayerRow& deep) {
+  for (study::StudyMode mode : study::k_study_modes)
+    if (deep.result(mode)) return mode;
+  return study::StudyMode::identity;
+}
 
 int run_study(const StudyArgs& args) {
   study::StudyOptions options;
   options.tokens = args.tokens;
   options.seed = args.seed;
-  options.rope = *parse_rope_format(args.rope);
+  options.format = args.record_format();
+  const RecordFormatRow& format = k_record_formats[options.format];
   auto rows = study::run_outer_scale_study(study::default_layer_max_abs(), options);
   if (!rows) return report(rows.error());
-  const double deep = rows->back().identity_rel_rms;
+  const study::StudyMode reference = reference_mode(rows->back());
+  const double deep = rows->back().result(reference)->rel_rms;
   if (args.json) {
-    nlohmann::json out = {{"tokens", args.tokens}, {"seed", args.seed}, {"rope", args.rope},
+    nlohmann::json formats = nlohmann::json::array();
+    for (const RecordFormatRow& row : k_record_formats.rows) {
+      nlohmann::json modes = nlohmann::json::array();
+      for (const LatentScaleRow& mode : k_latent_scales.rows)
+        if (allows(row, mode.value)) modes.push_back(mode.name);
+      formats.push_back({{"name", row.name}, {"bytes_per_token", row.record_bytes}, {"modes", modes}});
+    }
+    nlohmann::json out = {{"tokens", args.tokens},
+                          {"seed", args.seed},
+                          {"format", format.name},
+                          {"rope", format.rope_alias != nullptr ? nlohmann::json(format.rope_alias) : nullptr},
+                          {"bytes_per_token", format.record_bytes},
+                          {"formats", formats},
                           {"layers", nlohmann::json::array()}};
+    using study::ModeResult;
     for (const auto& r : *rows)
       out["layers"].push_back({{"max_abs", r.max_abs},
                                {"calibrated_scale", r.calibrated_scale},
-                               {"identity_rel_rms", r.identity_rel_rms},
-                               {"calibrated_rel_rms", r.calibrated_rel_rms},
-                               {"identity_subnormal_blocks", r.identity_subnormal_blocks},
-                               {"calibrated_subnormal_blocks", r.calibrated_subnormal_blocks}});
+                               {"identity_rel_rms", field(r.identity, &ModeResult::rel_rms)},
+                               {"calibrated_rel_rms", field(r.calibrated, &ModeResult::rel_rms)},
+                               {"per_token_rel_rms", field(r.per_token, &ModeResult::rel_rms)},
+                               {"identity_subnormal_blocks", field(r.identity, &ModeResult::subnormal_blocks)},
+                               {"calibrated_subnormal_blocks", field(r.calibrated, &ModeResult::subnormal_blocks)},
+                               {"per_token_subnormal_blocks", field(r.per_token, &ModeResult::subnormal_blocks)},
+                               {"lowest", to_string(r.lowest)}});
     std::printf("%s\n", out.dump(2).c_str());
     return k_exit_ok;
   }
-  std::printf("Relative RMS round-trip error of the latent (NVFP4, %s RoPE; %zu synthetic "
+  std::printf("Relative RMS round-trip error of the latent (NVFP4, %s, %d bytes per token; %zu synthetic "
               "post-RMSNorm tokens per layer, seed %llu)\n\n",
-              args.rope.c_str(), args.tokens, static_cast<unsigned long long>(args.seed));
-  std::printf("%8s %12s | %10s %8s %9s | %10s %8s %9s\n", "max_abs", "s_l", "identity", "vs deep",
-              "subnorm", "calibrated", "vs deep", "subnorm");
-  for (const auto& r : *rows)
-    std::printf("%8g %12.4e | %10.5f %7.2fx %8.1f%% | %10.5f %7.3fx %8.1f%%\n", r.max_abs,
-                r.calibrated_scale, r.identity_rel_rms, r.identity_rel_rms / deep,
-                100.0 * r.identity_subnormal_blocks, r.calibrated_rel_rms, r.calibrated_rel_rms / deep,
-                100.0 * r.calibrated_subnormal_blocks);
-  std::printf("\n'vs deep' divides by the identity error at max_abs %g; 'subnorm' is the share of "
-              "E4M3 block scales below 2^-6.\n",
-              rows->back().max_abs);
+              format.name, format.record_bytes, args.tokens, static_cast<unsigned long long>(args.seed));
+  std::printf("%8s %11s", "max_abs", "s_l");
+  for (study::StudyMode mode : study::k_study_modes)
+    std::printf(" | %10s %7s %7s", to_string(mode), "vs deep", "subnorm");
+  std::printf(" | %s\n", "lowest");
+  for (const auto& r : *rows) {
+    std::printf("%8g %11.4e", r.max_abs, r.calibrated_scale);
+    for (study::StudyMode mode : study::k_study_modes) {
+      if (const auto& m = r.result(mode))
+        std::printf(" | %10.5f %6.3fx %6.1f%%", m->rel_rms, m->rel_rms / deep, 100.0 * m->subnormal_blocks);
+      else
+        std::printf(" | %10s %7s %7s", "-", "-", "-");
+    }
+    std::printf(" | %s\n", to_string(r.lowest));
+  }
+  std::printf("\n'vs deep' divides by the %s error at max_abs %g; 'subnorm' is the share of "
+              "E4M3 block scales below 2^-6",
+              to_string(reference), rows->back().max_abs);
+  std::string missing;
+  for (study::StudyMode mode : study::k_study_modes)
+    if (!study::study_measures(options.format, mode))
+      missing += std::string(missing.empty() ? "" : " or ") + to_string(mode);
+  if (!missing.empty()) std::printf("; '-': %s is not written with %s", format.name, missing.c_str());
+  std::printf(".\n\nBytes per token of each record format (--format) and the modes it is written with:\n");
+  for (const RecordFormatRow& row : k_record_formats.rows)
+    std::printf("  %-13s %4d  %s\n", row.name, row.record_bytes, modes_of(row, ", ").c_str());
   return k_exit_ok;
 }
 
@@ -63,11 +125,10 @@ void register_study(CLI::App& root, Context& context) {
   }
   auto args = std::make_shared<StudyArgs>();
   CLI::App* cmd = kv->add_subcommand(
-      "study", "Identity vs calibrated outer scale: round-trip error across layer magnitudes");
+      "study", "Identity vs calibrated vs per-token scale: round-trip error across layer magnitudes");
   cmd->add_option("--tokens", args->tokens, "Synthetic tokens per layer")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seed", args->seed, "Seed of the synthetic data");
-  cmd->add_option("--rope", args->rope, k_record_formats.joined("|"))
-      ->check(CLI::IsMember(k_record_formats.names()));
+  add_format_options(cmd, args->format, /*latent=*/false);
   cmd->add_flag("--json", args->json, "One JSON document on stdout");
   context.bind(cmd, [args] { return run_study(*args); });
 }

@@ -7,7 +7,9 @@
 #include <string>
 
 #include "cache/entry.hpp"
+#include "kernel_templates/kernel_spec.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
+#include "tools/format_options.hpp"
 
 namespace jitcache::cli {
 
@@ -16,10 +18,11 @@ struct FilterArgs {
   std::string kernel;
   std::string arch;
   std::string latent_scale;
-  std::string rope;
+  FormatArgs format;  // --format NAME or --rope bf16|fp8; neither: any format
 
+  bool format_given() const { return !format.format.empty() || !format.rope.empty(); }
   bool any() const {
-    return !key.empty() || !kernel.empty() || !arch.empty() || !latent_scale.empty() || !rope.empty();
+    return !key.empty() || !kernel.empty() || !arch.empty() || !latent_scale.empty() || format_given();
   }
   cache::EntryFilter filter() const {
     cache::EntryFilter f;
@@ -27,7 +30,9 @@ struct FilterArgs {
     if (!kernel.empty()) f.facts.emplace_back(k_kernel_kinds.fact, kernel);
     if (!arch.empty()) f.facts.emplace_back(k_targets.fact, arch);
     if (!latent_scale.empty()) f.facts.emplace_back(k_latent_scales.fact, latent_scale);
-    if (!rope.empty()) f.facts.emplace_back(k_record_formats.fact, rope);
+    // Keys spell b12x-432 and b12x-368 as rope=bf16|fp8 and the others as format=<name>;
+    // format_fact gives the one spelling a key of that format has, whichever name was typed.
+    if (format_given()) f.facts.push_back(format_fact(format.record_format()));
     return f;
   }
 };
@@ -35,10 +40,14 @@ struct FilterArgs {
 inline void add_filter_options(CLI::App* command, FilterArgs& args) {
   command->add_option("--kernel", args.kernel, "Only entries whose fact 'kernel' is K");
   command->add_option("--arch", args.arch, "Only entries whose fact 'target' is A (exact: sm_120a != sm_120)");
-  command->add_option("--latent-scale", args.latent_scale, "Only entries built for identity or dynamic scales")
+  command->add_option("--latent-scale", args.latent_scale, "Only entries built for this latent-scale mode: " +
+                                                               k_latent_scales.joined(", "))
       ->check(CLI::IsMember(k_latent_scales.names()));
-  command->add_option("--rope", args.rope, "Only entries whose fact 'rope' is R")
-      ->check(CLI::IsMember(k_record_formats.names()));
+  add_format_options(command, args.format, /*latent=*/false);
+  // The help of --format/--rope as filters, not as the format to build.
+  command->get_option("--format")->description("Only entries of this record format: " + format_help());
+  command->get_option("--rope")->description("Only entries of b12x-432 (bf16) or b12x-368 (fp8): the older "
+                                             "name of --format");
 }
 
 }  // namespace jitcache::cli

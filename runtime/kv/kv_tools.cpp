@@ -26,7 +26,23 @@ static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= 16);
 static_assert(k_latent_dim == jc::k_latent_dim && k_rope_dim == jc::k_rope_dim &&
               k_row_dim == jc::k_out_dim);
 
-std::string rope_label(RecordFormat rope) { return std::string(to_string(rope)) + " RoPE"; }
+// "432-byte b12x-432 record"
+std::string record_label(RecordFormat format) {
+  return std::to_string(record_bytes(format)) + "-byte " + to_string(format) + " record";
+}
+
+bool has_rope(RecordFormat format) { return output_columns(format) > k_latent_dim; }
+
+// The mode must be one the format is written with, and a per-token choice carries no
+// layer scale (the kernels would refuse any launch scale but 1.0).
+Status check_mode(const RecordOptions& options) {
+  JC_TRY(check_format_mode(options.format, options.scale.variant));
+  if (options.scale.variant == LatentScale::per_token && options.scale.value != 1.0f)
+    return make_error(ErrorCode::invalid_argument,
+                      "latent scale: per-token takes no layer scale (the value must be 1.0), given " +
+                          std::to_string(options.scale.value));
+  return {};
+}
 
 unsigned thread_count(std::int64_t tokens, unsigned requested) {
   if (tokens <= 1) return 1;
@@ -78,7 +94,8 @@ Status check_status(jc::u32 status, const char* kernel) {
 Result<std::vector<std::uint8_t>> write_records(std::span<const std::uint16_t> rows,
                                                 const RecordOptions& options) {
   const auto tokens = static_cast<std::int64_t>(rows.size() / k_row_dim);
-  const auto bytes = static_cast<std::size_t>(record_bytes(options.rope));
+  JC_TRY(check_mode(options));
+  const auto bytes = static_cast<std::size_t>(record_bytes(options.format));
   std::vector<std::uint8_t> cache(static_cast<std::size_t>(tokens) * bytes);
   std::vector<jc::i64> slots(static_cast<std::size_t>(tokens));
   std::iota(slots.begin(), slots.end(), jc::i64{0});
@@ -87,34 +104,41 @@ Result<std::vector<std::uint8_t>> write_records(std::span<const std::uint16_t> r
         jc::WriterParams params{};
         params.kv_c = rows.data() + begin * k_row_dim;
         params.kv_c_stride = k_row_dim;
-        params.k_pe = rows.data() + begin * k_row_dim + k_latent_dim;
-        params.k_pe_stride = k_row_dim;
+        if (has_rope(options.format)) {  // a format without RoPE reads none
+          params.k_pe = rows.data() + begin * k_row_dim + k_latent_dim;
+          params.k_pe_stride = k_row_dim;
+        }
         params.slot_mapping = slots.data() + begin;
         params.num_tokens = end - begin;
         params.cache = cache.data();
         params.num_slots = tokens;
-        return host_run_writer(options.scale.variant, options.rope, params, options.scale.value);
+        return host_run_writer(options.scale.variant, options.format, params, options.scale.value);
       }));
   JC_TRY(check_status(status, "writer"));
   return cache;
 }
 
-// records -> bf16 rows [T, 576], slot t into row t. `name` stands for the records in errors.
+// records -> bf16 rows [T, 576], slot t into row t (a format without RoPE leaves the
+// RoPE columns zero). `name` stands for the records in errors.
 Result<std::vector<std::uint16_t>> gather_records(std::span<const std::uint8_t> records,
                                                   const RecordOptions& options,
                                                   std::string_view name) {
-  const auto bytes = static_cast<std::size_t>(record_bytes(options.rope));
+  JC_TRY(check_mode(options));
+  const auto bytes = static_cast<std::size_t>(record_bytes(options.format));
   if (records.size() % bytes != 0) {
-    std::string hint;
+    std::string fits, meant;
     for (const RecordFormatRow& other : k_record_formats.rows)
-      if (hint.empty() && other.value != options.rope &&
-          records.size() % static_cast<std::size_t>(other.record_bytes) == 0)
-        hint = " (it is a multiple of the " + std::to_string(other.record_bytes) + "-byte " +
-               rope_label(other.value) + " record: is --rope " + other.name + " meant?)";
+      if (other.value != options.format &&
+          records.size() % static_cast<std::size_t>(other.record_bytes) == 0) {
+        fits += std::string(fits.empty() ? "" : " and the ") + record_label(other.value);
+        meant += std::string(meant.empty() ? "--format " : " or --format ") + other.name;
+      }
+    const std::string hint =
+        fits.empty() ? "" : " (it is a multiple of the " + fits + ": is " + meant + " meant?)";
     return make_error(ErrorCode::invalid_input,
                       std::string(name) + ": field 'size': " + std::to_string(records.size()) +
-                          " bytes is not a multiple of the " + std::to_string(bytes) +
-                          "-byte nvfp4_ds_mla record (" + rope_label(options.rope) + ")" + hint);
+                          " bytes is not a multiple of the " + record_label(options.format) +
+                          hint);
   }
   const std::size_t tokens = records.size() / bytes;
   if (tokens > static_cast<std::size_t>(std::numeric_limits<jc::i32>::max()))
@@ -140,19 +164,41 @@ Result<std::vector<std::uint16_t>> gather_records(std::span<const std::uint8_t> 
         params.num_rows = end - begin;
         params.out = rows.data() + begin * k_row_dim;
         params.out_stride = k_row_dim;
-        return host_run_gather(options.scale.variant, options.rope, params, options.scale.value);
+        return host_run_gather(options.scale.variant, options.format, params, options.scale.value);
       }));
   JC_TRY(check_status(status, "gather"));
   return rows;
 }
 
-Status check_columns(std::span<const std::uint64_t> shape, std::string_view name) {
-  if (shape[1] == k_row_dim || shape[1] == k_latent_dim) return {};
+// A format without RoPE takes the latent only: a RoPE it would drop is refused.
+Status check_format_columns(std::size_t columns, RecordFormat format, std::string_view name) {
+  if (columns == k_latent_dim || has_rope(format)) return {};
   return make_error(ErrorCode::invalid_input,
-                    std::string(name) +
-                        ": field 'shape': expected (T, 576) or (T, 512) float32 "
-                        "(latent then RoPE per token), found " +
-                        npy::format_shape(shape));
+                    std::string(name) + ": field 'shape': " + to_string(format) +
+                        " records hold no RoPE, so the input must be float32 (T, 512), the "
+                        "latent only; found " +
+                        std::to_string(columns) + " columns");
+}
+
+Status check_columns(std::span<const std::uint64_t> shape, RecordFormat format,
+                     std::string_view name) {
+  if (shape[1] != k_row_dim && shape[1] != k_latent_dim)
+    return make_error(ErrorCode::invalid_input,
+                      std::string(name) +
+                          ": field 'shape': expected (T, 576) or (T, 512) float32 "
+                          "(latent then RoPE per token), found " +
+                          npy::format_shape(shape));
+  return check_format_columns(static_cast<std::size_t>(shape[1]), format, name);
+}
+
+// bf16 rows [T, 576] -> float32 [T, columns]: a format without RoPE gives 512 columns.
+std::vector<float> to_float_rows(std::span<const std::uint16_t> rows, std::size_t columns) {
+  const std::size_t tokens = rows.size() / k_row_dim;
+  std::vector<float> out(tokens * columns);
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t c = 0; c < columns; ++c)
+      out[t * columns + c] = jc::bf16_to_float(rows[t * k_row_dim + c]);
+  return out;
 }
 
 // `source_finite`: whether the float32 the bf16 input was rounded from is finite; a finite
@@ -185,6 +231,10 @@ double relative_rms(const ErrorStats& stats, double sum_err, double sum_ref) {
 }
 
 }  // namespace
+
+std::size_t output_columns(RecordFormat format) {
+  return static_cast<std::size_t>(gathered_row_elems(format));
+}
 
 const char* to_string(ScaleSource source) {
   return source == ScaleSource::given ? "given" : "calibrated";
@@ -225,6 +275,7 @@ Result<std::vector<std::uint16_t>> round_to_bf16_rows(std::span<const float> val
 
 Result<std::vector<std::uint8_t>> quantize(std::span<const float> values, std::size_t columns,
                                            const RecordOptions& options) {
+  JC_TRY(check_format_columns(columns, options.format, "token matrix"));
   const std::vector<std::uint16_t> rows = JC_TRY(round_to_bf16_rows(values, columns));
   return write_records(rows, options);
 }
@@ -232,19 +283,18 @@ Result<std::vector<std::uint8_t>> quantize(std::span<const float> values, std::s
 Result<std::vector<float>> dequantize(std::span<const std::uint8_t> records,
                                       const RecordOptions& options) {
   const std::vector<std::uint16_t> rows = JC_TRY(gather_records(records, options, "records"));
-  std::vector<float> out(rows.size());
-  std::transform(rows.begin(), rows.end(), out.begin(), jc::bf16_to_float);
-  return out;
+  return to_float_rows(rows, output_columns(options.format));
 }
 
 Result<ErrorReport> measure_error(std::span<const float> values, std::size_t columns,
                                   const ErrorOptions& options) {
+  JC_TRY(check_format_columns(columns, options.format, "token matrix"));
   const std::vector<std::uint16_t> rows = JC_TRY(round_to_bf16_rows(values, columns));
   const std::size_t tokens = rows.size() / k_row_dim;
   ErrorReport report;
   report.tokens = tokens;
   report.input_columns = columns;
-  report.rope = options.rope;
+  report.format = options.format;
   report.source = options.source;
   if (options.source == ScaleSource::calibrated) {
     // max_abs over the finite latent, as a bf16 tensor holds it: an infinity cannot be
@@ -259,7 +309,7 @@ Result<ErrorReport> measure_error(std::span<const float> values, std::size_t col
   } else {
     report.scale = options.scale;
   }
-  const RecordOptions record_options{report.scale, options.rope, options.threads};
+  const RecordOptions record_options{report.scale, options.format, options.threads};
   const std::vector<std::uint8_t> records = JC_TRY(write_records(rows, record_options));
   const std::vector<std::uint16_t> round_trip =
       JC_TRY(gather_records(records, record_options, "records"));
@@ -270,7 +320,7 @@ Result<ErrorReport> measure_error(std::span<const float> values, std::size_t col
     const bool source_finite = c >= columns || std::isfinite(values[t * columns + c]);
     if (c < k_latent_dim)
       accumulate(report.latent, latent_err, latent_ref, source_finite, rows[i], round_trip[i]);
-    else
+    else if (has_rope(options.format))
       accumulate(report.rope_part, rope_err, rope_ref, source_finite, rows[i], round_trip[i]);
   }
   report.latent.rel_rms = relative_rms(report.latent, latent_err, latent_ref);
@@ -285,11 +335,12 @@ Result<FileSummary> quantize_file(const std::filesystem::path& input,
   // the input would destroy the data it was made from.
   JC_TRY(check_output_target(output, std::span(&input, 1)));
   const npy::Array<float> array = JC_TRY(npy::read_float32(input, 2));
-  JC_TRY(check_columns(array.shape, input.string()));
+  JC_TRY(check_columns(array.shape, options.format, input.string()));
   const std::vector<std::uint8_t> records = JC_TRY(quantize(array.values, array.shape[1], options));
   const std::span<const std::uint8_t> parts[] = {records};
   JC_TRY(write_file_atomic(output, parts));
-  return FileSummary{array.shape[0], static_cast<std::size_t>(array.shape[1]), records.size()};
+  return FileSummary{array.shape[0], static_cast<std::size_t>(array.shape[1]),
+                     output_columns(options.format), records.size()};
 }
 
 Result<FileSummary> dequantize_file(const std::filesystem::path& input,
@@ -299,18 +350,20 @@ Result<FileSummary> dequantize_file(const std::filesystem::path& input,
   // No cap of its own: a records file is as large as the dump it was made from.
   const std::vector<std::uint8_t> records =
       JC_TRY(read_regular_file_bytes(input, std::numeric_limits<std::size_t>::max()));
+  JC_TRY(check_mode(options));
   const std::vector<std::uint16_t> rows = JC_TRY(gather_records(records, options, input.string()));
-  std::vector<float> values(rows.size());
-  std::transform(rows.begin(), rows.end(), values.begin(), jc::bf16_to_float);
-  const std::uint64_t shape[] = {values.size() / k_row_dim, k_row_dim};
+  const std::size_t columns = output_columns(options.format);
+  const std::vector<float> values = to_float_rows(rows, columns);
+  const std::uint64_t shape[] = {values.size() / columns, columns};
   JC_TRY(npy::write_float32(output, shape, values));
-  return FileSummary{shape[0], k_row_dim, values.size() * sizeof(float)};
+  return FileSummary{shape[0], columns, columns,
+                     values.size() * sizeof(float)};
 }
 
 Result<ErrorReport> measure_error_file(const std::filesystem::path& input,
                                        const ErrorOptions& options) {
   const npy::Array<float> array = JC_TRY(npy::read_float32(input, 2));
-  JC_TRY(check_columns(array.shape, input.string()));
+  JC_TRY(check_columns(array.shape, options.format, input.string()));
   return measure_error(array.values, array.shape[1], options);
 }
 

@@ -1,11 +1,14 @@
-// CPU KV tools: quantize real KV data into `nvfp4_ds_mla` records, dequantize records,
-// and measure the round-trip error, all through the host executor. They run the GPU
-// kernels' own lane bodies, so their numbers are the GPU's numbers.
+// CPU KV tools: quantize real KV data into the NVFP4 MLA records of any format
+// (k_record_formats: b12x-432, b12x-368, b12x-304, flashmla-352), dequantize records, and
+// measure the round-trip error, all through the host executor. They run the GPU kernels'
+// own lane bodies, so their numbers are the GPU's numbers.
 //
 // Data: a token matrix is float32 [T, 576] (512 latent then 64 RoPE) or [T, 512] (zero
-// RoPE). Values are first rounded to bf16 (round to nearest even, NaN to the canonical
-// 0x7FFF) exactly as a bf16 tensor would hold them. Records are T x record_bytes raw
-// bytes, token t in slot t. Non-finite inputs quantize as nvfp4_mla.cuh documents: a NaN
+// RoPE). A format without RoPE (b12x-304) takes [T, 512] only: a RoPE it cannot store is
+// refused rather than dropped. Values are first rounded to bf16 (round to nearest even,
+// NaN to the canonical 0x7FFF) exactly as a bf16 tensor would hold them. Records are T x
+// record_bytes(format) raw bytes, token t in slot t. Dequantized rows are float32
+// [T, gathered_row_elems(format)]: [T, 576], or [T, 512] for b12x-304. Non-finite inputs quantize as nvfp4_mla.cuh documents: a NaN
 // never becomes a block's amax and encodes as +6 x block scale; an infinity saturates its
 // block scale to 448 (its finite block-mates mostly become 0); an infinity in fp8 RoPE
 // makes rope_scale infinite, so the token's other RoPE elements decode as 0 * inf = NaN.
@@ -31,12 +34,16 @@ constexpr float k_calibration_denominator = 2688.0f;
 // Below this many tokens per thread, starting threads costs more than it saves.
 constexpr std::int64_t k_min_tokens_per_thread = 1024;
 
-// A latent scale and the kernel variant it selects: identity exactly when the scale is
-// 1.0 (the kernel then has no scale operation at all), dynamic otherwise.
+// A latent scale and the kernel variant it selects: by scale, identity exactly when the
+// scale is 1.0 (the kernel then has no scale operation at all), dynamic otherwise; or
+// per-token (value 1.0: the writer stores each token's s_t in its record, the reader
+// reads it from there).
 struct LatentScaleChoice {
   float value = 1.0f;
   LatentScale variant = LatentScale::identity;
 };
+
+constexpr LatentScaleChoice per_token_latent_scale() { return {1.0f, LatentScale::per_token}; }
 
 // Validates a user-given scale by the scales files' rule (scales::latent_scale_problem:
 // finite, > 0, a normal float32). Errors are invalid_argument naming `field` ("--scale").
@@ -46,21 +53,29 @@ Result<LatentScaleChoice> choose_latent_scale(double scale, std::string_view fie
 // is 0 or not finite.
 LatentScaleChoice calibrated_latent_scale(float max_abs);
 
+// Every function taking these refuses, as ErrorCode::invalid_argument, a mode the format is
+// not written with (check_format_mode: b12x-304 per-token only, b12x-432 and flashmla-352
+// no per-token).
 struct RecordOptions {
   LatentScaleChoice scale;
-  RecordFormat rope = RecordFormat::b12x_432;
+  RecordFormat format = RecordFormat::b12x_432;
   unsigned threads = 0;  // 0: one per core when T is large enough; results never depend on it
 };
+
+// The columns of a dequantized row: 576, or 512 for a format without RoPE.
+std::size_t output_columns(RecordFormat format);
 
 // float32 [T, columns] (columns 576 or 512) -> bf16 bits [T, 576], RoPE zero for 512.
 Result<std::vector<std::uint16_t>> round_to_bf16_rows(std::span<const float> values,
                                                       std::size_t columns);
 
-// Token matrix -> T x record_bytes(rope) bytes.
+// Token matrix -> T x record_bytes(format) bytes.
 Result<std::vector<std::uint8_t>> quantize(std::span<const float> values, std::size_t columns,
                                            const RecordOptions& options);
-// T x record_bytes(rope) bytes -> float32 [T, 576]. The size must be a multiple of the
-// record size.
+// T x record_bytes(format) bytes -> float32 [T, output_columns(format)]. The size must be
+// a multiple of the record size; the error names the format and, when the size fits
+// another format's records, asks whether --format <that> was meant. Per-token records
+// are read with the s_t each holds.
 Result<std::vector<float>> dequantize(std::span<const std::uint8_t> records,
                                       const RecordOptions& options);
 
@@ -86,19 +101,19 @@ const char* to_string(ScaleSource source);
 
 struct ErrorOptions {
   ScaleSource source = ScaleSource::given;
-  LatentScaleChoice scale;  // used when source == given
-  RecordFormat rope = RecordFormat::b12x_432;
+  LatentScaleChoice scale;  // used when source == given (per-token included)
+  RecordFormat format = RecordFormat::b12x_432;
   unsigned threads = 0;
 };
 
 struct ErrorReport {
   std::uint64_t tokens = 0;
   std::size_t input_columns = k_row_dim;
-  RecordFormat rope = RecordFormat::b12x_432;
+  RecordFormat format = RecordFormat::b12x_432;
   ScaleSource source = ScaleSource::given;
   LatentScaleChoice scale;
   ErrorStats latent;
-  ErrorStats rope_part;
+  ErrorStats rope_part;  // all zero (elements 0) for a format without RoPE
 };
 
 Result<ErrorReport> measure_error(std::span<const float> values, std::size_t columns,
@@ -108,6 +123,7 @@ Result<ErrorReport> measure_error(std::span<const float> values, std::size_t col
 struct FileSummary {
   std::uint64_t tokens = 0;
   std::size_t input_columns = k_row_dim;
+  std::size_t output_columns = k_row_dim;  // of the .npy dequantize writes
   std::uint64_t bytes_written = 0;  // records, or the float32 data of the .npy
 };
 Result<FileSummary> quantize_file(const std::filesystem::path& input,

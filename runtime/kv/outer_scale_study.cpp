@@ -4,7 +4,8 @@
 #include <cmath>
 #include <random>
 
-#include "kernel_templates/nvfp4_mla.cuh"
+#include "kernel_templates/nvfp4_mla_formats.cuh"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/kv/kv_tools.hpp"
 
 namespace jitcache::study {
@@ -12,18 +13,35 @@ namespace {
 
 constexpr float k_layer_max_abs[] = {0.02f, 0.05f, 0.1f, 0.2f, 0.5f, 1.0f, 2.0f, 5.2f};
 
-// Share of block-scale bytes below E4M3's smallest normal (code 0x08) in a record set.
-double subnormal_block_share(std::span<const std::uint8_t> records, RecordFormat rope) {
-  const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
+// Share of block-scale bytes below E4M3's smallest normal (code 0x08) in a record set,
+// wherever the format keeps them.
+double subnormal_block_share(std::span<const std::uint8_t> records, RecordFormat format) {
+  const jc::fmt::Layout layout = jc::fmt::layout(k_record_formats[format].device);
+  const auto rb = static_cast<std::size_t>(layout.record_bytes);
   std::size_t blocks = 0, subnormal = 0;
   for (std::size_t off = 0; off + rb <= records.size(); off += rb) {
     for (int b = 0; b < jc::k_num_blocks; ++b) {
-      const std::uint8_t sf = records[off + jc::k_scales_offset + b] & 0x7f;
+      const std::uint8_t sf = records[off + jc::fmt::scale_position(layout, b)] & 0x7f;
       ++blocks;
       if (sf < 0x08) ++subnormal;
     }
   }
   return blocks == 0 ? 0.0 : static_cast<double>(subnormal) / static_cast<double>(blocks);
+}
+
+// The error of one mode and the share of subnormal block scales its records hold.
+Result<ModeResult> measure(std::span<const float> x, RecordFormat format, kv::ScaleSource source,
+                           kv::LatentScaleChoice scale) {
+  kv::ErrorOptions error;
+  error.source = source;
+  error.scale = scale;
+  error.format = format;
+  const kv::ErrorReport report = JC_TRY(kv::measure_error(x, jc::k_latent_dim, error));
+  kv::RecordOptions records_options;
+  records_options.scale = report.scale;
+  records_options.format = format;
+  const auto records = JC_TRY(kv::quantize(x, jc::k_latent_dim, records_options));
+  return ModeResult{report.latent.rel_rms, subnormal_block_share(records, format)};
 }
 
 }  // namespace
@@ -60,6 +78,33 @@ std::vector<float> synthetic_latents(std::size_t tokens, float max_abs, std::uin
   return x;
 }
 
+const char* to_string(StudyMode mode) {
+  switch (mode) {
+    case StudyMode::identity: return "identity";
+    case StudyMode::calibrated: return "calibrated";
+    case StudyMode::per_token: return "per-token";
+  }
+  return "?";
+}
+
+const std::optional<ModeResult>& LayerRow::result(StudyMode mode) const {
+  switch (mode) {
+    case StudyMode::identity: return identity;
+    case StudyMode::calibrated: return calibrated;
+    case StudyMode::per_token: return per_token;
+  }
+  return identity;
+}
+
+bool study_measures(RecordFormat format, StudyMode mode) {
+  switch (mode) {
+    case StudyMode::identity: return format_allows(format, LatentScale::identity);
+    case StudyMode::calibrated: return format_allows(format, LatentScale::dynamic);
+    case StudyMode::per_token: return format_allows(format, LatentScale::per_token);
+  }
+  return false;
+}
+
 Result<std::vector<LayerRow>> run_outer_scale_study(std::span<const float> layer_max_abs,
                                                     const StudyOptions& options) {
   std::vector<LayerRow> rows;
@@ -69,25 +114,27 @@ Result<std::vector<LayerRow>> run_outer_scale_study(std::span<const float> layer
     // The same activation pattern in every layer, only the magnitude differs, so the
     // rows isolate the effect of magnitude.
     const auto x = synthetic_latents(options.tokens, row.max_abs, options.seed);
+    // s_l from the bf16-rounded latent, as kv::measure_error calibrates it.
+    float max_abs = 0.0f;
+    for (float v : x) max_abs = std::max(max_abs, std::fabs(jc::bf16_to_float(jc::float_to_bf16(v))));
+    row.calibrated_scale = kv::calibrated_latent_scale(max_abs).value;
 
-    kv::ErrorOptions identity;
-    identity.rope = options.rope;
-    const auto id = JC_TRY(kv::measure_error(x, jc::k_latent_dim, identity));
-    kv::ErrorOptions calibrated = identity;
-    calibrated.source = kv::ScaleSource::calibrated;
-    const auto cal = JC_TRY(kv::measure_error(x, jc::k_latent_dim, calibrated));
-    row.calibrated_scale = cal.scale.value;
-    row.identity_rel_rms = id.latent.rel_rms;
-    row.calibrated_rel_rms = cal.latent.rel_rms;
-
-    kv::RecordOptions records_identity;
-    records_identity.rope = options.rope;
-    const auto rec_id = JC_TRY(kv::quantize(x, jc::k_latent_dim, records_identity));
-    kv::RecordOptions records_calibrated = records_identity;
-    records_calibrated.scale = cal.scale;
-    const auto rec_cal = JC_TRY(kv::quantize(x, jc::k_latent_dim, records_calibrated));
-    row.identity_subnormal_blocks = subnormal_block_share(rec_id, options.rope);
-    row.calibrated_subnormal_blocks = subnormal_block_share(rec_cal, options.rope);
+    if (study_measures(options.format, StudyMode::identity))
+      row.identity = JC_TRY(measure(x, options.format, kv::ScaleSource::given, {}));
+    if (study_measures(options.format, StudyMode::calibrated))
+      row.calibrated = JC_TRY(measure(x, options.format, kv::ScaleSource::calibrated, {}));
+    if (study_measures(options.format, StudyMode::per_token))
+      row.per_token = JC_TRY(
+          measure(x, options.format, kv::ScaleSource::given, kv::per_token_latent_scale()));
+    // The first of equal errors wins, in column order.
+    bool found = false;
+    for (StudyMode mode : k_study_modes) {
+      const auto& result = row.result(mode);
+      if (result && (!found || result->rel_rms < row.result(row.lowest)->rel_rms)) {
+        row.lowest = mode;
+        found = true;
+      }
+    }
     rows.push_back(row);
   }
   return rows;

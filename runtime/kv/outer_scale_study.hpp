@@ -1,12 +1,13 @@
 // The mechanism the product exists for, reproduced on synthetic data: post-RMSNorm
 // latents whose magnitude spans layers from max_abs 0.02 (shallow) to 5.2 (deep),
-// quantized with the identity scale and with the calibrated s_l = max_abs / 2688.
-// Without a scale, the shallow layers' E4M3 block scales fall below 2^-6 into the
-// subnormal range and the round-trip error grows; with it, every layer sees the deep
-// layers' error.
+// quantized with the identity scale, with the calibrated per-layer s_l = max_abs / 2688,
+// and with a per-token s_t stored in each record. Without a scale, the shallow layers'
+// E4M3 block scales fall below 2^-6 into the subnormal range and the round-trip error
+// grows; with either scale, every layer sees the deep layers' error.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -23,20 +24,42 @@ std::span<const float> default_layer_max_abs();
 // scaled so that its max |x| is exactly `max_abs`. Deterministic in `seed`.
 std::vector<float> synthetic_latents(std::size_t tokens, float max_abs, std::uint64_t seed);
 
+// The three ways the study scales a layer's latent, in the order of its columns.
+enum class StudyMode { identity, calibrated, per_token };
+inline constexpr StudyMode k_study_modes[] = {StudyMode::identity, StudyMode::calibrated,
+                                              StudyMode::per_token};
+const char* to_string(StudyMode mode);  // "identity", "calibrated", "per-token"
+
+struct ModeResult {
+  double rel_rms = 0.0;           // relative RMS round-trip error of the latent
+  double subnormal_blocks = 0.0;  // share of block scales below E4M3's 2^-6
+};
+
 struct LayerRow {
   float max_abs = 0.0f;
-  float calibrated_scale = 0.0f;     // max_abs / 2688
-  double identity_rel_rms = 0.0;     // relative RMS round-trip error, latent, scale 1
-  double calibrated_rel_rms = 0.0;   // the same with the calibrated scale
-  double identity_subnormal_blocks = 0.0;  // share of block scales below E4M3's 2^-6
-  double calibrated_subnormal_blocks = 0.0;
+  float calibrated_scale = 0.0f;  // max_abs / 2688
+  // One result per mode; none where the study's format is not written with that mode
+  // (b12x-304 takes per-token only; b12x-432 and flashmla-352 take no per-token).
+  std::optional<ModeResult> identity;
+  std::optional<ModeResult> calibrated;
+  std::optional<ModeResult> per_token;
+  StudyMode lowest = StudyMode::identity;  // the measured mode with the lowest error
+
+  const std::optional<ModeResult>& result(StudyMode mode) const;
 };
 
 struct StudyOptions {
   std::size_t tokens = 1024;
   std::uint64_t seed = 20261129;
-  RecordFormat rope = RecordFormat::b12x_432;
+  // b12x-368: the one format written with all three modes. The latent of b12x-432,
+  // b12x-368 and b12x-304 is the same bytes, so their errors are the same; flashmla-352
+  // floors its block scales at 2^-9, which changes the smallest layers' identity error.
+  RecordFormat format = RecordFormat::b12x_368;
 };
+
+// Whether the study can measure `mode` in `format` (the calibrated mode is a dynamic
+// kernel, even when a layer's calibrated scale happens to be 1.0).
+bool study_measures(RecordFormat format, StudyMode mode);
 
 // One row per layer magnitude, computed with the host executor (the GPU's numerics).
 Result<std::vector<LayerRow>> run_outer_scale_study(std::span<const float> layer_max_abs,

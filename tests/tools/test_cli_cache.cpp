@@ -82,7 +82,7 @@ TEST_F(CliCacheTest, InspectListsEveryEntryWithItsFacts) {
   const Outcome o = run({"inspect"});
   ASSERT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(o.err, "");
-  for (const char* column : {"KEY", "KERNEL", "TARGET", "LATENT_SCALE", "ROPE", "SIZE", "CREATED", "LAST USED", "HITS"})
+  for (const char* column : {"KEY", "KERNEL", "TARGET", "LATENT_SCALE", "FORMAT", "SIZE", "CREATED", "LAST USED", "HITS"})
     EXPECT_NE(o.out.find(column), std::string::npos) << column;
   for (const auto& facts : m_entries) EXPECT_NE(o.out.find(facts.key().to_hex().substr(0, 16)), std::string::npos);
   EXPECT_NE(o.out.find("kv_gather"), std::string::npos);
@@ -102,6 +102,54 @@ TEST_F(CliCacheTest, InspectJsonIsOneDocument) {
     for (const auto& [name, value] : e["facts"].items()) facts.set(name, value.get<std::string>());
     EXPECT_EQ(facts.key().to_hex(), e["key"]) << "the printed facts are the facts of the key";
   }
+}
+
+// Keys spell b12x-432 and b12x-368 as rope=bf16|fp8 and the other formats as
+// format=<name>; --format takes either name and --rope stays the older alias.
+TEST_F(CliCacheTest, InspectAndClearFilterByFormatUnderEitherSpelling) {
+  {
+    auto store = cache::Store::open(m_root);
+    ASSERT_OK(store);
+    const cache::Facts flashmla{{"kernel", "kv_write"}, {"target", "sm_100a"}, {"latent_scale", "dynamic"},
+                                {"format", "flashmla-352"}, {"nvrtc_version", "12.8"}, {"generator_version", "1"}};
+    const cache::Facts glm{{"kernel", "kv_gather"}, {"target", "sm_120a"}, {"latent_scale", "per-token"},
+                           {"format", "b12x-304"}, {"nvrtc_version", "12.8"}, {"generator_version", "1"}};
+    ASSERT_OK((*store)->put(flashmla.key(), flashmla, cache::Bytes(64, std::byte{7}), 1.0));
+    ASSERT_OK((*store)->put(glm.key(), glm, cache::Bytes(64, std::byte{8}), 1.0));
+  }
+  const auto count = [&](std::vector<std::string> filter) {
+    filter.insert(filter.begin(), {"inspect", "--json"});
+    const Outcome o = run(filter);
+    EXPECT_EQ(o.code, 0) << o.err;
+    return parse(o)["entries"].size();
+  };
+  EXPECT_EQ(count({"--format", "b12x-432"}), 2u);
+  EXPECT_EQ(count({"--format", "bf16"}), 2u);
+  EXPECT_EQ(count({"--rope", "bf16"}), 2u);
+  EXPECT_EQ(count({"--format", "b12x-368"}), 2u);
+  EXPECT_EQ(count({"--rope", "fp8", "--arch", "sm_100a"}), 1u);
+  EXPECT_EQ(count({"--format", "flashmla-352"}), 1u);
+  EXPECT_EQ(count({"--format", "b12x-304", "--latent-scale", "per-token"}), 1u);
+  EXPECT_EQ(count({"--format", "b12x-304", "--latent-scale", "dynamic"}), 0u);
+  EXPECT_EQ(count({}), 6u);
+  // The table names every entry's format, whichever spelling its key has.
+  const Outcome table = run({"inspect"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  for (const char* name : {"b12x-432", "b12x-368", "flashmla-352", "b12x-304"})
+    EXPECT_NE(table.out.find(name), std::string::npos) << name << "\n" << table.out;
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"inspect", "--format", "b12x-999"}, {"inspect", "--rope", "b12x-432"},
+        {"inspect", "--format", "b12x-432", "--rope", "bf16"}}) {
+    const Outcome o = run(bad);
+    EXPECT_EQ(o.code, 2) << bad[1] << " " << bad[2] << "\n" << o.err;
+  }
+  const Outcome dry = run({"clear", "--format", "flashmla-352", "--dry-run"});
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("would remove 1 entries"), std::string::npos) << dry.out;
+  const Outcome cleared = run({"clear", "--rope", "fp8"});
+  ASSERT_EQ(cleared.code, 0) << cleared.err;
+  EXPECT_EQ(count({}), 4u);
+  EXPECT_EQ(count({"--format", "b12x-368"}), 0u);
 }
 
 TEST_F(CliCacheTest, InspectFiltersByLatentScaleArchAndKernel) {

@@ -1,4 +1,4 @@
-// `jitcache kv quantize | dequantize | error` run as a user runs them: exit codes
+// `jitcache kv quantize | dequantize | error | formats` run as a user runs them: exit codes
 // (0 ok, 1 invalid input, 2 usage), what goes to stdout and stderr, and that the files
 // they write hold what the library computes.
 
@@ -14,11 +14,13 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/kv/kv_tools.hpp"
 #include "runtime/kv/npy.hpp"
 #include "cli_runner.hpp"
@@ -70,8 +72,8 @@ class CliKvTest : public testing::TempDirTest {
   fs::path m_input;
 };
 
-kv::RecordOptions record_options(float scale, RecordFormat rope) {
-  return kv::RecordOptions{kv::choose_latent_scale(scale).value(), rope, 1};
+kv::RecordOptions record_options(float scale, RecordFormat format) {
+  return kv::RecordOptions{kv::choose_latent_scale(scale).value(), format, 1};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -115,6 +117,138 @@ TEST_F(CliKvTest, Fp8RopeWithDynamicScale) {
             kv::dequantize(records, record_options(0.002f, RecordFormat::b12x_368)).value());
 }
 
+// Every format in every mode it is written with, through --format and --scale or
+// --latent-scale per-token: the files hold what the library computes, and the round trip
+// comes back within NVFP4's error.
+TEST_F(CliKvTest, EveryFormatAndModeRoundTrips) {
+  std::vector<float> latent(k_tokens * kv::k_latent_dim);
+  for (std::size_t t = 0; t < k_tokens; ++t)
+    std::copy_n(&m_values[t * kv::k_row_dim], kv::k_latent_dim, &latent[t * kv::k_latent_dim]);
+  const fs::path latent_input = write_npy("latent.npy", {k_tokens, kv::k_latent_dim}, latent);
+  int runs = 0;
+  for (const RecordFormatRow& format : k_record_formats.rows)
+    for (const LatentScale mode : k_latent_scales.values()) {
+      if (!format_allows(format.value, mode)) continue;
+      SCOPED_TRACE(std::string(format.name) + " " + to_string(mode));
+      std::vector<std::string> scale_args;
+      kv::RecordOptions options{};
+      switch (mode) {
+        case LatentScale::identity:
+          options = record_options(1.0f, format.value);
+          break;
+        case LatentScale::dynamic:
+          scale_args = {"--scale", "0.0004"};
+          options = record_options(0.0004f, format.value);
+          break;
+        case LatentScale::per_token:
+          scale_args = {"--latent-scale", "per-token"};
+          options = kv::RecordOptions{kv::per_token_latent_scale(), format.value, 1};
+          break;
+      }
+      const std::size_t columns = kv::output_columns(format.value);
+      const fs::path& input = columns == kv::k_row_dim ? m_input : latent_input;
+      const std::vector<float>& values = columns == kv::k_row_dim ? m_values : latent;
+      std::vector<std::string> q = {"kv", "quantize", "--input", p(input), "--format", format.name,
+                                    "--out", p(dir() / "r.bin")};
+      q.insert(q.end(), scale_args.begin(), scale_args.end());
+      const Outcome qo = jitcache(q);
+      ASSERT_EQ(qo.code, 0) << qo.err;
+      EXPECT_NE(qo.out.find(std::to_string(k_tokens) + " " + format.name + " records of " +
+                            std::to_string(format.record_bytes) + " bytes"),
+                std::string::npos)
+          << qo.out;
+      EXPECT_NE(qo.out.find(mode == LatentScale::per_token ? "latent scale per-token"
+                                                           : std::string("(") + to_string(mode) + ")"),
+                std::string::npos)
+          << qo.out;
+      const auto records = read_bytes(dir() / "r.bin");
+      ASSERT_EQ(records.size(), k_tokens * format.record_bytes);
+      EXPECT_EQ(records, kv::quantize(values, columns, options).value());
+
+      std::vector<std::string> d = {"kv", "dequantize", "--input", p(dir() / "r.bin"), "--format",
+                                    format.name, "--out", p(dir() / "y.npy")};
+      d.insert(d.end(), scale_args.begin(), scale_args.end());
+      const Outcome dout = jitcache(d);
+      ASSERT_EQ(dout.code, 0) << dout.err;
+      EXPECT_NE(dout.out.find("float32 (" + std::to_string(k_tokens) + ", " + std::to_string(columns) + ")"),
+                std::string::npos)
+          << dout.out;
+      const auto y = npy::read_float32(dir() / "y.npy", 2);
+      ASSERT_OK(y);
+      EXPECT_EQ(y->shape, (std::vector<std::uint64_t>{k_tokens, columns}));
+      EXPECT_EQ(y->values, kv::dequantize(records, options).value());
+      double err = 0.0, ref = 0.0;
+      for (std::size_t t = 0; t < k_tokens; ++t)
+        for (std::size_t c = 0; c < kv::k_latent_dim; ++c) {
+          const double x = values[t * columns + c], e = y->values[t * columns + c] - x;
+          err += e * e;
+          ref += x * x;
+        }
+      EXPECT_GT(std::sqrt(err / ref), 0.01) << "NVFP4 is lossy";
+      EXPECT_LT(std::sqrt(err / ref), 0.2);
+      ++runs;
+    }
+  EXPECT_EQ(runs, 8) << "2 + 3 + 1 + 2 (format, mode) pairs";
+}
+
+TEST_F(CliKvTest, FormatWithOnlyPerTokenIsPerTokenWithoutAsking) {
+  const std::vector<float> latent(m_values.begin(), m_values.begin() + 2 * 512);
+  const fs::path input = write_npy("latent.npy", {2, 512}, latent);
+  const Outcome q = jitcache({"kv", "quantize", "--input", p(input), "--format", "b12x-304", "--out",
+                              p(dir() / "r.bin")});
+  ASSERT_EQ(q.code, 0) << q.err;
+  EXPECT_NE(q.out.find("latent scale per-token (each record's own s_t)"), std::string::npos) << q.out;
+  EXPECT_EQ(read_bytes(dir() / "r.bin"),
+            kv::quantize(latent, 512, kv::RecordOptions{kv::per_token_latent_scale(), RecordFormat::b12x_304, 1})
+                .value());
+  // Its records hold no RoPE: a [T, 576] input is refused, not cut.
+  const Outcome rope = jitcache({"kv", "quantize", "--input", p(m_input), "--format", "b12x-304", "--out",
+                                 p(dir() / "r2.bin")});
+  EXPECT_EQ(rope.code, 1) << rope.err;
+  EXPECT_NE(rope.err.find(p(m_input) + ": field 'shape': b12x-304 records hold no RoPE"), std::string::npos)
+      << rope.err;
+  EXPECT_FALSE(fs::exists(dir() / "r2.bin"));
+  const Outcome e = jitcache({"kv", "error", "--input", p(input), "--format", "b12x-304"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("b12x-304 records (304 bytes per token)"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("rope           none: b12x-304 records hold no RoPE"), std::string::npos) << e.out;
+  const Outcome j = jitcache({"kv", "error", "--input", p(input), "--format", "b12x-304", "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  const nlohmann::json doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc.at("format"), "b12x-304");
+  EXPECT_TRUE(doc.at("rope_format").is_null());
+  EXPECT_TRUE(doc.at("rope").is_null());
+  EXPECT_EQ(doc.at("latent_scale").at("variant"), "per-token");
+}
+
+TEST_F(CliKvTest, FormatsListsEveryFormat) {
+  const Outcome text = jitcache({"kv", "formats"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  const Outcome j = jitcache({"kv", "formats", "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  const nlohmann::json doc = nlohmann::json::parse(j.out);
+  ASSERT_EQ(doc.size(), k_record_formats.size());
+  for (std::size_t i = 0; i < doc.size(); ++i) {
+    const RecordFormatRow& row = k_record_formats.rows[i];
+    EXPECT_EQ(doc[i].at("name"), row.name);
+    EXPECT_EQ(doc[i].at("record_bytes"), row.record_bytes);
+    EXPECT_EQ(doc[i].at("output_columns"), kv::output_columns(row.value));
+    EXPECT_EQ(doc[i].at("reader"), row.reader);
+    std::vector<std::string> modes;
+    for (const LatentScale mode : k_latent_scales.values())
+      if (format_allows(row.value, mode)) modes.emplace_back(to_string(mode));
+    EXPECT_EQ(doc[i].at("modes").get<std::vector<std::string>>(), modes);
+    // A line of its own: the name, then the size.
+    bool found = false;
+    std::istringstream lines(text.out);
+    for (std::string line; std::getline(lines, line);)
+      found = found || (line.rfind(std::string(row.name) + " ", 0) == 0 &&
+                        line.find(" " + std::to_string(row.record_bytes) + " bytes") != std::string::npos);
+    EXPECT_TRUE(found) << row.name << "\n" << text.out;
+  }
+  EXPECT_NE(text.out.find("  modes   per-token\n  reader  b12x GLM_NEXT"), std::string::npos) << text.out;
+}
+
 TEST_F(CliKvTest, LatentOnlyInputDequantizesWithZeroRope) {
   const std::vector<float> latent(m_values.begin(), m_values.begin() + 3 * 512);
   const fs::path input = write_npy("latent.npy", {3, 512}, latent);
@@ -143,7 +277,8 @@ TEST_F(CliKvTest, ErrorJsonIsOneDocumentWithTheLibrarysNumbers) {
   EXPECT_EQ(doc.at("input"), p(m_input));
   EXPECT_EQ(doc.at("tokens"), k_tokens);
   EXPECT_EQ(doc.at("input_columns"), 576);
-  EXPECT_EQ(doc.at("rope_format"), "fp8");
+  EXPECT_EQ(doc.at("format"), "b12x-368");
+  EXPECT_EQ(doc.at("rope_format"), "fp8") << "the older name, where the format has one";
   EXPECT_EQ(doc.at("record_bytes"), 368);
   EXPECT_EQ(doc.at("latent_scale").at("source"), "calibrated");
   EXPECT_EQ(doc.at("latent_scale").at("variant"), "dynamic");
@@ -224,7 +359,7 @@ TEST_F(CliKvTest, ErrorOfNothingMeasuredExitsOne) {
 TEST_F(CliKvTest, HelpListsTheSubcommands) {
   const Outcome h = jitcache({"kv", "--help"});
   EXPECT_EQ(h.code, 0);
-  for (const char* sub : {"quantize", "dequantize", "error"})
+  for (const char* sub : {"quantize", "dequantize", "error", "formats", "study"})
     EXPECT_NE(h.out.find(sub), std::string::npos) << sub;
 }
 
@@ -288,7 +423,21 @@ TEST_F(CliKvTest, RecordsOfWrongLengthExitOne) {
   const Outcome hint =
       jitcache({"kv", "dequantize", "--input", p(fp8), "--out", p(dir() / "y.npy")});
   EXPECT_EQ(hint.code, 1);
-  EXPECT_NE(hint.err.find("is --rope fp8 meant?"), std::string::npos) << hint.err;
+  EXPECT_NE(hint.err.find(p(fp8) + ": field 'size': 1104 bytes is not a multiple of the 432-byte b12x-432 "
+                          "record (it is a multiple of the 368-byte b12x-368 record: is --format b12x-368 "
+                          "meant?)"),
+            std::string::npos)
+      << hint.err;
+  // Both names, whichever format was asked for.
+  const fs::path glm = write_raw("glm.bin", std::vector<std::uint8_t>(304 * 5));
+  const Outcome flashmla = jitcache(
+      {"kv", "dequantize", "--input", p(glm), "--format", "flashmla-352", "--out", p(dir() / "y.npy")});
+  EXPECT_EQ(flashmla.code, 1);
+  EXPECT_NE(flashmla.err.find("1520 bytes is not a multiple of the 352-byte flashmla-352 record (it is a "
+                              "multiple of the 304-byte b12x-304 record: is --format b12x-304 meant?)"),
+            std::string::npos)
+      << flashmla.err;
+  EXPECT_FALSE(fs::exists(dir() / "y.npy"));
 }
 
 // Outputs never replace what is not a regular file, nor an input. Every special file here
@@ -396,6 +545,29 @@ TEST_F(CliKvTest, UsageErrorsExitTwo) {
        "--scale: the latent scale is outside the normal float32 range, got 1e+39"},
       {{"kv", "quantize", "--input", in, "--out", out, "--scale", "abc"}, "--scale"},
       {{"kv", "quantize", "--input", in, "--out", out, "--rope", "fp4"}, "--rope"},
+      {{"kv", "quantize", "--input", in, "--out", out, "--format", "b12x-999"}, "--format"},
+      {{"kv", "quantize", "--input", in, "--out", out, "--format", "b12x-368", "--rope", "fp8"}, "excludes"},
+      // A layer's scale and a per-token scale at once.
+      {{"kv", "quantize", "--input", in, "--out", out, "--format", "b12x-368", "--scale", "0.5",
+        "--latent-scale", "per-token"},
+       "--scale excludes --latent-scale"},
+      {{"kv", "dequantize", "--input", in, "--out", out, "--format", "b12x-368", "--latent-scale", "per-token",
+        "--scale", "1"},
+       "excludes"},
+      {{"kv", "error", "--input", in, "--format", "b12x-368", "--latent-scale", "per-token", "--calibrated"},
+       "excludes"},
+      {{"kv", "quantize", "--input", in, "--out", out, "--latent-scale", "per-layer"}, "--latent-scale"},
+      // Modes a format is not written with, named with the option that asked for them.
+      {{"kv", "quantize", "--input", in, "--out", out, "--format", "b12x-432", "--latent-scale", "per-token"},
+       "--latent-scale: format b12x-432 is not written with a per-token latent scale (it takes: identity, "
+       "dynamic)"},
+      {{"kv", "quantize", "--input", in, "--out", out, "--format", "b12x-304", "--scale", "0.5"},
+       "--scale: format b12x-304 is not written with a dynamic latent scale (it takes: per-token)"},
+      {{"kv", "dequantize", "--input", in, "--out", out, "--format", "flashmla-352", "--latent-scale",
+        "per-token"},
+       "--latent-scale: format flashmla-352 is not written with a per-token latent scale"},
+      {{"kv", "error", "--input", in, "--format", "b12x-304", "--calibrated"},
+       "--calibrated: format b12x-304 is not written with a dynamic latent scale"},
       {{"kv", "dequantize", "--input", in, "--out", out, "--scale", "inf"}, "--scale"},
       {{"kv", "error", "--input", in, "--scale", "2", "--calibrated"}, "excludes"},
       {{"kv", "error", "--input", in, "--scale", "nan"}, "--scale"},

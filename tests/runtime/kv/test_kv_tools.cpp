@@ -52,10 +52,29 @@ std::vector<float> random_tokens(std::mt19937_64& rng, std::size_t tokens, std::
   return values;
 }
 
-kv::RecordOptions options(float scale, RecordFormat rope, unsigned threads = 1) {
+kv::RecordOptions options(float scale, RecordFormat format, unsigned threads = 1) {
   auto choice = kv::choose_latent_scale(scale);
   EXPECT_TRUE(choice.has_value());
-  return kv::RecordOptions{choice.value_or(kv::LatentScaleChoice{}), rope, threads};
+  return kv::RecordOptions{choice.value_or(kv::LatentScaleChoice{}), format, threads};
+}
+
+kv::RecordOptions per_token(RecordFormat format, unsigned threads = 1) {
+  return kv::RecordOptions{kv::per_token_latent_scale(), format, threads};
+}
+
+// The formats written with a layer's scale (identity and dynamic): every one but b12x-304.
+std::vector<RecordFormat> formats_with(LatentScale mode) {
+  std::vector<RecordFormat> formats;
+  for (const RecordFormat format : k_record_formats.values())
+    if (format_allows(format, mode)) formats.push_back(format);
+  return formats;
+}
+
+// A per-token record's s_t, as the writer computes it from the token's bf16 latent.
+float token_scale(const float* row) {
+  float amax = 0.0f;
+  for (std::size_t c = 0; c < k_latent_dim; ++c) amax = std::max(amax, std::fabs(as_bf16(row[c])));
+  return amax / 2688.0f;
 }
 
 // The NVFP4 error bound of one block, derived from the format alone. With a = max |x/s|
@@ -72,22 +91,30 @@ double latent_bound(const float* block_bf16, float s) {
 }
 
 // fp8 RoPE: rope_scale = amax/448, so x/rope_scale lies in E4M3's range; half a step is
-// 2^-4 relative (normal) or 2^-10 * rope_scale (subnormal), then bf16 rounding.
-double rope_bound(double x, double amax) {
-  const double rs = amax / 448.0;
+// 2^-4 relative (normal) or 2^-10 * rope_scale (subnormal), then bf16 rounding. The
+// unscaled E4M3 RoPE of flashmla-352 is the same with rope_scale 1 (|x| <= 448 here).
+double rope_bound(double x, double amax, RecordFormat format) {
+  const double rs = format == RecordFormat::flashmla_352 ? 1.0 : amax / 448.0;
   return (std::fabs(x) * std::ldexp(1.0, -4) + rs * std::ldexp(1.0, -10)) * (1.0 + 1e-6) +
          std::ldexp(1.0, -8) * (std::fabs(x) * 1.07 + rs);
 }
 
+// `s`: the layer's scale, or 0 for per-token (each token's s_t).
 void expect_within_bounds(const std::vector<float>& input, std::size_t columns,
-                          const std::vector<float>& output, float s, RecordFormat rope) {
+                          const std::vector<float>& output, float layer_scale, RecordFormat rope) {
   const std::size_t tokens = input.size() / columns;
-  ASSERT_EQ(output.size(), tokens * k_row_dim);
+  const std::size_t out_columns = kv::output_columns(rope);
+  ASSERT_EQ(output.size(), tokens * out_columns);
   double err2 = 0.0, ref2 = 0.0;
   for (std::size_t t = 0; t < tokens; ++t) {
     float x[k_row_dim] = {};
     for (std::size_t c = 0; c < columns; ++c) x[c] = as_bf16(input[t * columns + c]);
-    const float* y = &output[t * k_row_dim];
+    const float* y = &output[t * out_columns];
+    const float s = layer_scale == 0.0f ? token_scale(x) : layer_scale;
+    if (s == 0.0f) {  // a per-token record of zeros: all codes 0
+      for (std::size_t i = 0; i < k_latent_dim; ++i) ASSERT_EQ(y[i], 0.0f) << "token " << t;
+      continue;
+    }
     for (std::size_t b = 0; b < k_latent_dim / 16; ++b) {
       const double bound = latent_bound(&x[16 * b], s);
       for (std::size_t i = 16 * b; i < 16 * b + 16; ++i) {
@@ -98,6 +125,7 @@ void expect_within_bounds(const std::vector<float>& input, std::size_t columns,
         ref2 += static_cast<double>(x[i]) * x[i];
       }
     }
+    if (out_columns == k_latent_dim) continue;  // no RoPE in the record
     double rope_amax = 0.0;
     for (std::size_t i = k_latent_dim; i < k_row_dim; ++i)
       rope_amax = std::max(rope_amax, std::fabs(double{x[i]}));
@@ -106,7 +134,7 @@ void expect_within_bounds(const std::vector<float>& input, std::size_t columns,
         ASSERT_EQ(bits(y[i]), bits(x[i]))
             << "bf16 RoPE is stored verbatim; token " << t << " element " << i;
       } else {
-        ASSERT_LE(std::fabs(static_cast<double>(y[i]) - x[i]), rope_bound(x[i], rope_amax))
+        ASSERT_LE(std::fabs(static_cast<double>(y[i]) - x[i]), rope_bound(x[i], rope_amax, rope))
             << "token " << t << " element " << i;
       }
     }
@@ -126,28 +154,133 @@ TEST(KvTools, RoundTripStaysWithinTheNvfp4ErrorBound) {
   std::mt19937_64 rng(testing::test_seed("kv round trip"));
   std::uniform_real_distribution<float> log_magnitude(std::log(0.02f), std::log(5.2f));
   for (const RecordFormat rope : k_record_formats.values()) {
-    for (int scale_kind = 0; scale_kind < 3; ++scale_kind) {
+    // Identity, calibrated, a plain dynamic scale and per-token: those the format takes.
+    for (int scale_kind = 0; scale_kind < 4; ++scale_kind) {
+      const LatentScale mode = scale_kind == 0   ? LatentScale::identity
+                               : scale_kind == 3 ? LatentScale::per_token
+                                                 : LatentScale::dynamic;
+      if (!format_allows(rope, mode)) continue;
       const std::size_t tokens = 1 + rng() % 48;
       const float latent_max = std::exp(log_magnitude(rng));
-      const std::vector<float> input = random_tokens(rng, tokens, k_row_dim, latent_max);
+      // A format without RoPE takes the latent only.
+      const std::size_t columns = kv::output_columns(rope);
+      const std::vector<float> input = random_tokens(rng, tokens, columns, latent_max);
       const float s = scale_kind == 0   ? 1.0f
                       : scale_kind == 1 ? as_bf16(latent_max) / 2688.0f
-                                        : 0.37f;
-      SCOPED_TRACE(std::string("rope ") + to_string(rope) + ", scale " + std::to_string(s) +
-                   ", max " + std::to_string(latent_max) + ", tokens " + std::to_string(tokens));
-      const auto records = kv::quantize(input, k_row_dim, options(s, rope));
+                      : scale_kind == 2 ? 0.37f
+                                        : 0.0f;
+      SCOPED_TRACE(std::string("format ") + to_string(rope) + ", " + to_string(mode) + ", scale " +
+                   std::to_string(s) + ", max " + std::to_string(latent_max) + ", tokens " +
+                   std::to_string(tokens));
+      const kv::RecordOptions opts = mode == LatentScale::per_token ? per_token(rope) : options(s, rope);
+      const auto records = kv::quantize(input, columns, opts);
       ASSERT_OK(records);
       ASSERT_EQ(records->size(), tokens * static_cast<std::size_t>(record_bytes(rope)));
-      const auto output = kv::dequantize(*records, options(s, rope));
+      const auto output = kv::dequantize(*records, opts);
       ASSERT_OK(output);
-      expect_within_bounds(input, k_row_dim, *output, s, rope);
+      expect_within_bounds(input, columns, *output, s, rope);
     }
   }
 }
 
+TEST(KvTools, PerTokenRecordsCarryTheirOwnScale) {
+  std::mt19937_64 rng(testing::test_seed("kv per-token s_t"));
+  for (const RecordFormat format : formats_with(LatentScale::per_token)) {
+    SCOPED_TRACE(to_string(format));
+    const std::size_t columns = kv::output_columns(format);
+    // Tokens of very different magnitudes: each gets its own s_t.
+    std::vector<float> input;
+    for (const float magnitude : {0.01f, 1.0f, 300.0f}) {
+      const std::vector<float> token = random_tokens(rng, 1, columns, magnitude);
+      input.insert(input.end(), token.begin(), token.end());
+    }
+    auto records = kv::quantize(input, columns, per_token(format));
+    ASSERT_OK(records);
+    const std::size_t rb = static_cast<std::size_t>(record_bytes(format));
+    for (std::size_t t = 0; t < 3; ++t) {
+      float stored;
+      std::memcpy(&stored, records->data() + t * rb + 292, sizeof stored);
+      EXPECT_EQ(stored, token_scale(&input[t * columns])) << "s_t of token " << t << " at [292, 296)";
+    }
+    const auto output = kv::dequantize(*records, per_token(format));
+    ASSERT_OK(output);
+    expect_within_bounds(input, columns, *output, 0.0f, format);
+    // The reader multiplies by the s_t it finds: doubling token 1's doubles its latent.
+    float stored;
+    std::memcpy(&stored, records->data() + rb + 292, sizeof stored);
+    stored *= 2.0f;
+    std::memcpy(records->data() + rb + 292, &stored, sizeof stored);
+    const auto doubled = kv::dequantize(*records, per_token(format));
+    ASSERT_OK(doubled);
+    for (std::size_t c = 0; c < k_latent_dim; ++c) {
+      ASSERT_EQ((*doubled)[columns + c], 2.0f * (*output)[columns + c]) << "column " << c;
+      ASSERT_EQ((*doubled)[c], (*output)[c]) << "token 0 is untouched, column " << c;
+    }
+  }
+}
+
+TEST(KvTools, ModesAFormatIsNotWrittenWithAreRefused) {
+  const std::vector<float> latent(2 * k_latent_dim, 0.5f);
+  for (const RecordFormat format : k_record_formats.values())
+    for (const LatentScale mode : k_latent_scales.values()) {
+      if (format_allows(format, mode)) continue;
+      const kv::LatentScaleChoice choice{mode == LatentScale::dynamic ? 0.5f : 1.0f, mode};
+      const kv::RecordOptions opts{choice, format, 1};
+      const auto q = kv::quantize(latent, k_latent_dim, opts);
+      ASSERT_FALSE(q) << to_string(format) << " " << to_string(mode);
+      EXPECT_EQ(q.error().code, ErrorCode::invalid_argument);
+      EXPECT_NE(q.error().message.find(std::string("format ") + to_string(format) +
+                                       " is not written with a " + to_string(mode)),
+                std::string::npos)
+          << q.error().message;
+      const auto d = kv::dequantize(std::vector<std::uint8_t>(record_bytes(format)), opts);
+      ASSERT_FALSE(d);
+      EXPECT_EQ(d.error().code, ErrorCode::invalid_argument);
+    }
+}
+
+TEST(KvTools, PerTokenWithALayerScaleIsRefused) {
+  const std::vector<float> latent(k_latent_dim, 0.5f);
+  const kv::RecordOptions opts{{0.5f, LatentScale::per_token}, RecordFormat::b12x_368, 1};
+  const auto q = kv::quantize(latent, k_latent_dim, opts);
+  ASSERT_FALSE(q);
+  EXPECT_EQ(q.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(q.error().message.find("per-token takes no layer scale"), std::string::npos) << q.error().message;
+  EXPECT_FALSE(kv::dequantize(std::vector<std::uint8_t>(368), opts));
+}
+
+TEST(KvTools, FormatWithoutRopeRefusesRopeAndGivesLatentRows) {
+  const std::vector<float> with_rope(3 * k_row_dim, 0.25f);
+  const auto refused = kv::quantize(with_rope, k_row_dim, per_token(RecordFormat::b12x_304));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::invalid_input);
+  EXPECT_NE(refused.error().message.find("b12x-304 records hold no RoPE"), std::string::npos)
+      << refused.error().message;
+  const auto measured = kv::measure_error(
+      with_rope, k_row_dim, kv::ErrorOptions{{}, kv::per_token_latent_scale(), RecordFormat::b12x_304, 1});
+  ASSERT_FALSE(measured);
+  const std::vector<float> latent(3 * k_latent_dim, 0.25f);
+  const auto records = kv::quantize(latent, k_latent_dim, per_token(RecordFormat::b12x_304));
+  ASSERT_OK(records);
+  EXPECT_EQ(records->size(), 3u * 304u);
+  const auto rows = kv::dequantize(*records, per_token(RecordFormat::b12x_304));
+  ASSERT_OK(rows);
+  EXPECT_EQ(rows->size(), 3u * 512u) << "rows are [T, 512]";
+  EXPECT_EQ(*rows, latent) << "0.25 everywhere: every element is its block's 6 x 448 x s_t";
+  const auto report = kv::measure_error(
+      latent, k_latent_dim, kv::ErrorOptions{{}, kv::per_token_latent_scale(), RecordFormat::b12x_304, 1});
+  ASSERT_OK(report);
+  EXPECT_EQ(report->latent.elements, 3u * 512u);
+  EXPECT_EQ(report->rope_part.elements, 0u);
+  EXPECT_TRUE(std::isnan(report->rope_part.rel_rms)) << "no RoPE, no RoPE error";
+}
+
+// The reference (tests/reference_nvfp4.hpp) writes the two records of nvfp4_mla.cuh with
+// a layer's scale; the other formats and per-token records are checked against the
+// engines' own readers (python/tests/engine_reference.py) and by the bounds above.
 TEST(KvTools, MatchesTheIndependentReferenceBitForBit) {
   std::mt19937_64 rng(testing::test_seed("kv vs reference"));
-  for (const RecordFormat rope : k_record_formats.values()) {
+  for (const RecordFormat rope : {RecordFormat::b12x_432, RecordFormat::b12x_368}) {
     for (const float s : {1.0f, 0.0013f, 3.5f}) {
       const std::size_t tokens = 1 + rng() % 16;
       const std::vector<float> input =
@@ -181,7 +314,7 @@ TEST(KvTools, ExactlyRepresentableInputsRoundTripExactly) {
   static const float e2m1[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   // Powers of two keep x / s and the restore multiply exact.
   for (const float s : {1.0f, 0.25f, 8.0f}) {
-    for (const RecordFormat rope : k_record_formats.values()) {
+    for (const RecordFormat rope : formats_with(LatentScale::dynamic)) {
       const std::size_t tokens = 1 + rng() % 8;
       std::vector<float> input(tokens * k_row_dim);
       for (std::size_t t = 0; t < tokens; ++t) {
@@ -194,8 +327,9 @@ TEST(KvTools, ExactlyRepresentableInputsRoundTripExactly) {
             input[t * k_row_dim + 16 * b + i] = (rng() & 1 ? -q : q) * sf * s;
           }
         }
-        // RoPE: amax 448 * 2^k, so rope_scale = 2^k; values E4M3-exact multiples of it.
-        const int k = static_cast<int>(rng() % 6) - 4;
+        // RoPE: amax 448 * 2^k, so rope_scale = 2^k; values E4M3-exact multiples of it
+        // (flashmla-352's unscaled E4M3 RoPE: k <= 0, so nothing passes 448).
+        const int k = static_cast<int>(rng() % (rope == RecordFormat::flashmla_352 ? 5 : 6)) - 4;
         for (std::size_t i = 0; i < k_rope_dim; ++i) {
           const float m = i == 0 ? 448.0f
                                  : std::ldexp(static_cast<float>(8 + rng() % 8),
@@ -243,7 +377,7 @@ TEST(KvTools, InputsAreRoundedToBf16FirstNearestEven) {
 
 TEST(KvTools, LatentOnlyInputGetsZeroRope) {
   std::mt19937_64 rng(testing::test_seed("kv 512 columns"));
-  for (const RecordFormat rope : k_record_formats.values()) {
+  for (const RecordFormat rope : formats_with(LatentScale::dynamic)) {
     const std::size_t tokens = 1 + rng() % 20;
     const std::vector<float> latent = random_tokens(rng, tokens, k_latent_dim, 2.0f);
     std::vector<float> padded(tokens * k_row_dim, 0.0f);
@@ -265,16 +399,25 @@ TEST(KvTools, ThreadCountNeverChangesTheBytes) {
   std::mt19937_64 rng(testing::test_seed("kv threads"));
   const std::size_t tokens = 2501;  // an odd count: uneven chunks
   const std::vector<float> input = random_tokens(rng, tokens, k_row_dim, 3.0f);
+  std::vector<float> latent_only(tokens * k_latent_dim);
+  for (std::size_t t = 0; t < tokens; ++t)
+    std::copy_n(&input[t * k_row_dim], k_latent_dim, &latent_only[t * k_latent_dim]);
   for (const RecordFormat rope : k_record_formats.values()) {
-    const auto single = kv::quantize(input, k_row_dim, options(0.002f, rope, 1));
+    // Per-token where the format takes it, else a layer's dynamic scale.
+    const auto opts = [&](unsigned threads) {
+      return format_allows(rope, LatentScale::dynamic) ? options(0.002f, rope, threads) : per_token(rope, threads);
+    };
+    const std::size_t columns = kv::output_columns(rope);
+    const std::vector<float>& in = columns == k_row_dim ? input : latent_only;
+    const auto single = kv::quantize(in, columns, opts(1));
     ASSERT_OK(single);
-    const auto single_out = kv::dequantize(*single, options(0.002f, rope, 1));
+    const auto single_out = kv::dequantize(*single, opts(1));
     ASSERT_OK(single_out);
     for (const unsigned threads : {0u, 2u, 3u, 7u}) {
-      const auto multi = kv::quantize(input, k_row_dim, options(0.002f, rope, threads));
+      const auto multi = kv::quantize(in, columns, opts(threads));
       ASSERT_OK(multi);
       EXPECT_EQ(*multi, *single) << threads << " threads";
-      const auto multi_out = kv::dequantize(*single, options(0.002f, rope, threads));
+      const auto multi_out = kv::dequantize(*single, opts(threads));
       ASSERT_OK(multi_out);
       EXPECT_EQ(std::memcmp(multi_out->data(), single_out->data(), single_out->size() * 4), 0)
           << threads;
@@ -413,23 +556,37 @@ TEST(KvTools, RecordBufferOfWrongLengthIsRejected) {
     const auto r = kv::dequantize(records, options(1.0f, RecordFormat::b12x_432));
     ASSERT_FALSE(r) << size;
     EXPECT_EQ(r.error().code, ErrorCode::invalid_input);
-    EXPECT_EQ(r.error().message.find(
-                  "records: field 'size': " + std::to_string(size) +
-                  " bytes is not a multiple of the 432-byte nvfp4_ds_mla record (bf16 RoPE)"),
-              0u)
-        << r.error().message;
+    EXPECT_EQ(r.error().message, "records: field 'size': " + std::to_string(size) +
+                                     " bytes is not a multiple of the 432-byte b12x-432 record")
+        << "no other format's size fits " << size;
   }
-  // A file of the other layout is named as such.
+  // A buffer of another format is named as such, both formats by name.
   const auto fp8_file_read_as_bf16 =
       kv::dequantize(std::vector<std::uint8_t>(368 * 5), options(1.0f, RecordFormat::b12x_432));
   ASSERT_FALSE(fp8_file_read_as_bf16);
-  EXPECT_NE(fp8_file_read_as_bf16.error().message.find(
-                "(it is a multiple of the 368-byte fp8 RoPE record: is --rope fp8 meant?)"),
-            std::string::npos);
+  EXPECT_EQ(fp8_file_read_as_bf16.error().message,
+            "records: field 'size': 1840 bytes is not a multiple of the 432-byte b12x-432 record (it "
+            "is a multiple of the 368-byte b12x-368 record: is --format b12x-368 meant?)");
   const auto bf16_file_read_as_fp8 =
       kv::dequantize(std::vector<std::uint8_t>(432), options(1.0f, RecordFormat::b12x_368));
   ASSERT_FALSE(bf16_file_read_as_fp8);
-  EXPECT_NE(bf16_file_read_as_fp8.error().message.find("is --rope bf16 meant?"), std::string::npos);
+  EXPECT_NE(bf16_file_read_as_fp8.error().message.find("is --format b12x-432 meant?"), std::string::npos);
+  const auto short_read_as_flashmla =
+      kv::dequantize(std::vector<std::uint8_t>(304 * 3), options(1.0f, RecordFormat::flashmla_352));
+  ASSERT_FALSE(short_read_as_flashmla);
+  EXPECT_NE(short_read_as_flashmla.error().message.find(
+                "not a multiple of the 352-byte flashmla-352 record (it is a multiple of the 304-byte "
+                "b12x-304 record: is --format b12x-304 meant?)"),
+            std::string::npos)
+      << short_read_as_flashmla.error().message;
+  // Two formats fit 9936 bytes (432 * 23 = 368 * 27): both are named.
+  const std::size_t both = 432 * 23;
+  const auto two = kv::dequantize(std::vector<std::uint8_t>(both), options(1.0f, RecordFormat::flashmla_352));
+  ASSERT_FALSE(two);
+  EXPECT_NE(two.error().message.find("(it is a multiple of the 432-byte b12x-432 record and the 368-byte "
+                                     "b12x-368 record: is --format b12x-432 or --format b12x-368 meant?)"),
+            std::string::npos)
+      << two.error().message;
 }
 
 TEST(KvTools, TokenMatrixOfWrongWidthIsRejected) {
@@ -681,6 +838,18 @@ TEST_F(KvFileTest, FileRoundTrip) {
       dir() / "x.npy", kv::ErrorOptions{kv::ScaleSource::calibrated, {}, RecordFormat::b12x_368, 0});
   ASSERT_OK(report);
   EXPECT_EQ(report->input_columns, k_latent_dim);
+  // b12x-304: records of 304 bytes, and a .npy of [T, 512].
+  const auto glm = per_token(RecordFormat::b12x_304);
+  const auto written_304 = kv::quantize_file(dir() / "x.npy", dir() / "r304.bin", glm);
+  ASSERT_OK(written_304);
+  EXPECT_EQ(std::filesystem::file_size(dir() / "r304.bin"), tokens * 304);
+  const auto read_304 = kv::dequantize_file(dir() / "r304.bin", dir() / "y304.npy", glm);
+  ASSERT_OK(read_304);
+  EXPECT_EQ(read_304->output_columns, k_latent_dim);
+  const auto y304 = npy::read_float32(dir() / "y304.npy", 2);
+  ASSERT_OK(y304);
+  EXPECT_EQ(y304->shape, (std::vector<std::uint64_t>{tokens, k_latent_dim}));
+  EXPECT_EQ(y304->values, kv::dequantize(kv::quantize(input, k_latent_dim, glm).value(), glm).value());
 }
 
 TEST_F(KvFileTest, BadInputFilesAreNamedWithTheirField) {

@@ -79,6 +79,23 @@ jitcache_status unknown_rope(const char* self, jitcache_rope rope) {
               std::string(self) + ": no RoPE format " + std::to_string(abi_enum_value(rope)));
 }
 
+std::optional<RecordFormat> read_format(std::int32_t format) {
+  switch (format) {
+    case JITCACHE_FORMAT_B12X_432: return RecordFormat::b12x_432;
+    case JITCACHE_FORMAT_B12X_368: return RecordFormat::b12x_368;
+    case JITCACHE_FORMAT_B12X_304: return RecordFormat::b12x_304;
+    case JITCACHE_FORMAT_FLASHMLA_352: return RecordFormat::flashmla_352;
+    default: return std::nullopt;
+  }
+}
+
+jitcache_status unknown_format(const char* self, const char* field, std::int32_t format) {
+  return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
+              std::string(self) + ": " + field + " is " + std::to_string(format) +
+                  ", expected a jitcache_record_format: JITCACHE_FORMAT_B12X_432 (0), JITCACHE_FORMAT_B12X_368 "
+                  "(1), JITCACHE_FORMAT_B12X_304 (2) or JITCACHE_FORMAT_FLASHMLA_352 (3)");
+}
+
 bool is_unset(const char* text) { return text == nullptr || *text == '\0'; }
 
 jitcache_status hand_out(const nlohmann::json& document, char** out) {

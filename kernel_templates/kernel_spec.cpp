@@ -117,7 +117,7 @@ Result<RecordFormat> format_from_facts(const FactMap& facts) {
     if (auto format = parse_rope_format(legacy->second)) return *format;
     return make_error(ErrorCode::invalid_input, "fact 'rope' is '" + legacy->second + "', expected bf16 or fp8");
   }
-  if (named == facts.end()) return make_error(ErrorCode::invalid_input, "missing fact 'format'");
+  if (named == facts.end()) return make_error(ErrorCode::invalid_input, "missing fact 'format' (or 'rope')");
   const RecordFormatRow* row = k_record_formats.find(named->second);
   // A format with a RoPE alias is always keyed by it, so `format=b12x-432` is no key of ours.
   if (row == nullptr || row->rope_alias != nullptr) {

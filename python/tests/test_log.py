@@ -120,10 +120,10 @@ def test_compile_worker_threads(glm5_mini: Path, cache_dir: Path, caplog) -> Non
     compiled = [r for r in jitcache_records(caplog, logging.DEBUG) if r.getMessage().startswith("compiled ")]
     assert len(compiled) == 4, [r.getMessage() for r in compiled]
     assert {r.getMessage().split()[1] for r in compiled} == {
-        "writer/identity/fp8/sm_90",
-        "writer/dynamic/fp8/sm_90",
-        "gather/identity/fp8/sm_90",
-        "gather/dynamic/fp8/sm_90",
+        "writer/identity/b12x-368/sm_90",
+        "writer/dynamic/b12x-368/sm_90",
+        "gather/identity/b12x-368/sm_90",
+        "gather/dynamic/b12x-368/sm_90",
     }
     main = threading.get_ident()
     assert any(r.thread != main for r in compiled), "no line came from a worker thread"

@@ -198,17 +198,11 @@ Result<CompiledArtifact> parse_source_bundle(std::span<const std::byte> bytes, B
 
 Result<CompiledArtifact> parse_bundle(std::span<const std::byte> bytes, BundleText text) {
   CompiledArtifact a = JC_TRY(parse_sections(bytes, text));
-  auto fact = [&](const char* name) -> std::string {
-    auto it = a.facts.find(name);
-    return it == a.facts.end() ? std::string() : it->second;
-  };
-  const auto kernel = parse_kernel_kind(fact("kernel"));
-  const auto latent = parse_latent_scale(fact("latent_scale"));
-  const auto rope = parse_rope_format(fact("rope"));
-  auto target = parse_target(fact("target"));
-  if (!kernel || !latent || !rope || !target)
-    return std::unexpected(bad("facts do not name a kernel spec (kernel, latent_scale, rope, target)"));
-  a.spec = KernelSpec{*kernel, *latent, *rope, *target};
+  auto spec = KernelSpec::from_facts(a.facts);
+  if (!spec)
+    return std::unexpected(
+        bad("facts do not name a kernel spec (kernel, latent_scale, format or rope, target): " + spec.error().message));
+  a.spec = *spec;
   return a;
 }
 

@@ -61,11 +61,16 @@ Status check_bundle_facts(const cache::Facts& facts, std::span<const std::byte> 
   const FactMap embedded = JC_TRY(facts_from_cubin(artifact.cubin));
   JC_TRY(compare(embedded, "cubin's embedded facts"));
   // The facts that pick a variant must be there to compare, in the key and the bundle.
-  for (std::string_view name : {k_kernel_kinds.fact, k_latent_scales.fact, k_record_formats.fact, k_targets.fact}) {
+  for (std::string_view name : {k_kernel_kinds.fact, k_latent_scales.fact, k_targets.fact}) {
     if (!facts.get(name)) return make_error(ErrorCode::invalid_input, "the key has no " + std::string(name) + " fact");
     if (!artifact.facts.contains(std::string(name)))
       return make_error(ErrorCode::invalid_input, "the bundle records no " + std::string(name) + " fact");
   }
+  // The format, in either of its spellings (format=<name>, or rope=bf16|fp8 for the first two).
+  const bool key_names_format = facts.get(k_record_formats.fact) || facts.get(k_legacy_format_fact);
+  if (!key_names_format) return make_error(ErrorCode::invalid_input, "the key has no format (or rope) fact");
+  if (!format_from_facts(artifact.facts))
+    return make_error(ErrorCode::invalid_input, "the bundle records no format (or rope) fact");
   return {};
 }
 

@@ -14,12 +14,18 @@ namespace {
 // The spellings are cache facts: changing one changes every key, so they are pinned.
 TEST(VariantDimensions, NamesArePinned) {
   EXPECT_EQ(k_kernel_kinds.joined("|"), "writer|gather");
-  EXPECT_EQ(k_latent_scales.joined("|"), "identity|dynamic");
-  EXPECT_EQ(k_record_formats.joined("|"), "bf16|fp8");
+  EXPECT_EQ(k_latent_scales.joined("|"), "identity|dynamic|per-token");
+  EXPECT_EQ(k_record_formats.joined("|"), "b12x-432|b12x-368|b12x-304|flashmla-352");
   EXPECT_EQ(k_targets.joined(" "), "sm_90 sm_90a sm_100 sm_100a sm_103a sm_110a sm_120 sm_120a sm_121a");
   EXPECT_EQ(k_kernel_kinds.fact, "kernel");
   EXPECT_EQ(k_latent_scales.fact, "latent_scale");
-  EXPECT_EQ(k_record_formats.fact, "rope");
+  EXPECT_EQ(k_record_formats.fact, "format");
+  // The first two formats are keyed by their RoPE name, as before formats existed.
+  EXPECT_EQ(k_legacy_format_fact, "rope");
+  EXPECT_EQ(format_fact(RecordFormat::b12x_432), (std::pair<std::string, std::string>("rope", "bf16")));
+  EXPECT_EQ(format_fact(RecordFormat::b12x_368), (std::pair<std::string, std::string>("rope", "fp8")));
+  EXPECT_EQ(format_fact(RecordFormat::b12x_304), (std::pair<std::string, std::string>("format", "b12x-304")));
+  EXPECT_EQ(format_fact(RecordFormat::flashmla_352), (std::pair<std::string, std::string>("format", "flashmla-352")));
   EXPECT_EQ(k_targets.fact, "target");
 }
 
@@ -33,8 +39,13 @@ TEST(VariantDimensions, EveryRowParsesBackAndPrints) {
     EXPECT_STREQ(to_string(row.value), row.name);
   }
   for (const auto& row : k_record_formats.rows) {
-    EXPECT_EQ(parse_rope_format(row.name), row.value);
+    EXPECT_EQ(parse_record_format(row.name), row.value);
     EXPECT_STREQ(to_string(row.value), row.name);
+    if (row.rope_alias != nullptr) {
+      EXPECT_EQ(parse_rope_format(row.rope_alias), row.value);
+      EXPECT_EQ(parse_record_format(row.rope_alias), row.value);
+    }
+    EXPECT_FALSE(parse_rope_format(row.name)) << row.name;
     EXPECT_EQ(record_bytes(row.value), row.record_bytes);
   }
   for (const auto& row : k_targets.rows) {
@@ -75,11 +86,11 @@ TEST(VariantDimensions, DefaultTargetsAreTheProductsInTableOrder) {
 }
 
 TEST(VariantDimensions, AlternativesReadAsEnglish) {
-  EXPECT_EQ(k_record_formats.alternatives(), "bf16 or fp8");
+  EXPECT_EQ(k_record_formats.alternatives(), "b12x-432, b12x-368, b12x-304 or flashmla-352");
   EXPECT_EQ(k_targets.alternatives().substr(0, 16), "sm_90, sm_90a, s");
   EXPECT_TRUE(k_targets.alternatives().ends_with(", sm_120a or sm_121a"));
   const auto names = k_latent_scales.names();
-  EXPECT_EQ(names, (std::vector<std::string>{"identity", "dynamic"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"identity", "dynamic", "per-token"}));
 }
 
 TEST(VariantDimensions, LatentScaleFollowsTheScaleMode) {
@@ -87,15 +98,66 @@ TEST(VariantDimensions, LatentScaleFollowsTheScaleMode) {
   EXPECT_EQ(latent_scale_for(ScaleMode::dynamic), LatentScale::dynamic);
 }
 
-TEST(VariantDimensions, AllVariantsIsEveryCombinationOnce) {
+TEST(VariantDimensions, AllVariantsIsEveryAllowedCombinationOnce) {
   const Target target{"sm_100a"};
   const auto specs = all_variants(target);
-  EXPECT_EQ(specs.size(), k_kernel_kinds.size() * k_latent_scales.size() * k_record_formats.size());
+  // Per kernel: b12x-432 2 modes, b12x-368 3, b12x-304 1, flashmla-352 2.
+  EXPECT_EQ(specs.size(), k_kernel_kinds.size() * 8);
   std::set<std::string> labels;
-  for (const KernelSpec& spec : specs) labels.insert(spec.label());
+  for (const KernelSpec& spec : specs) {
+    labels.insert(spec.label());
+    EXPECT_TRUE(format_allows(spec.format, spec.latent_scale)) << spec.label();
+  }
   EXPECT_EQ(labels.size(), specs.size());
-  EXPECT_EQ(specs.front().label(), "writer/identity/bf16/sm_100a");
-  EXPECT_EQ(specs.back().label(), "gather/dynamic/fp8/sm_100a");
+  EXPECT_EQ(specs.front().label(), "writer/identity/b12x-432/sm_100a");
+  EXPECT_EQ(specs.back().label(), "gather/per-token/b12x-304/sm_100a");
+  EXPECT_TRUE(labels.contains("writer/per-token/b12x-368/sm_100a"));
+  EXPECT_TRUE(labels.contains("gather/dynamic/flashmla-352/sm_100a"));
+  EXPECT_FALSE(labels.contains("writer/per-token/b12x-432/sm_100a"));
+  EXPECT_FALSE(labels.contains("writer/identity/b12x-304/sm_100a"));
+}
+
+TEST(VariantDimensions, TheFirstTextBuildsExactlyTheVariantsThatPredateFormats) {
+  for (const KernelSpec& spec : all_variants(Target{"sm_90"})) {
+    const bool old = (spec.format == RecordFormat::b12x_432 || spec.format == RecordFormat::b12x_368) &&
+                     spec.latent_scale != LatentScale::per_token;
+    EXPECT_EQ(built_from_first_text(spec), old) << spec.label();
+    const GeneratedSource source = generate(spec);
+    // Only the headers its source includes are carried (and so hashed into its key).
+    std::vector<std::string_view> headers;
+    for (const auto& h : source.headers) headers.push_back(h.include_name);
+    if (old) {
+      EXPECT_EQ(headers, std::vector<std::string_view>{"jitcache/nvfp4_mla.cuh"}) << spec.label();
+      EXPECT_NE(source.source.find("#include \"jitcache/nvfp4_mla.cuh\""), std::string::npos);
+    } else {
+      EXPECT_EQ(headers, (std::vector<std::string_view>{"jitcache/nvfp4_mla.cuh", "jitcache/nvfp4_mla_formats.cuh"}))
+          << spec.label();
+      EXPECT_NE(source.source.find("#include \"jitcache/nvfp4_mla_formats.cuh\""), std::string::npos);
+    }
+  }
+}
+
+TEST(KernelSpecFacts, AFormatTheKeyCannotSpellIsRefused) {
+  FactMap facts = KernelSpec{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}}.to_facts();
+  EXPECT_EQ(facts.at("rope"), "bf16");
+  EXPECT_FALSE(facts.contains("format"));
+  // b12x-432 is always keyed by its RoPE name: format=b12x-432 is no key of ours.
+  FactMap renamed = facts;
+  renamed.erase("rope");
+  renamed["format"] = "b12x-432";
+  EXPECT_FALSE(KernelSpec::from_facts(renamed));
+  FactMap both = facts;
+  both["format"] = "b12x-304";
+  const auto twice = KernelSpec::from_facts(both);
+  ASSERT_FALSE(twice);
+  EXPECT_NE(twice.error().message.find("both name the record format"), std::string::npos);
+  // A mode the format is not written with is no variant.
+  FactMap per_token_432 = facts;
+  per_token_432["latent_scale"] = "per-token";
+  const auto refused = KernelSpec::from_facts(per_token_432);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("b12x-432 is not written with a per-token latent scale"), std::string::npos)
+      << refused.error().message;
 }
 
 TEST(KernelSpecFacts, ToFactsNamesTheFourDimensions) {
@@ -140,7 +202,8 @@ TEST(KernelSpecFacts, FromFactsNamesAMissingFact) {
     const auto spec = KernelSpec::from_facts(facts);
     ASSERT_FALSE(spec) << name;
     EXPECT_EQ(spec.error().code, ErrorCode::invalid_input);
-    EXPECT_EQ(spec.error().message, "missing fact '" + name + "'");
+    EXPECT_EQ(spec.error().message,
+              name == "rope" ? std::string("missing fact 'format' (or 'rope')") : "missing fact '" + name + "'");
   }
   EXPECT_FALSE(KernelSpec::from_facts({}));
 }
@@ -150,7 +213,7 @@ TEST(KernelSpecFacts, FromFactsNamesAnUnknownValue) {
       KernelSpec{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}}.to_facts();
   const std::pair<const char*, const char*> cases[] = {
       {"kernel", "fact 'kernel' is 'scatter', expected writer or gather"},
-      {"latent_scale", "fact 'latent_scale' is 'scatter', expected identity or dynamic"},
+      {"latent_scale", "fact 'latent_scale' is 'scatter', expected identity, dynamic or per-token"},
       {"rope", "fact 'rope' is 'scatter', expected bf16 or fp8"},
       {"target",
        "fact 'target' is 'scatter', expected sm_90, sm_90a, sm_100, sm_100a, sm_103a, sm_110a, sm_120, "

@@ -138,7 +138,7 @@ TEST_F(CliAuditTest, CheckpointReportOnAWarmCacheFindsEveryVariant) {
   EXPECT_EQ(doc["clean"], true);
   const json& c = doc["checkpoint"];
   EXPECT_EQ(c["target"], "sm_90");
-  EXPECT_EQ(c["rope"], "bf16");
+  EXPECT_EQ(c["format"], "b12x-432");
   EXPECT_EQ(c["dynamic_layers"], 78);
   EXPECT_EQ(c["identity_layers"], 1);
   EXPECT_EQ(c["scales_file"], "nvfp4_ds_mla_outer_scales.json");
@@ -158,9 +158,9 @@ TEST_F(CliAuditTest, CheckpointReportOnAWarmCacheFindsEveryVariant) {
 
   const CliOutcome text = audit_checkpoint();
   ASSERT_EQ(text.code, 0) << text.err;
-  EXPECT_NE(text.out.find("sm_90, bf16 RoPE: 79 layers (78 dynamic, 1 identity)"), std::string::npos)
+  EXPECT_NE(text.out.find("sm_90, b12x-432: 79 layers (78 dynamic, 1 identity)"), std::string::npos)
       << text.out;
-  EXPECT_NE(text.out.find("writer/dynamic/bf16/sm_90"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("writer/dynamic/b12x-432/sm_90"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("no (warm"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("identity kernel"), std::string::npos) << text.out;
 }
@@ -170,10 +170,10 @@ TEST_F(CliAuditTest, CheckpointReportOnAnEmptyCacheSaysWhatWouldBeCompiled) {
   const CliOutcome o = audit_checkpoint({"--rope", "fp8", "--json"});
   ASSERT_EQ(o.code, 0) << o.out << o.err;
   const json doc = parse(o);
-  EXPECT_EQ(doc["checkpoint"]["rope"], "fp8");
+  EXPECT_EQ(doc["checkpoint"]["format"], "b12x-368");
   for (const json& v : doc["checkpoint"]["variants"]) {
     EXPECT_FALSE(v["cached"].get<bool>()) << v.dump();
-    EXPECT_NE(v["variant"].get<std::string>().find("/fp8/sm_90"), std::string::npos) << v.dump();
+    EXPECT_NE(v["variant"].get<std::string>().find("/b12x-368/sm_90"), std::string::npos) << v.dump();
   }
   const CliOutcome text = audit_checkpoint();
   EXPECT_EQ(text.code, 0) << text.err;

@@ -46,7 +46,7 @@ TEST_F(CliWarmInputsTest, TextRunPrintsTheModelTheCountsAndOneProgressLinePerVar
   const CliOutcome o = warm({});
   ASSERT_EQ(o.code, 0) << o.out << o.err;
   EXPECT_NE(o.out.find("warm " + testing::example_checkpoint().string() +
-                       " for sm_90 (bf16 RoPE): 79 layers (78 dynamic, 1 identity)"),
+                       " for sm_90 (b12x-432): 79 layers (78 dynamic, 1 identity)"),
             std::string::npos)
       << o.out;
   EXPECT_NE(o.out.find("variants needed 4, already cached 0, compiled 4, stored 4 of 4, wall time"),
@@ -55,12 +55,12 @@ TEST_F(CliWarmInputsTest, TextRunPrintsTheModelTheCountsAndOneProgressLinePerVar
   // stderr is a file, not a terminal: one plain line per variant, no redrawn bar.
   for (const char* step : {"[1/4] ", "[2/4] ", "[3/4] ", "[4/4] "})
     EXPECT_NE(o.err.find(step), std::string::npos) << step << "\n" << o.err;
-  EXPECT_NE(o.err.find("writer/dynamic/bf16/sm_90 compiled"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("writer/dynamic/b12x-432/sm_90 compiled"), std::string::npos) << o.err;
   EXPECT_EQ(o.err.find('\r'), std::string::npos) << "a redrawn bar in a file";
 
   const CliOutcome again = warm({});
   ASSERT_EQ(again.code, 0) << again.err;
-  EXPECT_NE(again.err.find("writer/dynamic/bf16/sm_90 cached"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("writer/dynamic/b12x-432/sm_90 cached"), std::string::npos) << again.err;
 }
 
 TEST_F(CliWarmInputsTest, JsonDescribesTheModelAndEachVariant) {
@@ -71,7 +71,7 @@ TEST_F(CliWarmInputsTest, JsonDescribesTheModelAndEachVariant) {
   EXPECT_EQ(doc["checkpoint"], testing::example_checkpoint().string());
   EXPECT_EQ(doc["cache_dir"], m_root.string());
   EXPECT_EQ(doc["target"], "sm_90");
-  EXPECT_EQ(doc["rope"], "fp8");
+  EXPECT_EQ(doc["format"], "b12x-368");
   EXPECT_EQ(doc["layers"], 79);
   EXPECT_EQ(doc["dynamic_layers"], 78);
   EXPECT_EQ(doc["identity_layers"], 1);
@@ -83,7 +83,7 @@ TEST_F(CliWarmInputsTest, JsonDescribesTheModelAndEachVariant) {
   std::set<std::string> seen;
   for (const json& v : doc["variants"]) {
     seen.insert(v["kernel"].get<std::string>() + "/" + v["latent_scale"].get<std::string>());
-    EXPECT_EQ(v["rope"], "fp8") << v.dump();
+    EXPECT_EQ(v["format"], "b12x-368") << v.dump();
     EXPECT_EQ(v["target"], "sm_90") << v.dump();
     EXPECT_EQ(v["key"].get<std::string>().size(), 32u) << v.dump();
     EXPECT_TRUE(v["compiled"].get<bool>()) << v.dump();

@@ -107,10 +107,10 @@ TEST(MlaFamily, ATamperedFactIsRefusedNamingIt) {
                                                                    << r.error().message;
 
   KernelRequest missing = good;
-  missing.spec.erase("rope");
+  missing.spec.erase("format");
   r = validate_mla_request(missing);
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("missing fact rope"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("missing fact format"), std::string::npos) << r.error().message;
 
   // The target is the request's field, not a spec fact.
   KernelRequest unknown = good;

@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 
 from . import _lib, _log
 from .errors import InvalidArgumentError
+from .formats import ROPE_ALIASES, record_format
 
 __all__ = [
     "Runtime",
@@ -50,6 +51,29 @@ def _rope_enum(rope: str) -> int:
         return _ROPES[rope]
     except (KeyError, TypeError):
         raise InvalidArgumentError(f"rope: expected 'bf16' or 'fp8', got {rope!r}") from None
+
+
+def _format_name(format: Optional[str], rope: Optional[str]) -> str:
+    """host.record_format's answer, its ValueError as the library's InvalidArgumentError."""
+    if rope is not None:
+        _rope_enum(rope)
+    if format is not None and not isinstance(format, str):
+        raise InvalidArgumentError(f"format: expected a format name, got {type(format).__name__}")
+    try:
+        return record_format(format, rope)
+    except ValueError as error:
+        raise InvalidArgumentError(str(error)) from None
+
+
+def _latent_enum(latent_scale: Optional[str]) -> int:
+    if latent_scale is None or latent_scale == "per-layer":
+        return _lib.LATENT_PER_LAYER
+    if latent_scale == "per-token":
+        return _lib.LATENT_PER_TOKEN
+    raise InvalidArgumentError(
+        f"latent_scale: expected 'per-token' or 'per-layer' (each layer's scale picks identity or "
+        f"dynamic), got {latent_scale!r}"
+    )
 
 
 def _fit(name: str, value: int, bits: int, signed: bool) -> int:
@@ -241,8 +265,8 @@ class KernelInfo:
     """One kernel variant a prepared model holds."""
 
     kernel: str  # "writer" | "gather"
-    latent_scale: str  # "identity" | "dynamic"
-    rope: str
+    latent_scale: str  # "identity" | "dynamic" | "per-token"
+    rope: Optional[str]  # "bf16" | "fp8" for b12x-432 / b12x-368, else None
     target: str
     key: str
     entry: str
@@ -253,6 +277,7 @@ class KernelInfo:
     loaded: bool
     ptx_fallback: bool
     from_remote: bool = False  # served by the shared remote tier (verified, then backfilled)
+    format: str = "b12x-432"  # the record format (jitcache.host.FORMATS)
 
 
 @dataclass(frozen=True)
@@ -392,21 +417,21 @@ class Model:
         "_layers",
         "_num_layers",
         "_target",
-        "_rope",
+        "_format",
         "_checkpoint",
         "_description",
         "_device_ordinal",
         "__weakref__",
     )
 
-    def __init__(self, handle: int, checkpoint: str, rope: str, device_ordinal: int = 0) -> None:
+    def __init__(self, handle: int, checkpoint: str, format: str, device_ordinal: int = 0) -> None:
         if not handle:
             raise InvalidArgumentError("jitcache: Model needs a model handle")
         self._handle: int | None = handle
         self._device_ordinal = device_ordinal
         self._finalizer = weakref.finalize(self, _lib_.jitcache_model_release, handle)
         self._checkpoint = checkpoint
-        self._rope = rope
+        self._format = record_format(format)
         self._description: dict[str, Any] | None = None
         self._layers: tuple[LayerInfo, ...] | None = None
         try:
@@ -454,7 +479,7 @@ class Model:
 
     def __repr__(self) -> str:
         state = "released" if self._handle is None else f"{self._num_layers} layers"
-        return f"<jitcache.Model {self._checkpoint!r} {self._target} rope={self._rope} {state}>"
+        return f"<jitcache.Model {self._checkpoint!r} {self._target} {self._format} {state}>"
 
     # ---- queries ----
     @property
@@ -493,14 +518,27 @@ class Model:
         return self._device_ordinal
 
     @property
-    def rope(self) -> str:
+    def format(self) -> str:
+        """The record format the kernels write and read ("b12x-432", ..., "flashmla-352")."""
         self._live()
-        return self._rope
+        return self._format
+
+    @property
+    def rope(self) -> Optional[str]:
+        """The RoPE name of the format ("bf16" for b12x-432, "fp8" for b12x-368), else None."""
+        self._live()
+        return next((alias for alias, name in ROPE_ALIASES.items() if name == self._format), None)
+
+    @property
+    def latent_scale(self) -> str:
+        """"per-token" when every layer keeps each token's own scale, else "per-layer"."""
+        modes = {k.latent_scale for k in self.kernels}
+        return "per-token" if modes == {"per-token"} else "per-layer"
 
     @property
     def record_bytes(self) -> int:
         self._live()
-        return int(_lib_.jitcache_record_bytes(_ROPES[self._rope]))
+        return int(_lib_.jitcache_format_record_bytes(_lib.FORMATS[self._format]))
 
     def describe(self) -> dict[str, Any]:
         """Everything prepare decided, as the library's JSON document (a fresh dict)."""
@@ -529,7 +567,7 @@ class Model:
             KernelInfo(
                 kernel=k["kernel"],
                 latent_scale=k["latent_scale"],
-                rope=k["rope"],
+                rope=k.get("rope"),
                 target=k["target"],
                 key=k["key"],
                 entry=k["entry"],
@@ -540,6 +578,7 @@ class Model:
                 loaded=bool(k["loaded"]),
                 ptx_fallback=bool(k["ptx_fallback"]),
                 from_remote=bool(k.get("from_remote", False)),
+                format=k.get("format", self._format),
             )
             for k in self.describe()["kernels"]
         ]
@@ -736,24 +775,35 @@ class Runtime:
     def prepare(
         self,
         checkpoint: PathArg,
-        rope: str = "bf16",
+        rope: str | None = None,
         target: str | None = None,
         scales_override: PathArg | None = None,
         revision: str | None = None,
+        *,
+        format: str | None = None,
+        latent_scale: str | None = None,
     ) -> Model:
-        """Resolves the scales, gets (compiling the misses) and binds every kernel variant."""
+        """Resolves the scales, gets (compiling the misses) and binds every kernel variant.
+
+        ``format``: the record the engine reads (jitcache.host.FORMATS; ``rope`` "bf16" /
+        "fp8" is the older spelling of the first two; default b12x-432).
+        ``latent_scale="per-token"``: every layer keeps each token's own scale in its record
+        (b12x-368; b12x-304 has nothing else) and the checkpoint's scales are not applied;
+        None: each layer's scale picks its kernel."""
         handle = self._live()
+        name = _format_name(format, rope)
         options = _lib.PrepareOptions()
         _lib_.jitcache_prepare_options_init(byref(options))
         options.checkpoint = _lib.encode_path("checkpoint", checkpoint)
-        options.rope = _rope_enum(rope)
+        options.format = _lib.FORMATS[name]
+        options.latent_scale = _latent_enum(latent_scale)
         options.target = _optional_text("target", target)
         options.scales_override = _lib.encode_path("scales_override", scales_override)
         options.revision = _optional_text("revision", revision)
         out = c_void_p()
         _log.sync()
         _lib.check(_lib_.jitcache_prepare_with(handle, byref(options), byref(out)))
-        return Model(out.value, os.fsdecode(checkpoint), rope, self._device_ordinal)
+        return Model(out.value, os.fsdecode(checkpoint), name, self._device_ordinal)
 
     # ---- kernels from outside: a family's source, compiled and cached by its spec ----
     def declare_family(

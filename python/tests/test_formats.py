@@ -11,7 +11,7 @@ import pytest
 
 import jitcache
 from jitcache import _lib, formats, host
-from conftest import TARGET
+from conftest import TARGET, run_cli
 
 ALL = ("b12x-432", "b12x-368", "b12x-304", "flashmla-352")
 
@@ -161,3 +161,54 @@ def test_prepare_per_token_and_refusals(runtime, glm5_mini: Path) -> None:
         runtime.prepare(glm5_mini, "fp8", TARGET, format="b12x-432")
     with pytest.raises(jitcache.InvalidArgumentError, match="rope"):
         runtime.prepare(glm5_mini, "int4", TARGET, format="b12x-432")
+
+
+# ---- against the CLI's kv tools, format by format --------------------------------------------
+
+FORMAT_MODES = [("b12x-432", None), ("b12x-368", None), ("b12x-368", "per-token"),
+                ("b12x-304", "per-token"), ("flashmla-352", None)]
+
+
+@pytest.fixture(scope="module")
+def kv_cli(cli: Path) -> Path:
+    """The CLI, when its kv tools take --format (they do once the kv-tools work is merged)."""
+    help_text = run_cli(cli, "kv", "quantize", "--help").stdout
+    if "--format" not in help_text or "--latent-scale" not in help_text:
+        pytest.skip("this CLI's `kv quantize` has no --format / --latent-scale yet")
+    return cli
+
+
+def _cli_mode(scale: float, latent: str | None) -> list[str]:
+    return ["--latent-scale", latent] if latent else ["--scale", repr(scale)]
+
+
+@pytest.mark.parametrize("name,latent", FORMAT_MODES)
+def test_host_formats_match_the_cli(kv_cli: Path, tmp_path: Path, seed: int, name: str, latent) -> None:
+    rng = np.random.default_rng(seed)
+    magnitude = np.exp2(rng.uniform(-12, 4, size=(40, 1)))
+    kv_c = (rng.standard_normal((40, 512)) * magnitude).astype(np.float32)
+    k_pe = (rng.standard_normal((40, 64)) * magnitude).astype(np.float32)
+    kv_c[0] = 0
+    kv_c[1, 3] = np.nan
+    kv_c[2, :16] = 1e4
+    pe = k_pe if formats.has_rope(name) else None
+    scales = [1.0] if latent else [1.0, float(np.float32(0.02 / 2688)), float(np.float32(3.5))]
+    for scale in scales:
+        records = host.quantize(kv_c, pe, scale, format=name, latent_scale=latent)
+        src, out, back = tmp_path / "x.npy", tmp_path / "r.bin", tmp_path / "y.npy"
+        np.save(src, kv_c if pe is None else np.concatenate([kv_c, pe], axis=1))
+        run_cli(kv_cli, "kv", "quantize", "--input", str(src), "--format", name,
+                *_cli_mode(scale, latent), "--out", str(out))
+        assert out.read_bytes() == records.tobytes(), f"{name} {latent} scale {scale}"
+        arbitrary = rng.integers(0, 256, size=(30, host.RECORD_BYTES[name]), dtype=np.uint8)
+        if latent == "per-token":  # s_t must be a scale the writer could have stored
+            arbitrary[:, 292:296] = records[:30, 292:296]
+        for recs in (records, arbitrary):
+            out.write_bytes(recs.tobytes())
+            run_cli(kv_cli, "kv", "dequantize", "--input", str(out), "--format", name,
+                    *_cli_mode(scale, latent), "--out", str(back))
+            with np.errstate(all="ignore"):
+                ours = host.dequantize(recs, scale, format=name, latent_scale=latent)
+            theirs = np.load(back)
+            assert ours.shape == theirs.shape == (len(recs), formats.row_width(name))
+            assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)), f"{name} {latent}"

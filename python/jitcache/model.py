@@ -65,7 +65,10 @@ def _optional_text(name: str, value: str | None) -> bytes | None:
 
 @dataclass(frozen=True)
 class LayerInfo:
-    """One layer's binding: the scale its kernels apply, the variant and where the scale came from."""
+    """One layer's binding: the scale its kernels apply, the variant and where the scale came from.
+
+    In a per-token model (:attr:`Model.latent_scale`) the kernels take no outer scale:
+    ``scale`` is 1.0, while ``mode`` and ``source`` still describe the checkpoint's scale."""
 
     layer: int
     scale: float

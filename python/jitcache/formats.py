@@ -32,7 +32,14 @@ __all__ = [
 FORMATS = ("b12x-432", "b12x-368", "b12x-304", "flashmla-352")
 # The RoPE names of the older API and the CLI's --rope: the first two formats.
 ROPE_ALIASES = {"bf16": "b12x-432", "fp8": "b12x-368"}
-RECORD_BYTES = {"bf16": 432, "fp8": 368, "b12x-432": 432, "b12x-368": 368, "b12x-304": 304, "flashmla-352": 352}
+RECORD_BYTES = {
+    "bf16": 432,
+    "fp8": 368,
+    "b12x-432": 432,
+    "b12x-368": 368,
+    "b12x-304": 304,
+    "flashmla-352": 352,
+}
 LATENT_DIM = 512
 ROPE_DIM = 64
 ROW_DIM = LATENT_DIM + ROPE_DIM

@@ -15,9 +15,10 @@ dimension is its record size, a gathered row has its row width (576, or 512 for 
 which has no RoPE; its writer takes ``k_pe=None``). ``format``, when given, states which
 records the caller's cache holds and must name the model's format; the fake
 implementations check shapes with it. The variant (identity, dynamic or per-token) and the
-scale come from the layer's binding in the model, never from the scale's value. CPU tensors run the host executor (bit-identical to
-the device); CUDA tensors enqueue the prepared kernel on ``torch.cuda.current_stream()``
-without allocating, synchronising or loading anything, so a CUDA graph can capture it.
+scale come from the layer's binding in the model, never from the scale's value. CPU
+tensors run the host executor (bit-identical to the device); CUDA tensors enqueue the
+prepared kernel on ``torch.cuda.current_stream()`` without allocating, synchronising or
+loading anything, so a CUDA graph can capture it.
 Fake implementations let ``torch.compile(fullgraph=True)`` trace both ops.
 
 ``status``, when given, is an int32 (or uint32) tensor of one element on the same device

@@ -352,7 +352,8 @@ def do_kv_cache_update(
     negative slot is skipped); ``kv_cache`` uint8 [num_blocks, block_size, record_bytes] of
     the model's format (another record size is refused, naming both). ``kv_cache_dtype``,
     ``k_scale`` and ``skip_scale`` are accepted for the signature and not used: the scale is
-    the layer's, from the checkpoint. An empty cache (a profiling run) writes nothing. Allocates no device memory and never synchronises."""
+    the layer's, from the checkpoint. An empty cache (a profiling run) writes nothing.
+    Allocates no device memory and never synchronises."""
     from . import torch as jt
 
     if kv_cache.numel() == 0:

@@ -47,6 +47,18 @@ def test_format_names_sizes_and_aliases() -> None:
 
 
 @pytest.mark.parametrize("name", ALL)
+def test_latent_scales_are_the_librarys(name: str) -> None:
+    """formats.latent_scales (Python's copy of the table) is what the library accepts."""
+    kv_c = np.ones((1, 512), np.float32)
+    for mode, scale in (("identity", 1.0), ("dynamic", 0.5), ("per-token", 1.0)):
+        if mode in formats.latent_scales(name):
+            host.quantize(kv_c, None, scale, format=name, latent_scale=mode)
+        else:
+            with pytest.raises(jitcache.InvalidArgumentError, match=f"{name} is not written with a {mode}"):
+                host.quantize(kv_c, None, scale, format=name, latent_scale=mode)
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_quantize_shapes_and_round_trip(name: str, seed: int) -> None:
     kv_c, k_pe = rows(seed)
     records = host.quantize(kv_c, k_pe, format=name)

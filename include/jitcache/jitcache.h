@@ -109,6 +109,24 @@ typedef enum jitcache_rope {
   JITCACHE_ROPE_FP8 = 1   /* 368-byte records */
 } jitcache_rope;
 
+/* The KV record the engine reads, one per layout (docs/record-formats.md). The first two
+ * are the records of JITCACHE_ROPE_BF16 and JITCACHE_ROPE_FP8. */
+typedef enum jitcache_record_format {
+  JITCACHE_FORMAT_B12X_432 = 0,    /* b12x, bf16 RoPE: 432-byte records */
+  JITCACHE_FORMAT_B12X_368 = 1,    /* b12x, fp8 RoPE: 368-byte records */
+  JITCACHE_FORMAT_B12X_304 = 2,    /* b12x GLM_NEXT, no RoPE, per-token only: 304-byte records */
+  JITCACHE_FORMAT_FLASHMLA_352 = 3 /* vLLM / FlashMLA nvfp4_ds_mla: 352-byte records */
+} jitcache_record_format;
+
+/* Where the latent's outer scale comes from. */
+typedef enum jitcache_latent_choice {
+  JITCACHE_LATENT_PER_LAYER = 0, /* the layer's scale s_l: identity when it is 1.0, dynamic
+                                    otherwise (the format's default; b12x-304 has no
+                                    per-layer records and takes per-token) */
+  JITCACHE_LATENT_PER_TOKEN = 1  /* each token's own scale s_t, kept in its record (b12x-368
+                                    and b12x-304 only); the launch scale is exactly 1.0 */
+} jitcache_latent_choice;
+
 typedef enum jitcache_scale_mode {
   JITCACHE_SCALE_IDENTITY = 0, /* scale exactly 1.0: the kernel has no scale arithmetic */
   JITCACHE_SCALE_DYNAMIC = 1   /* the kernel applies the layer's scale */
@@ -329,11 +347,12 @@ JITCACHE_API const char* jitcache_model_target(const jitcache_model* model);
 typedef struct jitcache_writer_launch {
   uint64_t kv_c;         /* bf16 [num_tokens, kv_c_stride >= 512] */
   int64_t kv_c_stride;   /* 0: 512 */
-  uint64_t k_pe;         /* bf16 [num_tokens, k_pe_stride >= 64] */
+  uint64_t k_pe;         /* bf16 [num_tokens, k_pe_stride >= 64]; not read (may be 0) for
+                            b12x-304, which has no RoPE */
   int64_t k_pe_stride;   /* 0: 64 */
   uint64_t slot_mapping; /* int64 [num_tokens]; a negative slot is skipped */
   int64_t num_tokens;
-  uint64_t cache;        /* uint8 [num_slots, record bytes (432 bf16, 368 fp8)] */
+  uint64_t cache;        /* uint8 [num_slots, record bytes (jitcache_format_record_bytes)] */
   int64_t num_slots;
   uint64_t status;       /* optional uint32 error word the kernel ORs bits into; 0: none */
 } jitcache_writer_launch;
@@ -343,8 +362,9 @@ typedef struct jitcache_gather_launch {
   int64_t num_slots;
   uint64_t slots;      /* int32 [num_rows]; a negative slot gives a zero row */
   int64_t num_rows;
-  uint64_t out;        /* bf16 [num_rows, out_stride >= 576] */
-  int64_t out_stride;  /* 0: 576 */
+  uint64_t out;        /* bf16 [num_rows, out_stride >= row width]; the row width is 576,
+                          512 for b12x-304 (no RoPE) */
+  int64_t out_stride;  /* 0: the row width */
   uint64_t status;     /* optional uint32 error word; 0: none */
 } jitcache_gather_launch;
 
@@ -375,6 +395,14 @@ typedef struct jitcache_prepare_options {
                                   .../snapshots/<rev> directory name, else unknown. An
                                   override or sidecar recording another model_revision is
                                   refused (sidecar) or warned about (override). */
+  /* Added with record formats; a caller whose struct_size ends before them gets the
+   * defaults. */
+  int32_t format;              /* a jitcache_record_format; -1 (the default): the record
+                                  of `rope`. When set, `rope` is not read. */
+  int32_t latent_scale;        /* a jitcache_latent_choice; default JITCACHE_LATENT_PER_LAYER.
+                                  PER_TOKEN: every layer per-token, the checkpoint's scales
+                                  are not applied; a format without per-token records is
+                                  JITCACHE_ERROR_INVALID_ARGUMENT. */
 } jitcache_prepare_options;
 
 JITCACHE_API void jitcache_prepare_options_init(jitcache_prepare_options* options);
@@ -391,10 +419,11 @@ JITCACHE_API jitcache_status jitcache_prepare_with(jitcache_runtime* runtime,
 JITCACHE_API void jitcache_string_free(char* text);
 
 /* Everything prepare decided, as one JSON object:
- *   "target", "rope" ("bf16" | "fp8"),
+ *   "target", "format" ("b12x-432" | "b12x-368" | "b12x-304" | "flashmla-352"),
+ *   "rope" ("bf16" | "fp8" for the first two formats, else null),
  *   "stats": {"variants", "cached", "compiled", "stored", "wall_ms"},
- *   "kernels": [{"kernel" ("writer" | "gather"), "latent_scale" ("identity" | "dynamic"),
- *                "rope", "target", "key", "entry", "registers", "cubin_bytes",
+ *   "kernels": [{"kernel" ("writer" | "gather"), "latent_scale" ("identity" | "dynamic" |
+ *                "per-token"), "format", "rope", "target", "key", "entry", "registers", "cubin_bytes",
  *                "compiled_now", "stored", "loaded", "ptx_fallback"}, ...],
  *   "scales": the document `jitcache scales show --json` prints (layers, provenance).
  * Thread-safe (the model is immutable). */
@@ -441,6 +470,26 @@ JITCACHE_API jitcache_status jitcache_model_host_gather(const jitcache_model* mo
 /* Record bytes per token: 432 (JITCACHE_ROPE_BF16), 368 (JITCACHE_ROPE_FP8); 0 for
  * anything else. */
 JITCACHE_API uint32_t jitcache_record_bytes(jitcache_rope rope);
+
+/* jitcache_host_write / _gather for any record format (a jitcache_record_format) and
+ * latent choice (a jitcache_latent_choice):
+ *   - JITCACHE_LATENT_PER_LAYER: `scale` is the layer's s_l as above (identity exactly at
+ *     1.0, dynamic otherwise); refused for a format the layer's mode does not exist for
+ *     (b12x-304, and flashmla-352 has no per-token records).
+ *   - JITCACHE_LATENT_PER_TOKEN: `scale` must be exactly 1.0 (the token's scale is in its
+ *     record); b12x-368 and b12x-304 only.
+ * b12x-304 has no RoPE: the writer reads no k_pe (it may be 0) and the gather's rows are
+ * 512 values wide (out_stride 0 means 512, else at least 512). Other formats as above.
+ * An unknown format or choice, or a combination the format has no records for, is
+ * JITCACHE_ERROR_INVALID_ARGUMENT naming it. */
+JITCACHE_API jitcache_status jitcache_host_write_format(float scale, int32_t format, int32_t latent,
+                                                        const jitcache_writer_launch* args);
+JITCACHE_API jitcache_status jitcache_host_gather_format(float scale, int32_t format, int32_t latent,
+                                                         const jitcache_gather_launch* args);
+
+/* Record bytes per token of a jitcache_record_format: 432, 368, 304, 352; 0 for anything
+ * else. */
+JITCACHE_API uint32_t jitcache_format_record_bytes(int32_t format);
 
 /* ---- Kernels from outside --------------------------------------------------------------
  *

@@ -35,6 +35,13 @@ BUNDLED_NAME = "libjitcache.so.1"
 # jitcache_rope
 ROPE_BF16 = 0
 ROPE_FP8 = 1
+# jitcache_record_format, by name (the names of the C++ API and the CLI); -1 in the prepare
+# options: the record of `rope`
+FORMATS = {"b12x-432": 0, "b12x-368": 1, "b12x-304": 2, "flashmla-352": 3}
+FORMAT_FROM_ROPE = -1
+# jitcache_latent_choice
+LATENT_PER_LAYER = 0
+LATENT_PER_TOKEN = 1
 # jitcache_device_use
 DEVICE_AUTO = 0
 DEVICE_NONE = 1
@@ -109,6 +116,8 @@ class PrepareOptions(Structure):
         ("target", c_char_p),
         ("scales_override", c_char_p),
         ("revision", c_char_p),
+        ("format", c_int32),  # a FORMATS value, or FORMAT_FROM_ROPE
+        ("latent_scale", c_int32),  # LATENT_PER_LAYER or LATENT_PER_TOKEN
     ]
 
 
@@ -223,6 +232,9 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "jitcache_model_host_write": (_status, [_model_p, c_int32, POINTER(WriterLaunch)]),
     "jitcache_model_host_gather": (_status, [_model_p, c_int32, POINTER(GatherLaunch)]),
     "jitcache_record_bytes": (c_uint32, [_enum]),
+    "jitcache_host_write_format": (_status, [c_float, c_int32, c_int32, POINTER(WriterLaunch)]),
+    "jitcache_host_gather_format": (_status, [c_float, c_int32, c_int32, POINTER(GatherLaunch)]),
+    "jitcache_format_record_bytes": (c_uint32, [c_int32]),
     "jitcache_compile_request_init": (None, [POINTER(CompileRequest)]),
     "jitcache_declare_family": (_status, [_runtime_p, c_char_p]),
     "jitcache_compile": (

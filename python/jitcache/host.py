@@ -1,6 +1,7 @@
 """The host executor from numpy: the kernels' own lane bodies on the CPU.
 
-Bit-exact with the device kernels and with ``jitcache kv quantize`` / ``kv dequantize``.
+Bit-exact with the device kernels and with ``jitcache kv quantize`` / ``kv dequantize``, in
+every record format (docs/record-formats.md).
 Array dtypes are strict: float32 or bf16 bits (uint16); a float64 array is refused rather
 than rounded twice (float64 -> float32 -> bf16). Shape and dtype problems raise
 ValueError / TypeError; a scale the kernels refuse raises jitcache.InvalidArgumentError.
@@ -15,31 +16,62 @@ import numpy as np
 
 from . import _lib
 from .errors import InternalError
+from .formats import (
+    FORMATS,
+    LATENT_DIM,
+    RECORD_BYTES,
+    ROPE_ALIASES,
+    ROPE_DIM,
+    ROW_DIM,
+    has_rope,
+    latent_scales,
+    record_format,
+    row_width,
+)
 
 __all__ = [
+    "FORMATS",
+    "ROPE_ALIASES",
     "RECORD_BYTES",
     "LATENT_DIM",
     "ROPE_DIM",
     "ROW_DIM",
+    "LATENT_SCALES",
+    "record_format",
+    "row_width",
     "bf16_from_float",
     "bf16_to_float",
     "quantize",
     "dequantize",
 ]
 
-RECORD_BYTES = {"bf16": 432, "fp8": 368}
-LATENT_DIM = 512
-ROPE_DIM = 64
-ROW_DIM = LATENT_DIM + ROPE_DIM
+# The latent scale a call may name: "per-token" (each token's own scale, in its record;
+# b12x-368 and b12x-304), or the per-layer scale s_l, for which "identity" (s_l exactly 1.0)
+# and "dynamic" say which kernel a layer's scale gives, and "per-layer" lets the scale decide.
+LATENT_SCALES = ("per-layer", "identity", "dynamic", "per-token")
 _ALIGN = 16  # the launches' alignment rule for kv_c, k_pe, cache and out
-_ROPES = {"bf16": _lib.ROPE_BF16, "fp8": _lib.ROPE_FP8}
 _lib_ = _lib.lib
 
 
-def _rope(rope: str) -> tuple[int, int]:
-    if rope not in _ROPES:
-        raise ValueError(f"rope: expected 'bf16' or 'fp8', got {rope!r}")
-    return _ROPES[rope], RECORD_BYTES[rope]
+def _latent_choice(name: str, latent_scale: Optional[str], scale: float) -> int:
+    """The C ABI's latent choice for a call; ValueError for a name it does not know or a
+    scale that contradicts it. What the format has no records for, the library refuses."""
+    if latent_scale is None:
+        per_token_only = latent_scales(name) == ("per-token",)
+        return _lib.LATENT_PER_TOKEN if per_token_only else _lib.LATENT_PER_LAYER
+    if latent_scale not in LATENT_SCALES:
+        raise ValueError(f"latent_scale: expected one of {', '.join(LATENT_SCALES)}, got {latent_scale!r}")
+    if latent_scale == "per-token":
+        return _lib.LATENT_PER_TOKEN
+    if latent_scale == "identity" and scale != 1.0:
+        raise ValueError(f"latent_scale: 'identity' is the kernel of scale 1.0, got scale {scale!r}")
+    return _lib.LATENT_PER_LAYER
+
+
+def _call(format: Optional[str], rope: Optional[str], latent_scale: Optional[str], scale: float):
+    name = record_format(format, rope)
+    value = float(scale)
+    return name, _lib.FORMATS[name], _latent_choice(name, latent_scale, value), value
 
 
 def _empty_aligned(shape: tuple[int, ...], dtype: np.dtype, zero: bool = False) -> np.ndarray:
@@ -92,16 +124,28 @@ def _bf16_rows(x: np.ndarray, columns: int, name: str) -> np.ndarray:
 
 
 def quantize(
-    kv_c: np.ndarray, k_pe: Optional[np.ndarray], scale: float, rope: str = "bf16"
+    kv_c: np.ndarray,
+    k_pe: Optional[np.ndarray],
+    scale: float = 1.0,
+    rope: Optional[str] = None,
+    *,
+    format: Optional[str] = None,
+    latent_scale: Optional[str] = None,
 ) -> np.ndarray:
-    """kv_c [N, 512] and k_pe [N, 64] (float32, or bf16 bits as uint16; k_pe None: zeros)
-    -> nvfp4_ds_mla records, uint8 [N, record_bytes]. ``scale`` is the layer's s_l: exactly
-    1.0 runs the identity writer, anything else the dynamic one."""
-    rope_value, record_bytes = _rope(rope)
+    """kv_c [N, 512] and k_pe [N, 64] (float32, or bf16 bits as uint16; k_pe None: zeros,
+    and never read for b12x-304, which has no RoPE) -> records, uint8 [N, record bytes].
+
+    ``format``: a name of :data:`FORMATS` (``rope`` "bf16" / "fp8" is the older spelling of
+    the first two; default b12x-432). ``scale`` is the layer's s_l: exactly 1.0 runs the
+    identity writer, anything else the dynamic one. ``latent_scale="per-token"`` writes each
+    token's own scale into its record instead (b12x-368, and b12x-304, whose default it
+    is); ``scale`` must then stay 1.0."""
+    name, fmt, latent, value = _call(format, rope, latent_scale, scale)
+    record_bytes = RECORD_BYTES[name]
     kv = _bf16_rows(kv_c, LATENT_DIM, "kv_c")
     n = kv.shape[0]
     if k_pe is None:
-        pe = _empty_aligned((n, ROPE_DIM), np.uint16, zero=True)
+        pe = None if not has_rope(name) else _empty_aligned((n, ROPE_DIM), np.uint16, zero=True)
     else:
         kv_dtype = np.asarray(kv_c).dtype
         pe_dtype = np.asarray(k_pe).dtype
@@ -116,7 +160,7 @@ def quantize(
     args = _lib.WriterLaunch(
         kv_c=kv.ctypes.data,
         kv_c_stride=LATENT_DIM,
-        k_pe=pe.ctypes.data,
+        k_pe=0 if pe is None else pe.ctypes.data,
         k_pe_stride=ROPE_DIM,
         slot_mapping=slots.ctypes.data,
         num_tokens=n,
@@ -124,20 +168,36 @@ def quantize(
         num_slots=n,
         status=status.ctypes.data,
     )
-    _lib.check(_lib_.jitcache_host_write(float(scale), rope_value, byref(args)))
+    _lib.check(_lib_.jitcache_host_write_format(value, fmt, latent, byref(args)))
     if status[0]:
         raise InternalError(f"jitcache: host writer reported status bits {int(status[0]):#x}")
     return records
 
 
-def dequantize(records: object, scale: float, rope: str = "bf16") -> np.ndarray:
-    """nvfp4_ds_mla records (uint8 [N, record_bytes], or flat bytes whose length is a
-    multiple of record_bytes) -> float32 [N, 576]: the bf16 values the gather writes."""
-    return bf16_to_float(_gather_bits(records, scale, rope))
+def dequantize(
+    records: object,
+    scale: float = 1.0,
+    rope: Optional[str] = None,
+    *,
+    format: Optional[str] = None,
+    latent_scale: Optional[str] = None,
+) -> np.ndarray:
+    """Records (uint8 [N, record bytes], or flat bytes whose length is a multiple of the
+    record size) -> float32 [N, 576] ([N, 512] for b12x-304): the bf16 values the gather
+    writes. ``scale``, ``rope``, ``format`` and ``latent_scale`` as in :func:`quantize`: the
+    reader must be told how the records were written."""
+    return bf16_to_float(_gather_bits(records, scale, rope, format, latent_scale))
 
 
-def _gather_bits(records: object, scale: float, rope: str) -> np.ndarray:
-    rope_value, record_bytes = _rope(rope)
+def _gather_bits(
+    records: object,
+    scale: float,
+    rope: Optional[str],
+    format: Optional[str] = None,
+    latent_scale: Optional[str] = None,
+) -> np.ndarray:
+    name, fmt, latent, value = _call(format, rope, latent_scale, scale)
+    record_bytes = RECORD_BYTES[name]
     if isinstance(records, np.ndarray):
         r = records
         if r.dtype != np.uint8:
@@ -145,8 +205,7 @@ def _gather_bits(records: object, scale: float, rope: str) -> np.ndarray:
         if r.ndim == 2:
             if r.shape[1] != record_bytes:
                 raise ValueError(
-                    f"records: expected shape [N, {record_bytes}] for {rope} RoPE, "
-                    f"got {list(r.shape)}"
+                    f"records: expected shape [N, {record_bytes}] for {name}, got {list(r.shape)}"
                 )
         elif r.ndim != 1:
             raise ValueError(f"records: expected [N, {record_bytes}] or flat bytes, got {r.ndim}-D")
@@ -154,13 +213,14 @@ def _gather_bits(records: object, scale: float, rope: str) -> np.ndarray:
         r = np.frombuffer(memoryview(records).cast("B"), dtype=np.uint8)
     if r.size % record_bytes:
         raise ValueError(
-            f"records: {r.size} bytes is not a multiple of the {record_bytes}-byte record ({rope} RoPE)"
+            f"records: {r.size} bytes is not a multiple of the {record_bytes}-byte record ({name})"
         )
     n = r.size // record_bytes
     if n > 0x7FFFFFFF:
         raise ValueError(f"records: {n} records; at most 2^31 - 1 per call")
     r = _aligned(r.reshape(n, record_bytes))
-    out = _empty_aligned((n, ROW_DIM), np.uint16)
+    width = row_width(name)
+    out = _empty_aligned((n, width), np.uint16)
     slots = np.arange(n, dtype=np.int32)
     status = np.zeros(1, dtype=np.uint32)
     args = _lib.GatherLaunch(
@@ -169,10 +229,10 @@ def _gather_bits(records: object, scale: float, rope: str) -> np.ndarray:
         slots=slots.ctypes.data,
         num_rows=n,
         out=out.ctypes.data,
-        out_stride=ROW_DIM,
+        out_stride=width,
         status=status.ctypes.data,
     )
-    _lib.check(_lib_.jitcache_host_gather(float(scale), rope_value, byref(args)))
+    _lib.check(_lib_.jitcache_host_gather_format(value, fmt, latent, byref(args)))
     if status[0]:
         raise InternalError(f"jitcache: host gather reported status bits {int(status[0]):#x}")
     return out

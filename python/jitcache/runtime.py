@@ -1,4 +1,5 @@
-"""Runtime, Model and the scales resolver over the C ABI."""
+"""Runtime, an open cache directory and device, which prepares checkpoints into Models
+(model.py), and the compile API for kernels from outside, over the C ABI."""
 
 from __future__ import annotations
 
@@ -6,17 +7,27 @@ import ctypes
 import json
 import math
 import numbers
-import operator
 import os
-import struct
 import weakref
 from collections.abc import Mapping, Sequence
-from ctypes import byref, c_char_p, c_int, c_int32, c_size_t, c_void_p
+from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from . import _lib, _log
 from .errors import InvalidArgumentError
+from .formats import record_format
+from .model import (
+    KernelInfo,
+    LayerInfo,
+    Model,
+    PrepareStats,
+    Provenance,
+    ResolvedScales,
+    _fit,
+    _optional_text,
+    resolve_scales,
+)
 
 __all__ = [
     "Runtime",
@@ -40,11 +51,6 @@ _ROPES = {"bf16": _lib.ROPE_BF16, "fp8": _lib.ROPE_FP8}
 _DEVICES = {"auto": _lib.DEVICE_AUTO, "none": _lib.DEVICE_NONE}
 
 
-def _float32(value: float) -> float:
-    """The float32 nearest to value, as a Python float (how the library holds a scale)."""
-    return struct.unpack("f", struct.pack("f", value))[0]
-
-
 def _rope_enum(rope: str) -> int:
     try:
         return _ROPES[rope]
@@ -52,31 +58,28 @@ def _rope_enum(rope: str) -> int:
         raise InvalidArgumentError(f"rope: expected 'bf16' or 'fp8', got {rope!r}") from None
 
 
-def _fit(name: str, value: int, bits: int, signed: bool) -> int:
-    """Refuses an int the C field cannot hold (ctypes would silently wrap it)."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name}: expected an int, got bool")
+def _format_name(format: Optional[str], rope: Optional[str]) -> str:
+    """host.record_format's answer, its ValueError as the library's InvalidArgumentError."""
+    if rope is not None:
+        _rope_enum(rope)
+    if format is not None and not isinstance(format, str):
+        raise InvalidArgumentError(f"format: expected a format name, got {type(format).__name__}")
     try:
-        value = operator.index(value)  # int, numpy integers, ...
-    except TypeError:
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}") from None
-    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-    if not lo <= value <= hi:
-        raise InvalidArgumentError(f"{name}: {value} is out of range ({lo} to {hi})")
-    return value
+        return record_format(format, rope)
+    except ValueError as error:
+        raise InvalidArgumentError(str(error)) from None
 
 
-def _optional_text(name: str, value: str | None) -> bytes | None:
-    """A str argument or None as the C ABI takes it; a NUL inside would cut it short without
-    a word from the library, so it raises ValueError naming the argument."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"{name}: expected a str or None, got {type(value).__name__}")
-    if "\0" in value:
-        # The value is not echoed: a remote URL may hold a password.
-        raise ValueError(f"{name}: contains a NUL character (at index {value.index(chr(0))})")
-    return value.encode("utf-8")
+def _latent_enum(latent_scale: Optional[str]) -> int:
+    if latent_scale is None or latent_scale == "per-layer":
+        return _lib.LATENT_PER_LAYER
+    if latent_scale == "per-token":
+        return _lib.LATENT_PER_TOKEN
+    raise InvalidArgumentError(
+        f"latent_scale: expected 'per-token' or 'per-layer' (each layer's scale picks identity or "
+        f"dynamic), got {latent_scale!r}"
+    )
+
 
 
 def _text(name: str, value: object) -> bytes:
@@ -214,82 +217,6 @@ def _take_kernel(handle: int) -> CompiledKernel:
 
 
 @dataclass(frozen=True)
-class LayerInfo:
-    """One layer's binding: the scale its kernels apply, the variant and where the scale came from."""
-
-    layer: int
-    scale: float
-    mode: str  # "identity" | "dynamic"
-    source: str  # "override" | "checkpoint" | "identity-default" | "draft-identity"
-
-
-@dataclass(frozen=True)
-class PrepareStats:
-    """What prepare() did: distinct variants needed, found cached (from_remote of them from
-    the shared remote tier), compiled now, stored."""
-
-    variants: int
-    cached: int
-    compiled: int
-    stored: int
-    wall_ms: float
-    from_remote: int = 0
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    """One kernel variant a prepared model holds."""
-
-    kernel: str  # "writer" | "gather"
-    latent_scale: str  # "identity" | "dynamic"
-    rope: str
-    target: str
-    key: str
-    entry: str
-    registers: int
-    cubin_bytes: int
-    compiled_now: bool
-    stored: bool
-    loaded: bool
-    ptx_fallback: bool
-    from_remote: bool = False  # served by the shared remote tier (verified, then backfilled)
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where the scales came from, as `jitcache scales show --json` reports it."""
-
-    source: str
-    file: Optional[str]
-    sha256: Optional[str]
-    model_revision: Optional[str]
-    checkpoint_revision: Optional[str]
-    format: Optional[str]
-    checkpoint_form: Optional[str]
-    override_origin: Optional[str]
-    shadowed_checkpoint_file: Optional[str]
-    warnings: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "Provenance":
-        details = doc.get("provenance")
-        return cls(
-            source=doc.get("source", ""),
-            file=doc.get("file"),
-            sha256=doc.get("sha256"),
-            model_revision=doc.get("model_revision"),
-            checkpoint_revision=doc.get("checkpoint_revision"),
-            format=doc.get("format"),
-            checkpoint_form=doc.get("checkpoint_form"),
-            override_origin=doc.get("override_origin"),
-            shadowed_checkpoint_file=doc.get("shadowed_checkpoint_file"),
-            warnings=list(doc.get("warnings") or []),
-            details=dict(details) if isinstance(details, dict) else {},
-        )
-
-
-@dataclass(frozen=True)
 class DeviceInfo:
     """The device a runtime found when it opened."""
 
@@ -306,302 +233,6 @@ class CacheInfo:
     mode: str
     dir: str
     reason: str
-
-
-@dataclass(frozen=True)
-class ResolvedScales:
-    """Every layer's scale for a checkpoint, and the provenance of the values."""
-
-    checkpoint: str
-    num_hidden_layers: int
-    num_draft_layers: int
-    latent_dim: int
-    layers: list[LayerInfo]
-    max_abs: list[Optional[float]]
-    provenance: Provenance
-
-    @property
-    def scales(self) -> list[float]:
-        return [layer.scale for layer in self.layers]
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.layers)
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "ResolvedScales":
-        rows = doc.get("layers") or []
-        return cls(
-            checkpoint=doc.get("checkpoint", ""),
-            num_hidden_layers=int(doc.get("num_hidden_layers", 0)),
-            num_draft_layers=int(doc.get("num_draft_layers", 0)),
-            latent_dim=int(doc.get("latent_dim", 0)),
-            layers=[
-                LayerInfo(
-                    layer=int(row["layer"]),
-                    scale=_float32(float(row["scale"])),
-                    mode=row["mode"],
-                    source=row["source"],
-                )
-                for row in rows
-            ],
-            max_abs=[None if row.get("max_abs") is None else float(row["max_abs"]) for row in rows],
-            provenance=Provenance.from_json(doc.get("provenance") or {}),
-        )
-
-
-def _layer_from_c(info: _lib.LayerInfoC) -> LayerInfo:
-    return LayerInfo(
-        layer=int(info.layer),
-        scale=float(info.scale),
-        mode=_lib.SCALE_MODES.get(info.mode, str(info.mode)),
-        source=_lib.SCALE_SOURCES.get(info.source, str(info.source)),
-    )
-
-
-def resolve_scales(
-    checkpoint: PathArg, scales_override: PathArg | None = None, revision: str | None = None
-) -> ResolvedScales:
-    """Resolves a checkpoint's per-layer scales without compiling anything.
-
-    Same precedence, validation and logging as :meth:`Runtime.prepare`.
-    """
-    out = c_void_p()
-    ckpt = _lib.encode_path("checkpoint", checkpoint)
-    override = _lib.encode_path("scales_override", scales_override)
-    rev = _optional_text("revision", revision)
-    _log.sync()
-    _lib.check(_lib_.jitcache_resolve_scales(ckpt, override, rev, byref(out)))
-    return ResolvedScales.from_json(json.loads(_lib.take_string(out)))
-
-
-def _released() -> InvalidArgumentError:
-    return InvalidArgumentError("jitcache: model released (Model.close() was called)")
-
-
-class Model:
-    """A prepared checkpoint: every layer bound to its kernel variant and scale.
-
-    Immutable and usable from any thread. Holds its kernels, so it outlives its Runtime.
-    Release it with :meth:`close` (or a ``with`` block); garbage collection also does.
-    """
-
-    __slots__ = (
-        "_handle",
-        "_finalizer",
-        "_layers",
-        "_num_layers",
-        "_target",
-        "_rope",
-        "_checkpoint",
-        "_description",
-        "_device_ordinal",
-        "__weakref__",
-    )
-
-    def __init__(self, handle: int, checkpoint: str, rope: str, device_ordinal: int = 0) -> None:
-        if not handle:
-            raise InvalidArgumentError("jitcache: Model needs a model handle")
-        self._handle: int | None = handle
-        self._device_ordinal = device_ordinal
-        self._finalizer = weakref.finalize(self, _lib_.jitcache_model_release, handle)
-        self._checkpoint = checkpoint
-        self._rope = rope
-        self._description: dict[str, Any] | None = None
-        self._layers: tuple[LayerInfo, ...] | None = None
-        try:
-            count = c_int32()
-            _lib.check(_lib_.jitcache_model_num_layers(handle, byref(count)))
-            self._num_layers = int(count.value)
-            self._target = _lib.decode(_lib_.jitcache_model_target(handle))
-        except BaseException:
-            self.close()
-            raise
-
-    def _all_layers(self, handle: int) -> tuple[LayerInfo, ...]:
-        layers = self._layers
-        if layers is None:  # built once, on first use (the model is immutable)
-            info = _lib.LayerInfoC()
-            built = []
-            for i in range(self._num_layers):
-                _lib.check(_lib_.jitcache_model_layer(handle, i, byref(info)))
-                built.append(_layer_from_c(info))
-            layers = self._layers = tuple(built)
-        return layers
-
-    # ---- lifetime ----
-    def close(self) -> None:
-        """Releases the model's handle (idempotent), after the calls other threads are making
-        on it have returned; later use raises InvalidArgumentError."""
-        self._handle = None
-        self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _live(self) -> int:
-        handle = self._handle
-        if handle is None:
-            raise _released()
-        return handle
-
-    def __repr__(self) -> str:
-        state = "released" if self._handle is None else f"{self._num_layers} layers"
-        return f"<jitcache.Model {self._checkpoint!r} {self._target} rope={self._rope} {state}>"
-
-    # ---- queries ----
-    @property
-    def checkpoint(self) -> str:
-        return self._checkpoint
-
-    @property
-    def num_layers(self) -> int:
-        self._live()
-        return self._num_layers
-
-    @property
-    def layers(self) -> list[LayerInfo]:
-        return list(self._all_layers(self._live()))
-
-    def layer(self, index: int) -> LayerInfo:
-        """One layer's binding; InvalidArgumentError (from the library) for a bad index."""
-        handle = self._live()
-        if isinstance(index, int) and 0 <= index < self._num_layers:
-            return self._all_layers(handle)[index]
-        index = _fit("layer", index, 32, True)
-        if 0 <= index < self._num_layers:
-            return self._all_layers(handle)[index]
-        info = _lib.LayerInfoC()
-        _lib.check(_lib_.jitcache_model_layer(handle, index, byref(info)))
-        return _layer_from_c(info)  # not reached for a bad index: the library refuses it
-
-    @property
-    def target(self) -> str:
-        self._live()
-        return self._target
-
-    @property
-    def device_ordinal(self) -> int:
-        """The CUDA device (its ordinal) the runtime loaded this model's kernels on."""
-        return self._device_ordinal
-
-    @property
-    def rope(self) -> str:
-        self._live()
-        return self._rope
-
-    @property
-    def record_bytes(self) -> int:
-        self._live()
-        return int(_lib_.jitcache_record_bytes(_ROPES[self._rope]))
-
-    def describe(self) -> dict[str, Any]:
-        """Everything prepare decided, as the library's JSON document (a fresh dict)."""
-        handle = self._live()
-        if self._description is None:
-            out = c_void_p()
-            _lib.check(_lib_.jitcache_model_describe(handle, byref(out)))
-            self._description = json.loads(_lib.take_string(out))
-        return json.loads(json.dumps(self._description))
-
-    @property
-    def stats(self) -> PrepareStats:
-        s = self.describe()["stats"]
-        return PrepareStats(
-            variants=int(s["variants"]),
-            cached=int(s["cached"]),
-            compiled=int(s["compiled"]),
-            stored=int(s.get("stored", 0)),
-            wall_ms=float(s["wall_ms"]),
-            from_remote=int(s.get("from_remote", 0)),
-        )
-
-    @property
-    def kernels(self) -> list[KernelInfo]:
-        return [
-            KernelInfo(
-                kernel=k["kernel"],
-                latent_scale=k["latent_scale"],
-                rope=k["rope"],
-                target=k["target"],
-                key=k["key"],
-                entry=k["entry"],
-                registers=int(k["registers"]),
-                cubin_bytes=int(k["cubin_bytes"]),
-                compiled_now=bool(k["compiled_now"]),
-                stored=bool(k["stored"]),
-                loaded=bool(k["loaded"]),
-                ptx_fallback=bool(k["ptx_fallback"]),
-                from_remote=bool(k.get("from_remote", False)),
-            )
-            for k in self.describe()["kernels"]
-        ]
-
-    @property
-    def scales(self) -> ResolvedScales:
-        return ResolvedScales.from_json(self.describe()["scales"])
-
-    @property
-    def provenance(self) -> Provenance:
-        return self.scales.provenance
-
-    # ---- launches: direct C calls, no allocation beyond ctypes ----
-    def launch_writer(self, layer: int, args: _lib.WriterLaunch, stream: int = 0) -> None:
-        """Enqueues the layer's writer on a CUstream (0: the default stream)."""
-        handle = self._handle
-        if handle is None:
-            raise _released()
-        if not -0x80000000 <= layer <= 0x7FFFFFFF:  # ctypes would wrap it silently
-            _fit("layer", layer, 32, True)
-        status = _launch_writer(handle, layer, args, stream or None)
-        if status:
-            _lib.check(status)
-
-    def launch_gather(self, layer: int, args: _lib.GatherLaunch, stream: int = 0) -> None:
-        """Enqueues the layer's gather on a CUstream (0: the default stream)."""
-        handle = self._handle
-        if handle is None:
-            raise _released()
-        if not -0x80000000 <= layer <= 0x7FFFFFFF:  # ctypes would wrap it silently
-            _fit("layer", layer, 32, True)
-        status = _launch_gather(handle, layer, args, stream or None)
-        if status:
-            _lib.check(status)
-
-    def host_write(self, layer: int, args: _lib.WriterLaunch) -> None:
-        """The layer's writer on the CPU (host addresses in args)."""
-        handle = self._handle
-        if handle is None:
-            raise _released()
-        if not -0x80000000 <= layer <= 0x7FFFFFFF:  # ctypes would wrap it silently
-            _fit("layer", layer, 32, True)
-        status = _host_write(handle, layer, args)
-        if status:
-            _lib.check(status)
-
-    def host_gather(self, layer: int, args: _lib.GatherLaunch) -> None:
-        """The layer's gather on the CPU (host addresses in args)."""
-        handle = self._handle
-        if handle is None:
-            raise _released()
-        if not -0x80000000 <= layer <= 0x7FFFFFFF:  # ctypes would wrap it silently
-            _fit("layer", layer, 32, True)
-        status = _host_gather(handle, layer, args)
-        if status:
-            _lib.check(status)
-
-
-_launch_writer = _lib_.jitcache_launch_writer
-_launch_gather = _lib_.jitcache_launch_gather
-_host_write = _lib_.jitcache_model_host_write
-_host_gather = _lib_.jitcache_model_host_gather
 
 
 class Runtime:
@@ -736,24 +367,35 @@ class Runtime:
     def prepare(
         self,
         checkpoint: PathArg,
-        rope: str = "bf16",
+        rope: str | None = None,
         target: str | None = None,
         scales_override: PathArg | None = None,
         revision: str | None = None,
+        *,
+        format: str | None = None,
+        latent_scale: str | None = None,
     ) -> Model:
-        """Resolves the scales, gets (compiling the misses) and binds every kernel variant."""
+        """Resolves the scales, gets (compiling the misses) and binds every kernel variant.
+
+        ``format``: the record the engine reads (jitcache.host.FORMATS; ``rope`` "bf16" /
+        "fp8" is the older spelling of the first two; default b12x-432).
+        ``latent_scale="per-token"``: every layer keeps each token's own scale in its record
+        (b12x-368; b12x-304 has nothing else) and the checkpoint's scales are not applied;
+        None: each layer's scale picks its kernel."""
         handle = self._live()
+        name = _format_name(format, rope)
         options = _lib.PrepareOptions()
         _lib_.jitcache_prepare_options_init(byref(options))
         options.checkpoint = _lib.encode_path("checkpoint", checkpoint)
-        options.rope = _rope_enum(rope)
+        options.format = _lib.FORMATS[name]
+        options.latent_scale = _latent_enum(latent_scale)
         options.target = _optional_text("target", target)
         options.scales_override = _lib.encode_path("scales_override", scales_override)
         options.revision = _optional_text("revision", revision)
         out = c_void_p()
         _log.sync()
         _lib.check(_lib_.jitcache_prepare_with(handle, byref(options), byref(out)))
-        return Model(out.value, os.fsdecode(checkpoint), rope, self._device_ordinal)
+        return Model(out.value, os.fsdecode(checkpoint), name, self._device_ordinal)
 
     # ---- kernels from outside: a family's source, compiled and cached by its spec ----
     def declare_family(

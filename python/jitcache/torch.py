@@ -3,21 +3,28 @@
 Two ops under the ``jitcache`` namespace, bound to a prepared :class:`jitcache.Model`
 through an integer id (:func:`model_id`)::
 
-    jitcache::nvfp4_mla_write(Tensor kv_c, Tensor k_pe, Tensor slot_mapping,
+    jitcache::nvfp4_mla_write(Tensor kv_c, Tensor? k_pe, Tensor slot_mapping,
                               Tensor(a!) kv_cache, int model_id, int layer,
-                              Tensor(b!)? status=None) -> ()
+                              Tensor(b!)? status=None, str? format=None) -> ()
     jitcache::nvfp4_mla_gather(Tensor kv_cache, Tensor slots, Tensor(a!) out,
-                               int model_id, int layer, Tensor(b!)? status=None) -> ()
+                               int model_id, int layer, Tensor(b!)? status=None,
+                               str? format=None) -> ()
 
-The variant (identity or dynamic) and the scale come from the layer's binding in the
-model, never from the scale's value. CPU tensors run the host executor (bit-identical to
-the device); CUDA tensors enqueue the prepared kernel on ``torch.cuda.current_stream()``
-without allocating, synchronising or loading anything, so a CUDA graph can capture it.
+The record format is the model's (:attr:`jitcache.Model.format`): the cache's last
+dimension is its record size, a gathered row has its row width (576, or 512 for b12x-304,
+which has no RoPE; its writer takes ``k_pe=None``). ``format``, when given, states which
+records the caller's cache holds and must name the model's format; the fake
+implementations check shapes with it. The variant (identity, dynamic or per-token) and the
+scale come from the layer's binding in the model, never from the scale's value. CPU
+tensors run the host executor (bit-identical to the device); CUDA tensors enqueue the
+prepared kernel on ``torch.cuda.current_stream()`` without allocating, synchronising or
+loading anything, so a CUDA graph can capture it.
 Fake implementations let ``torch.compile(fullgraph=True)`` trace both ops.
 
 ``status``, when given, is an int32 (or uint32) tensor of one element on the same device
 that the kernel ORs error bits into (:data:`STATUS_IDENTITY_SCALE_MISMATCH`,
-:data:`STATUS_SLOT_OUT_OF_RANGE`, :data:`STATUS_BAD_LATENT_SCALE`); without it, a slot
+:data:`STATUS_SLOT_OUT_OF_RANGE`, :data:`STATUS_BAD_LATENT_SCALE`,
+:data:`STATUS_PER_TOKEN_SCALE_GIVEN`); without it, a slot
 outside the cache is skipped silently, as on the device.
 
 The launch contract: a tensor an op writes (``kv_cache`` and ``status`` of the write,
@@ -42,7 +49,18 @@ from typing import Callable, Optional, Union
 import torch
 
 from . import _lib
+from ._torch_checks import (
+    LAYOUTS,
+    Layout,
+    address,
+    check_gather,
+    check_write,
+    disjoint,
+    op_layout,
+    row_bytes,
+)
 from .errors import InvalidArgumentError
+from .formats import LATENT_DIM, ROPE_DIM, ROW_DIM
 from .runtime import Model
 
 __all__ = [
@@ -52,6 +70,7 @@ __all__ = [
     "STATUS_IDENTITY_SCALE_MISMATCH",
     "STATUS_SLOT_OUT_OF_RANGE",
     "STATUS_BAD_LATENT_SCALE",
+    "STATUS_PER_TOKEN_SCALE_GIVEN",
     "model_id",
     "get_model",
     "write",
@@ -59,26 +78,24 @@ __all__ = [
     "new_cache",
 ]
 
-LATENT_DIM = 512
-ROPE_DIM = 64
-ROW_DIM = LATENT_DIM + ROPE_DIM
-# The kernels' status bits (kernel_templates/nvfp4_mla.cuh, jc::k_status_*).
+# The kernels' status bits (kernel_templates/nvfp4_mla.cuh and nvfp4_mla_formats.cuh,
+# jc::k_status_*, jc::fmt::k_status_*).
 STATUS_IDENTITY_SCALE_MISMATCH = 1
 STATUS_SLOT_OUT_OF_RANGE = 2
 STATUS_BAD_LATENT_SCALE = 4
+STATUS_PER_TOKEN_SCALE_GIVEN = 8  # a per-token kernel given an outer scale other than 1.0
 
 _NAMESPACE = "jitcache"
 _WRITE = "nvfp4_mla_write"
 _GATHER = "nvfp4_mla_gather"
 _WRITE_SCHEMA = (
-    "(Tensor kv_c, Tensor k_pe, Tensor slot_mapping, Tensor(a!) kv_cache, int model_id, "
-    "int layer, Tensor(b!)? status=None) -> ()"
+    "(Tensor kv_c, Tensor? k_pe, Tensor slot_mapping, Tensor(a!) kv_cache, int model_id, "
+    "int layer, Tensor(b!)? status=None, str? format=None) -> ()"
 )
 _GATHER_SCHEMA = (
     "(Tensor kv_cache, Tensor slots, Tensor(a!) out, int model_id, int layer, "
-    "Tensor(b!)? status=None) -> ()"
+    "Tensor(b!)? status=None, str? format=None) -> ()"
 )
-_STATUS_DTYPES = (torch.int32, torch.uint32)
 _BF16, _I64, _I32, _U8 = torch.bfloat16, torch.int64, torch.int32, torch.uint8
 
 
@@ -88,11 +105,12 @@ _BF16, _I64, _I32, _U8 = torch.bfloat16, torch.int64, torch.int32, torch.uint8
 class _Entry:
     """What the ops need of a registered model, read once at registration."""
 
-    __slots__ = ("ref", "record_bytes", "num_layers", "id")
+    __slots__ = ("ref", "layout", "record_bytes", "num_layers", "id")
 
     def __init__(self, model: Model, ident: int) -> None:
         self.ref = weakref.ref(model)
-        self.record_bytes = int(model.record_bytes)
+        self.layout: Layout = LAYOUTS[model.format]
+        self.record_bytes = self.layout.record_bytes
         self.num_layers = int(model.num_layers)
         self.id = ident
 
@@ -160,169 +178,6 @@ def get_model(ident: int) -> Model:
     return _model(_entry(ident))
 
 
-# ---- argument checks (traceable: shapes, dtypes, strides, devices; no data pointers) ------
-
-
-def _shape(t: torch.Tensor) -> list[int]:
-    return list(t.shape)
-
-
-def _dtype(name: str, t: torch.Tensor, dtype: torch.dtype) -> None:
-    if t.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype}, got {t.dtype}")
-
-
-def _rows(name: str, t: torch.Tensor, width: int) -> int:
-    """Checks a [N, width] bf16 matrix with contiguous rows; returns its row stride (0: dense)."""
-    _dtype(name, t, torch.bfloat16)
-    if t.dim() != 2 or t.shape[1] != width:
-        raise ValueError(f"{name}: expected shape [N, {width}], got {_shape(t)}")
-    if t.stride(1) != 1:
-        raise ValueError(f"{name}: each row must be contiguous (stride 1), got strides {t.stride()}")
-    if t.shape[0] <= 1:
-        return 0
-    stride = t.stride(0)
-    if stride < width or stride % 8 != 0:
-        raise ValueError(
-            f"{name}: row stride {stride} elements must be >= {width} and a multiple of 8 "
-            f"(16 bytes)"
-        )
-    return stride
-
-
-def _vector(name: str, t: torch.Tensor, dtype: torch.dtype, length: object) -> None:
-    _dtype(name, t, dtype)
-    if t.dim() != 1:
-        raise ValueError(f"{name}: expected a 1-D tensor, got shape {_shape(t)}")
-    if length is not None and t.shape[0] != length:
-        raise ValueError(f"{name}: expected {length} elements, got {t.shape[0]}")
-    if t.shape[0] > 1 and t.stride(0) != 1:
-        raise ValueError(f"{name}: must be contiguous, got stride {t.stride(0)}")
-
-
-def _cache(t: torch.Tensor, record_bytes: int) -> int:
-    """Checks the KV cache, uint8 [num_slots, R] or [num_blocks, block_size, R] laid out
-    densely; returns num_slots."""
-    _dtype("kv_cache", t, torch.uint8)
-    if t.dim() not in (2, 3) or t.shape[-1] != record_bytes:
-        raise ValueError(
-            f"kv_cache: expected shape [num_slots, {record_bytes}] or "
-            f"[num_blocks, block_size, {record_bytes}] for this model's records, got {_shape(t)}"
-        )
-    expected = 1
-    for size, stride in zip(reversed(t.shape), reversed(t.stride())):
-        if size != 1 and stride != expected:
-            raise ValueError(
-                f"kv_cache: records must be packed densely (a contiguous tensor), got shape "
-                f"{_shape(t)} with strides {t.stride()}"
-            )
-        expected *= size
-    return t.numel() // record_bytes
-
-
-def _status(t: Optional[torch.Tensor], device: torch.device) -> None:
-    if t is None:
-        return
-    if t.dtype not in _STATUS_DTYPES:
-        raise TypeError(f"status: expected dtype torch.int32 or torch.uint32, got {t.dtype}")
-    if t.numel() != 1:
-        raise ValueError(f"status: expected one element, got shape {_shape(t)}")
-    if t.device != device:
-        raise ValueError(f"status: on {t.device}, but the other tensors are on {device}")
-
-
-def _same_device(named: tuple[tuple[str, torch.Tensor], ...]) -> torch.device:
-    device = named[0][1].device
-    for name, t in named[1:]:
-        if t.device != device:
-            raise ValueError(
-                f"{name}: on {t.device}, but {named[0][0]} is on {device}; every tensor must be "
-                f"on one device"
-            )
-    return device
-
-
-def _layer(entry: _Entry, layer: int) -> None:
-    if not 0 <= layer < entry.num_layers:
-        raise InvalidArgumentError(
-            f"layer: {layer} is out of range (the model has {entry.num_layers} layers)"
-        )
-
-
-def _check_write(
-    kv_c: torch.Tensor,
-    k_pe: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    kv_cache: torch.Tensor,
-    entry: _Entry,
-    layer: int,
-    status: Optional[torch.Tensor],
-) -> tuple[int, int, int, int]:
-    """Returns (num_tokens, kv_c stride, k_pe stride, num_slots); raises on a bad argument."""
-    device = _same_device(
-        (("kv_c", kv_c), ("k_pe", k_pe), ("slot_mapping", slot_mapping), ("kv_cache", kv_cache))
-    )
-    kv_stride = _rows("kv_c", kv_c, LATENT_DIM)
-    pe_stride = _rows("k_pe", k_pe, ROPE_DIM)
-    n = kv_c.shape[0]
-    if k_pe.shape[0] != n:
-        raise ValueError(f"k_pe: {k_pe.shape[0]} rows, but kv_c has {n}")
-    _vector("slot_mapping", slot_mapping, torch.int64, n)
-    num_slots = _cache(kv_cache, entry.record_bytes)
-    _status(status, device)
-    _layer(entry, layer)
-    return n, kv_stride, pe_stride, num_slots
-
-
-def _check_gather(
-    kv_cache: torch.Tensor,
-    slots: torch.Tensor,
-    out: torch.Tensor,
-    entry: _Entry,
-    layer: int,
-    status: Optional[torch.Tensor],
-) -> tuple[int, int, int]:
-    """Returns (num_rows, out stride, num_slots); raises on a bad argument."""
-    device = _same_device((("kv_cache", kv_cache), ("slots", slots), ("out", out)))
-    num_slots = _cache(kv_cache, entry.record_bytes)
-    _vector("slots", slots, torch.int32, None)
-    out_stride = _rows("out", out, ROW_DIM)
-    if out.shape[0] != slots.shape[0]:
-        raise ValueError(f"out: {out.shape[0]} rows, but slots has {slots.shape[0]}")
-    _status(status, device)
-    _layer(entry, layer)
-    return slots.shape[0], out_stride, num_slots
-
-
-def _address(name: str, t: torch.Tensor, align: int) -> int:
-    address = t.data_ptr()
-    if address % align:
-        raise ValueError(f"{name}: data at {address:#x} is not {align}-byte aligned")
-    return address
-
-
-def _row_bytes(n: int, stride: int, width: int) -> int:
-    """The bytes from the first of ``n`` bf16 rows to the end of the last, row gaps included
-    (the library's conservative range, runtime/kv/launch_contract.hpp); stride 0: dense."""
-    return ((n - 1) * (stride or width) + width) * 2
-
-
-def _disjoint(writes: tuple, reads: tuple) -> None:
-    """Raises ValueError when a written span (name, first byte, bytes; 0 bytes: untouched)
-    shares a byte with any other span."""
-    for i, (name, begin, size) in enumerate(writes):
-        if not size:
-            continue
-        end = begin + size
-        for other, other_begin, other_size in writes[i + 1 :] + reads:
-            if other_size and begin < other_begin + other_size and other_begin < end:
-                raise ValueError(
-                    f"{name}: [{begin:#x}, +{size} bytes) overlaps {other} "
-                    f"[{other_begin:#x}, +{other_size} bytes); a tensor the op writes may share "
-                    "no memory with another argument"
-                )
-
-
 # ---- the op implementations --------------------------------------------------------------
 
 
@@ -346,19 +201,23 @@ def _on_one_gpu(
 
 def _writer_args(
     kv_c: torch.Tensor,
-    k_pe: torch.Tensor,
+    k_pe: Optional[torch.Tensor],
     slot_mapping: torch.Tensor,
     kv_cache: torch.Tensor,
     entry: _Entry,
     layer: int,
     status: Optional[torch.Tensor],
+    format: Optional[str],
     placed: Callable[..., bool],
 ) -> Optional[_lib.WriterLaunch]:
     """The launch struct, or None when there is nothing to write. The common case (dense
-    tensors, no status word) is checked in one expression; anything else, and every error,
-    goes through the complete checks, which name the argument."""
+    tensors, no status word, no format named) is checked in one expression; anything else,
+    and every error, goes through the complete checks, which name the argument."""
+    layout = entry.layout
     if (
         status is None
+        and format is None
+        and k_pe is not None
         and kv_c.dtype is _BF16
         and k_pe.dtype is _BF16
         and slot_mapping.dtype is _I64
@@ -374,33 +233,34 @@ def _writer_args(
         and kv_c.shape[1] == LATENT_DIM
         and k_pe.shape[1] == ROPE_DIM
         and kv_c.shape[0] == k_pe.shape[0] == slot_mapping.shape[0]
-        and kv_cache.shape[-1] == entry.record_bytes
+        and kv_cache.shape[-1] == layout.record_bytes
         and 0 <= layer < entry.num_layers
         and placed(kv_c, k_pe, slot_mapping, kv_cache)
     ):
         n, kv_stride, pe_stride = kv_c.shape[0], 0, 0
-        num_slots = kv_cache.numel() // entry.record_bytes
+        num_slots = kv_cache.numel() // layout.record_bytes
     else:
-        n, kv_stride, pe_stride, num_slots = _check_write(
-            kv_c, k_pe, slot_mapping, kv_cache, entry, layer, status
+        layout = op_layout(layout.format, format)
+        n, kv_stride, pe_stride, num_slots = check_write(
+            kv_c, k_pe, slot_mapping, kv_cache, layout, entry.num_layers, layer, status
         )
-        if not placed(kv_c, k_pe, slot_mapping, kv_cache):
+        if not placed(kv_c, kv_c if k_pe is None else k_pe, slot_mapping, kv_cache):
             raise ValueError(f"kv_c: on {kv_c.device}, which this implementation does not serve")
     if n == 0:
         return None
-    kv_addr = _address("kv_c", kv_c, 16)
-    pe_addr = _address("k_pe", k_pe, 16)
-    map_addr = _address("slot_mapping", slot_mapping, 8)
-    cache_addr = _address("kv_cache", kv_cache, 16) if num_slots else 0
-    status_addr = 0 if status is None else _address("status", status, 4)
-    _disjoint(
+    kv_addr = address("kv_c", kv_c, 16)
+    pe_addr = 0 if k_pe is None else address("k_pe", k_pe, 16)
+    map_addr = address("slot_mapping", slot_mapping, 8)
+    cache_addr = address("kv_cache", kv_cache, 16) if num_slots else 0
+    status_addr = 0 if status is None else address("status", status, 4)
+    disjoint(
         (
-            ("kv_cache", cache_addr, num_slots * entry.record_bytes),
+            ("kv_cache", cache_addr, num_slots * layout.record_bytes),
             ("status", status_addr, 4 if status_addr else 0),
         ),
         (
-            ("kv_c", kv_addr, _row_bytes(n, kv_stride, LATENT_DIM)),
-            ("k_pe", pe_addr, _row_bytes(n, pe_stride, ROPE_DIM)),
+            ("kv_c", kv_addr, row_bytes(n, kv_stride, LATENT_DIM)),
+            ("k_pe", pe_addr, row_bytes(n, pe_stride, ROPE_DIM) if pe_addr else 0),
             ("slot_mapping", map_addr, n * 8),
         ),
     )
@@ -416,11 +276,14 @@ def _gather_args(
     entry: _Entry,
     layer: int,
     status: Optional[torch.Tensor],
+    format: Optional[str],
     placed: Callable[..., bool],
 ) -> Optional[_lib.GatherLaunch]:
     """The launch struct, or None when there is nothing to gather (see _writer_args)."""
+    layout = entry.layout
     if (
         status is None
+        and format is None
         and kv_cache.dtype is _U8
         and slots.dtype is _I32
         and out.dtype is _BF16
@@ -430,31 +293,34 @@ def _gather_args(
         and kv_cache.is_contiguous()
         and slots.is_contiguous()
         and out.is_contiguous()
-        and kv_cache.shape[-1] == entry.record_bytes
-        and out.shape[1] == ROW_DIM
+        and kv_cache.shape[-1] == layout.record_bytes
+        and out.shape[1] == layout.row_width
         and out.shape[0] == slots.shape[0]
         and 0 <= layer < entry.num_layers
         and placed(kv_cache, slots, out)
     ):
         n, out_stride = slots.shape[0], 0
-        num_slots = kv_cache.numel() // entry.record_bytes
+        num_slots = kv_cache.numel() // layout.record_bytes
     else:
-        n, out_stride, num_slots = _check_gather(kv_cache, slots, out, entry, layer, status)
+        layout = op_layout(layout.format, format)
+        n, out_stride, num_slots = check_gather(
+            kv_cache, slots, out, layout, entry.num_layers, layer, status
+        )
         if not placed(kv_cache, slots, out):
             raise ValueError(f"out: on {out.device}, which this implementation does not serve")
     if n == 0:
         return None
-    cache_addr = _address("kv_cache", kv_cache, 16) if num_slots else 0
-    slots_addr = _address("slots", slots, 4)
-    out_addr = _address("out", out, 16)
-    status_addr = 0 if status is None else _address("status", status, 4)
-    _disjoint(
+    cache_addr = address("kv_cache", kv_cache, 16) if num_slots else 0
+    slots_addr = address("slots", slots, 4)
+    out_addr = address("out", out, 16)
+    status_addr = 0 if status is None else address("status", status, 4)
+    disjoint(
         (
-            ("out", out_addr, _row_bytes(n, out_stride, ROW_DIM)),
+            ("out", out_addr, row_bytes(n, out_stride, layout.row_width)),
             ("status", status_addr, 4 if status_addr else 0),
         ),
         (
-            ("kv_cache", cache_addr, num_slots * entry.record_bytes),
+            ("kv_cache", cache_addr, num_slots * layout.record_bytes),
             ("slots", slots_addr, n * 4),
         ),
     )
@@ -463,16 +329,16 @@ def _gather_args(
     )
 
 
-def _write_cpu(kv_c, k_pe, slot_mapping, kv_cache, model_id, layer, status=None):  # noqa: ANN001
+def _write_cpu(kv_c, k_pe, slot_mapping, kv_cache, model_id, layer, status=None, format=None):  # noqa: ANN001
     entry = _entry(model_id)
-    args = _writer_args(kv_c, k_pe, slot_mapping, kv_cache, entry, layer, status, _on_cpu)
+    args = _writer_args(kv_c, k_pe, slot_mapping, kv_cache, entry, layer, status, format, _on_cpu)
     if args is not None:
         _model(entry).host_write(layer, args)
 
 
-def _gather_cpu(kv_cache, slots, out, model_id, layer, status=None):  # noqa: ANN001
+def _gather_cpu(kv_cache, slots, out, model_id, layer, status=None, format=None):  # noqa: ANN001
     entry = _entry(model_id)
-    args = _gather_args(kv_cache, slots, out, entry, layer, status, _on_cpu)
+    args = _gather_args(kv_cache, slots, out, entry, layer, status, format, _on_cpu)
     if args is not None:
         _model(entry).host_gather(layer, args)
 
@@ -491,26 +357,32 @@ def _loaded_on(model: Model, t: torch.Tensor) -> Model:
     return model
 
 
-def _write_cuda(kv_c, k_pe, slot_mapping, kv_cache, model_id, layer, status=None):  # noqa: ANN001
+def _write_cuda(kv_c, k_pe, slot_mapping, kv_cache, model_id, layer, status=None, format=None):  # noqa: ANN001
     entry = _entry(model_id)
-    args = _writer_args(kv_c, k_pe, slot_mapping, kv_cache, entry, layer, status, _on_one_gpu)
+    args = _writer_args(kv_c, k_pe, slot_mapping, kv_cache, entry, layer, status, format, _on_one_gpu)
     if args is not None:
         _loaded_on(_model(entry), kv_c).launch_writer(layer, args, _stream(kv_c))
 
 
-def _gather_cuda(kv_cache, slots, out, model_id, layer, status=None):  # noqa: ANN001
+def _gather_cuda(kv_cache, slots, out, model_id, layer, status=None, format=None):  # noqa: ANN001
     entry = _entry(model_id)
-    args = _gather_args(kv_cache, slots, out, entry, layer, status, _on_one_gpu)
+    args = _gather_args(kv_cache, slots, out, entry, layer, status, format, _on_one_gpu)
     if args is not None:
         _loaded_on(_model(entry), out).launch_gather(layer, args, _stream(out))
 
 
-def _write_fake(kv_c, k_pe, slot_mapping, kv_cache, model_id, layer, status=None):  # noqa: ANN001
-    _check_write(kv_c, k_pe, slot_mapping, kv_cache, _entry(int(model_id)), int(layer), status)
+# The fake (meta) implementations check shapes with the record size and row width of the
+# format the call names (the model's when it names none).
+def _write_fake(kv_c, k_pe, slot_mapping, kv_cache, model_id, layer, status=None, format=None):  # noqa: ANN001
+    entry = _entry(int(model_id))
+    layout = op_layout(entry.layout.format, format)
+    check_write(kv_c, k_pe, slot_mapping, kv_cache, layout, entry.num_layers, int(layer), status)
 
 
-def _gather_fake(kv_cache, slots, out, model_id, layer, status=None):  # noqa: ANN001
-    _check_gather(kv_cache, slots, out, _entry(int(model_id)), int(layer), status)
+def _gather_fake(kv_cache, slots, out, model_id, layer, status=None, format=None):  # noqa: ANN001
+    entry = _entry(int(model_id))
+    layout = op_layout(entry.layout.format, format)
+    check_gather(kv_cache, slots, out, layout, entry.num_layers, int(layer), status)
 
 
 def _has_op(name: str) -> bool:
@@ -552,25 +424,34 @@ def _int(name: str, value: object) -> None:
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
 
 
+def _format(value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"format: expected a format name, got {type(value).__name__}")
+
+
 def write(
     model: Union[Model, int],
     layer: int,
     kv_c: torch.Tensor,
-    k_pe: torch.Tensor,
+    k_pe: Optional[torch.Tensor],
     slot_mapping: torch.Tensor,
     kv_cache: torch.Tensor,
     status: Optional[torch.Tensor] = None,
+    format: Optional[str] = None,
 ) -> None:
-    """Quantizes kv_c [N, 512] and k_pe [N, 64] (bf16) into ``kv_cache`` (uint8 records) at
-    ``slot_mapping`` (int64 [N]; a negative slot is skipped) with the layer's writer."""
+    """Quantizes kv_c [N, 512] and k_pe [N, 64] (bf16; None for a format without RoPE) into
+    ``kv_cache`` (uint8 records) at ``slot_mapping`` (int64 [N]; a negative slot is skipped)
+    with the layer's writer. ``format``, when given, must be the model's."""
     _tensor("kv_c", kv_c)
-    _tensor("k_pe", k_pe)
+    if k_pe is not None:
+        _tensor("k_pe", k_pe)
     _tensor("slot_mapping", slot_mapping)
     _tensor("kv_cache", kv_cache)
     if status is not None:
         _tensor("status", status)
     _int("layer", layer)
-    _write_op(kv_c, k_pe, slot_mapping, kv_cache, model_id(model), layer, status)
+    _format(format)
+    _write_op(kv_c, k_pe, slot_mapping, kv_cache, model_id(model), layer, status, format)
 
 
 def gather(
@@ -580,16 +461,18 @@ def gather(
     slots: torch.Tensor,
     out: torch.Tensor,
     status: Optional[torch.Tensor] = None,
+    format: Optional[str] = None,
 ) -> None:
     """Dequantizes the records at ``slots`` (int32 [R]; a negative slot gives a zero row)
-    into ``out`` (bf16 [R, 576]) with the layer's gather."""
+    into ``out`` (bf16 [R, 576], [R, 512] for b12x-304) with the layer's gather."""
     _tensor("kv_cache", kv_cache)
     _tensor("slots", slots)
     _tensor("out", out)
     if status is not None:
         _tensor("status", status)
     _int("layer", layer)
-    _gather_op(kv_cache, slots, out, model_id(model), layer, status)
+    _format(format)
+    _gather_op(kv_cache, slots, out, model_id(model), layer, status, format)
 
 
 def new_cache(

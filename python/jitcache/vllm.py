@@ -18,6 +18,10 @@ For an attention backend:
 - :class:`KVCacheWriter` / :func:`do_kv_cache_update` write the KV cache through the
   ``jitcache::nvfp4_mla_write`` op with the signature of vLLM's
   ``MLAAttentionImpl.do_kv_cache_update``.
+- :func:`record_format` names the record the attention backend reads for
+  ``kv_cache_dtype="nvfp4_ds_mla"`` (docs/record-formats.md): upstream vLLM's
+  ``FlashMLASparseBackend`` reads flashmla-352, the serving fork's ``B12X_MLA_SPARSE``
+  backend b12x's records; :func:`check_kv_cache` refuses a cache of another record size.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
+from .formats import RECORD_BYTES, has_rope
 from .runtime import Model, ResolvedScales, Runtime, resolve_scales
 
 if TYPE_CHECKING:
@@ -43,6 +48,9 @@ __all__ = [
     "layer_index",
     "KVCacheWriter",
     "do_kv_cache_update",
+    "KV_CACHE_DTYPE",
+    "record_format",
+    "check_kv_cache",
 ]
 
 _logger = logging.getLogger("jitcache")
@@ -125,6 +133,95 @@ def register() -> None:
         _logger.debug("registered vLLM environment variables: %s", ", ".join(added))
 
 
+# ---- the record format the attention backend reads ------------------------------------
+
+# vLLM's name for every NVFP4 MLA record (CacheDType "nvfp4_ds_mla"); the backend decides
+# which bytes it means.
+KV_CACHE_DTYPE = "nvfp4_ds_mla"
+# Upstream vLLM's sparse MLA backend that reads it (FlashMLASparseBackend.get_name()), and
+# the serving fork's b12x backend.
+FLASHMLA_SPARSE = "FLASHMLA_SPARSE"
+B12X_MLA_SPARSE = "B12X_MLA_SPARSE"
+# Hugging Face model types: GLM-5.2 (whose fork serves fp8 RoPE records) and GLM-5.3 Flash,
+# b12x's GLM_NEXT (no RoPE: qk_rope_head_dim 0), with its draft model's type.
+_GLM_MOE_DSA = "glm_moe_dsa"
+_GLM_NEXT = ("glm5_next", "glm5_next_mtp")
+
+
+def _backend_name(backend: object) -> str:
+    if isinstance(backend, str):
+        return backend
+    get_name = getattr(backend, "get_name", None)
+    if callable(get_name):
+        return str(get_name())
+    raise TypeError(f"backend: expected an attention backend class or its name, got {type(backend).__name__}")
+
+
+def record_format(
+    kv_cache_dtype: str,
+    backend: object,
+    hf_config: object = None,
+    *,
+    rope: Optional[str] = None,
+) -> str:
+    """The jitcache record format (jitcache.formats.FORMATS) of vLLM's ``kv_cache_dtype``
+    under ``backend`` (an attention backend class, e.g. ``FlashMLASparseBackend``, or its
+    ``get_name()``).
+
+    - ``FLASHMLA_SPARSE`` (upstream vLLM 0.33, SM100): flashmla-352.
+    - ``B12X_MLA_SPARSE`` (the serving fork): from the model, ``hf_config`` (the Hugging
+      Face config, or its ``model_type``): GLM-5.3 Flash (``glm5_next``, or any model with
+      ``qk_rope_head_dim`` 0) b12x-304; ``glm_moe_dsa`` with ``rope="fp8"`` b12x-368;
+      any other model b12x-432 (bf16 RoPE; ``rope="fp8"`` is refused for it).
+
+    ValueError for another cache dtype or backend, naming what is supported."""
+    if kv_cache_dtype != KV_CACHE_DTYPE:
+        raise ValueError(
+            f"kv_cache_dtype: jitcache writes {KV_CACHE_DTYPE!r} records, got {kv_cache_dtype!r}"
+        )
+    name = _backend_name(backend)
+    if name == FLASHMLA_SPARSE:
+        return "flashmla-352"
+    if name != B12X_MLA_SPARSE:
+        raise ValueError(
+            f"backend: {name} is not a backend jitcache knows the {KV_CACHE_DTYPE} record of "
+            f"(known: {FLASHMLA_SPARSE}, {B12X_MLA_SPARSE})"
+        )
+    if rope not in (None, "bf16", "fp8"):
+        raise ValueError(f"rope: expected 'bf16' or 'fp8', got {rope!r}")
+    if isinstance(hf_config, str) or hf_config is None:
+        model_type, rope_dim = hf_config, None
+    else:
+        model_type = getattr(hf_config, "model_type", None)
+        rope_dim = getattr(hf_config, "qk_rope_head_dim", None)
+    if model_type in _GLM_NEXT or rope_dim == 0:
+        return "b12x-304"
+    if rope == "fp8":
+        if model_type != _GLM_MOE_DSA:
+            raise ValueError(
+                f"rope: fp8 RoPE records (b12x-368) are served for {_GLM_MOE_DSA} models only, "
+                f"and the model type is {model_type!r}"
+            )
+        return "b12x-368"
+    return "b12x-432"
+
+
+def check_kv_cache(kv_cache: "torch.Tensor", format: str) -> None:
+    """Refuses a KV cache that is not uint8 or whose last dimension is not ``format``'s
+    record size, naming both sizes."""
+    import torch
+
+    if kv_cache.dtype != torch.uint8:
+        raise TypeError(f"kv_cache: expected dtype torch.uint8 (records), got {kv_cache.dtype}")
+    expected = RECORD_BYTES[format]
+    last = kv_cache.shape[-1] if kv_cache.dim() else None
+    if last != expected:
+        raise ValueError(
+            f"kv_cache: its last dimension is {last} bytes per token (shape {list(kv_cache.shape)}), "
+            f"but {format} records are {expected} bytes"
+        )
+
+
 # ---- the model being served ------------------------------------------------------------
 
 
@@ -188,20 +285,32 @@ def layer_scales(
 def prepare_model(
     model: PathArg,
     revision: Optional[str] = None,
-    rope: str = "bf16",
+    rope: Optional[str] = None,
     target: Optional[str] = None,
     scales_override: Optional[PathArg] = None,
     runtime: Optional[Runtime] = None,
     download_dir: Optional[PathArg] = None,
+    *,
+    format: Optional[str] = None,
+    latent_scale: Optional[str] = None,
 ) -> Model:
     """Prepares the checkpoint's kernels (call it at model load, before CUDA graph capture)
     and registers the Model with :mod:`jitcache.torch`. Without ``runtime`` one is opened on
-    the default cache directory for the call (the Model outlives it)."""
+    the default cache directory for the call (the Model outlives it). ``format`` (see
+    :func:`record_format`; ``rope`` "bf16" / "fp8" is the older spelling of the b12x ones)
+    and ``latent_scale`` as in :meth:`jitcache.Runtime.prepare`."""
     from . import torch as jt
 
     path = model_dir(model, revision, download_dir)
     rev = revision or snapshot_revision(path)
-    options = dict(rope=rope, target=target, scales_override=scales_override, revision=rev)
+    options = dict(
+        rope=rope,
+        target=target,
+        scales_override=scales_override,
+        revision=rev,
+        format=format,
+        latent_scale=latent_scale,
+    )
     if runtime is not None:
         prepared = runtime.prepare(path, **options)
     else:
@@ -227,7 +336,7 @@ def do_kv_cache_update(
     model: Union[Model, int],
     layer: int,
     kv_c_normed: "torch.Tensor",
-    k_pe: "torch.Tensor",
+    k_pe: Optional["torch.Tensor"],
     kv_cache: "torch.Tensor",
     slot_mapping: "torch.Tensor",
     kv_cache_dtype: str = "nvfp4_ds_mla",
@@ -237,17 +346,23 @@ def do_kv_cache_update(
     """Writes the tokens' records as vLLM's MLA ``do_kv_cache_update`` does, through
     ``jitcache::nvfp4_mla_write`` with the layer's binding.
 
-    ``kv_c_normed`` [T, 512] and ``k_pe`` [T, 64] or [T, 1, 64] (bf16); ``slot_mapping``
-    int64 with S <= T entries (vLLM pads the inputs for CUDA graphs: only the first S rows
-    are written; a negative slot is skipped); ``kv_cache`` uint8 [num_blocks, block_size,
-    record_bytes]. ``kv_cache_dtype``, ``k_scale`` and ``skip_scale`` are accepted for the
-    signature and not used: the scale is the layer's, from the checkpoint. An empty cache (a
-    profiling run) writes nothing. Allocates no device memory and never synchronises."""
+    ``kv_c_normed`` [T, 512] and ``k_pe`` [T, 64] or [T, 1, 64] (bf16; not read, and may be
+    None or empty, for a model whose format has no RoPE); ``slot_mapping`` int64 with S <= T
+    entries (vLLM pads the inputs for CUDA graphs: only the first S rows are written; a
+    negative slot is skipped); ``kv_cache`` uint8 [num_blocks, block_size, record_bytes] of
+    the model's format (another record size is refused, naming both). ``kv_cache_dtype``,
+    ``k_scale`` and ``skip_scale`` are accepted for the signature and not used: the scale is
+    the layer's, from the checkpoint. An empty cache (a profiling run) writes nothing.
+    Allocates no device memory and never synchronises."""
     from . import torch as jt
 
     if kv_cache.numel() == 0:
         return
-    if k_pe.dim() == 3:
+    fmt = (model if isinstance(model, Model) else jt.get_model(model)).format
+    check_kv_cache(kv_cache, fmt)
+    if not has_rope(fmt):
+        k_pe = None
+    elif k_pe.dim() == 3:
         if k_pe.shape[1] != 1:
             raise ValueError(f"k_pe: expected shape [T, 64] or [T, 1, 64], got {list(k_pe.shape)}")
         k_pe = k_pe.squeeze(1)
@@ -259,7 +374,7 @@ def do_kv_cache_update(
                 f"slot_mapping: {n} slots for {kv_c_normed.shape[0]} rows of kv_c_normed"
             )
         kv_c_normed = kv_c_normed[:n]
-        k_pe = k_pe[:n]
+        k_pe = None if k_pe is None else k_pe[:n]
     jt.write(model, layer, kv_c_normed, k_pe, slots, kv_cache)
 
 
@@ -284,7 +399,7 @@ class KVCacheWriter:
     def do_kv_cache_update(
         self,
         kv_c_normed: "torch.Tensor",
-        k_pe: "torch.Tensor",
+        k_pe: Optional["torch.Tensor"],
         kv_cache: "torch.Tensor",
         slot_mapping: "torch.Tensor",
         kv_cache_dtype: str,

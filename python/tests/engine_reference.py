@@ -31,6 +31,7 @@ B12X_RCP_448 = np.float32(1.0 / 448.0)
 B12X_RCP_2688 = np.float32(1.0 / (6.0 * 448.0))
 
 _F32 = np.float32
+BF16_MAX = np.float32(3.3895313892515355e38)  # 0x7F7F, the largest finite bf16
 
 
 # ---------------------------------------------------------------------------------------
@@ -367,7 +368,7 @@ def _check_format_mode(fmt: str, mode: str) -> None:
 
 def exact_write(kv_c, k_pe, fmt: str, mode: str, s: float = 1.0, flashmla_round_up: bool = False):
     """jitcache's exact writer: x = kv_c / s (identity: x = kv_c; per-token s = s_t =
-    rn(max|kv_c| / 2688), NaN ignored), per block amax = max|x| (NaN ignored), sf =
+    rn(min(max|kv_c|, largest bf16) / 2688), NaN ignored), per block amax = max|x| (NaN ignored), sf =
     e4m3(amax / 6) [flashmla-352: e4m3(max(amax / 6, 2^-9))], codes = e2m1(x / float(sf))
     (sf == 0: zeros). fp8 RoPE: scale = rn(amax(k_pe) / 448), codes e4m3(k_pe / scale)
     (scale 0: zeros); flashmla RoPE e4m3(k_pe). Every division correctly rounded.
@@ -386,7 +387,10 @@ def exact_write(kv_c, k_pe, fmt: str, mode: str, s: float = 1.0, flashmla_round_
                 raise ValueError(f"s: expected a finite scale > 0, got {s!r}")
             x, s_t = (kv / _F32(s)).astype(np.float32), None
         else:
-            s_t = (nanmax_abs(kv, axis=1) / _F32(2688.0)).astype(np.float32)
+            # An infinity saturates to the largest finite bf16 first, so s_t is finite
+            # (jitcache's kernel text: nvfp4_mla_formats.cuh, per_token_scale).
+            token_amax = np.minimum(nanmax_abs(kv, axis=1), BF16_MAX)
+            s_t = (token_amax / _F32(2688.0)).astype(np.float32)
             x = np.where((s_t != 0)[:, None], kv / s_t[:, None], _F32(0)).astype(np.float32)
         blocks = x.reshape(n, BLOCKS, BLOCK)
         amax = nanmax_abs(blocks, axis=2)

@@ -44,6 +44,8 @@ constexpr std::size_t k_runtime_options_v1_size =
     offsetof(jitcache_runtime_options, cache_max_bytes) + sizeof(std::uint64_t);
 constexpr std::size_t k_prepare_options_v1_size =
     offsetof(jitcache_prepare_options, revision) + sizeof(const char*);
+// jitcache_prepare_options.format's default: the record of `rope`.
+constexpr std::int32_t k_format_from_rope = -1;
 constexpr std::uint32_t k_max_jobs = 1024;
 constexpr std::int32_t k_max_device_ordinal = 1023;
 constexpr std::uint64_t k_min_cache_bytes = 16ull << 20;  // a few kernel bundles
@@ -98,11 +100,31 @@ jitcache_status prepare_model(const char* self, jitcache_runtime* runtime,
   if (options.checkpoint == nullptr) return null_argument(self, "checkpoint");
   if (out == nullptr) return null_argument(self, "out");
   if (t_log_callback_depth > 0) return refused_in_log_callback(self);
-  const std::optional<RecordFormat> rope = read_rope(options.rope);
-  if (!rope) return unknown_rope(self, options.rope);
   ModelSpec spec;
   spec.checkpoint = options.checkpoint;
-  spec.format = *rope;
+  if (options.format == k_format_from_rope) {
+    const std::optional<RecordFormat> rope = read_rope(options.rope);
+    if (!rope) return unknown_rope(self, options.rope);
+    spec.format = *rope;
+  } else {
+    const std::optional<RecordFormat> format = read_format(options.format);
+    if (!format) return unknown_format(self, "options.format", options.format);
+    spec.format = *format;
+  }
+  switch (options.latent_scale) {
+    case JITCACHE_LATENT_PER_LAYER: break;  // each layer's scale decides (the format's default)
+    case JITCACHE_LATENT_PER_TOKEN:
+      if (!format_allows(spec.format, LatentScale::per_token))
+        return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
+                    std::string(self) + ": options.latent_scale is JITCACHE_LATENT_PER_TOKEN, but format " +
+                        to_string(spec.format) + " has no per-token records (b12x-368 and b12x-304 have)");
+      spec.latent_scale = LatentScale::per_token;
+      break;
+    default:
+      return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
+                  std::string(self) + ": options.latent_scale is " + std::to_string(options.latent_scale) +
+                      ", expected JITCACHE_LATENT_PER_LAYER (0) or JITCACHE_LATENT_PER_TOKEN (1)");
+  }
   if (options.target != nullptr) spec.target = options.target;
   if (options.scales_override != nullptr) spec.scales_override = std::filesystem::path(options.scales_override);
   if (!is_unset(options.revision)) spec.checkpoint_revision = std::string(options.revision);
@@ -315,6 +337,8 @@ void jitcache_prepare_options_init(jitcache_prepare_options* options) {
   *options = jitcache_prepare_options{};
   options->struct_size = sizeof *options;
   options->rope = JITCACHE_ROPE_BF16;
+  options->format = k_format_from_rope;
+  options->latent_scale = JITCACHE_LATENT_PER_LAYER;
 }
 
 jitcache_status jitcache_prepare_with(jitcache_runtime* runtime, const jitcache_prepare_options* given,
@@ -419,7 +443,9 @@ jitcache_status jitcache_launch_gather(const jitcache_model* model, int32_t laye
     a.slots = args->slots;
     a.num_rows = args->num_rows;
     a.out = args->out;
-    a.out_stride = args->out_stride != 0 ? args->out_stride : a.out_stride;
+    // The dense default is the format's row: 576, or 512 without RoPE (b12x-304).
+    a.out_stride = args->out_stride != 0 ? args->out_stride
+                                         : static_cast<std::int64_t>(gathered_row_elems(model->model->format()));
     a.status = args->status;
     const Status launched = model->model->launch_gather(layer, a, stream);
     return launched ? JITCACHE_OK : fail(launched.error());

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernel_templates/variant_dimensions.hpp"
+
 namespace jitcache::capi {
 namespace {
 
@@ -77,6 +79,28 @@ std::optional<RecordFormat> read_rope(jitcache_rope rope) {
 jitcache_status unknown_rope(const char* self, jitcache_rope rope) {
   return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
               std::string(self) + ": no RoPE format " + std::to_string(abi_enum_value(rope)));
+}
+
+// jitcache_record_format's values are the rows of k_record_formats, in order.
+static_assert(JITCACHE_FORMAT_B12X_432 == static_cast<int>(RecordFormat::b12x_432) &&
+              JITCACHE_FORMAT_B12X_368 == static_cast<int>(RecordFormat::b12x_368) &&
+              JITCACHE_FORMAT_B12X_304 == static_cast<int>(RecordFormat::b12x_304) &&
+              JITCACHE_FORMAT_FLASHMLA_352 == static_cast<int>(RecordFormat::flashmla_352) &&
+              JITCACHE_FORMAT_FLASHMLA_352 + 1 == static_cast<int>(k_record_formats.size()),
+              "a record format needs its jitcache_record_format value in jitcache.h");
+
+std::optional<RecordFormat> read_format(std::int32_t format) {
+  if (format < 0 || format >= static_cast<std::int32_t>(k_record_formats.size())) return std::nullopt;
+  return k_record_formats.rows[static_cast<std::size_t>(format)].value;
+}
+
+jitcache_status unknown_format(const char* self, const char* field, std::int32_t format) {
+  std::string expected;
+  for (std::size_t i = 0; i < k_record_formats.size(); ++i)
+    expected += std::string(i == 0 ? "" : i + 1 == k_record_formats.size() ? " or " : ", ") + std::to_string(i) +
+                " (" + k_record_formats.rows[i].name + ")";
+  return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": " + field + " is " + std::to_string(format) +
+                                                   ", expected a jitcache_record_format: " + expected);
 }
 
 bool is_unset(const char* text) { return text == nullptr || *text == '\0'; }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -108,6 +109,12 @@ Result<Struct> read_input_struct(const std::string& field, const Struct* given, 
 std::optional<RecordFormat> read_rope(jitcache_rope rope);
 
 jitcache_status unknown_rope(const char* self, jitcache_rope rope);
+
+// The record format a C caller named (a jitcache_record_format); nullopt outside the enum.
+std::optional<RecordFormat> read_format(std::int32_t format);
+
+// `field` is not a jitcache_record_format: the message lists the values.
+jitcache_status unknown_format(const char* self, const char* field, std::int32_t format);
 
 bool is_unset(const char* text);
 

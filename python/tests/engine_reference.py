@@ -361,7 +361,7 @@ def _check_format_mode(fmt: str, mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
     allowed = {"b12x-432": ("identity", "layer"), "b12x-368": MODES,
-               "b12x-304": ("per-token",), "flashmla-352": ("identity",)}[fmt]
+               "b12x-304": ("per-token",), "flashmla-352": ("identity", "layer")}[fmt]
     if mode not in allowed:
         raise ValueError(f"mode: {fmt} takes {allowed}, got {mode!r}")
 
@@ -431,7 +431,20 @@ def exact_read(records, fmt: str, mode: str, s: float = 1.0):
     overflow to infinity (no satfinite), NaN -> 0x7FFF. fp8 RoPE bf16(e4m3 * scale)."""
     _check_format_mode(fmt, mode)
     if fmt == "flashmla-352":
-        return vllm_flashmla_read(records)
+        read = vllm_flashmla_read(records)
+        if mode == "identity":
+            return read
+        # Reader-side restore of a record written with kv_c / s_l (jitcache's dynamic
+        # flashmla-352 gather; FlashMLA itself applies no scale): the same exact product
+        # q * sf, times s_l, rounded once to bf16.
+        r = _records(records, RECORD_BYTES[fmt])
+        n = r.shape[0]
+        q = e2m1_decode(unpack_nibbles(r[:, :256])).reshape(n, BLOCKS, BLOCK)
+        sf = e4m3_decode(r[:, FLASHMLA_SCALE_OFFSETS])[:, :, None]
+        with np.errstate(all="ignore"):
+            product = ((q * sf).astype(np.float32) * _F32(s)).astype(np.float32)
+        read[:, :LATENT] = bf16_to_f32(f32_to_bf16(product.reshape(n, LATENT)))
+        return read
     nbytes = RECORD_BYTES[fmt]
     r = _records(records, nbytes)
     n = r.shape[0]

@@ -286,7 +286,7 @@ def test_bad_arguments_name_the_field():
     with pytest.raises(ValueError, match="per-token only"):
         er.b12x_write(kv, pe, 304, False)
     with pytest.raises(ValueError, match="mode"):
-        er.exact_write(kv, pe, "flashmla-352", "layer", 0.5)
+        er.exact_write(kv, pe, "flashmla-352", "per-token")
     with pytest.raises(ValueError, match="records"):
         er.vllm_flashmla_read(np.zeros((1, 368), np.uint8))
     with pytest.raises(ValueError, match="rcp"):
@@ -324,10 +324,9 @@ def host_module():
 @pytest.mark.parametrize("rope", ["bf16", "fp8"])
 @pytest.mark.parametrize("scale", [1.0, float(np.float32(0.02 / 2688))])
 def test_host_today_matches_exact_rule(rope, scale):
-    """host.quantize(kv_c, k_pe, scale, rope) as it is now: b12x-432 / b12x-368, one scale."""
+    """The older call style, host.quantize(kv_c, k_pe, scale, rope), still writes b12x-432 /
+    b12x-368 exactly."""
     host = host_module()
-    if "format" in inspect.signature(host.quantize).parameters:
-        pytest.skip("superseded by the format= tests")
     rng = rng_with_seed(f"host {rope} {scale}")
     kv, pe = edge_rows(rng)
     if scale != 1.0:
@@ -349,14 +348,13 @@ def test_host_today_matches_exact_rule(rope, scale):
 
 FORMAT_CASES = [("b12x-432", "identity"), ("b12x-432", "layer"), ("b12x-368", "identity"),
                 ("b12x-368", "layer"), ("b12x-368", "per-token"), ("b12x-304", "per-token"),
-                ("flashmla-352", "identity")]
+                ("flashmla-352", "identity"), ("flashmla-352", "layer")]
 LAYER_SCALE = float(np.float32(0.02 / 2688))
 
 
 def host_with_formats():
     host = host_module()
-    if "format" not in inspect.signature(host.quantize).parameters:
-        pytest.skip("jitcache.host.quantize has no format parameter yet")
+    assert "format" in inspect.signature(host.quantize).parameters, "jitcache.host.quantize lost format="
     return host
 
 
@@ -379,7 +377,12 @@ def test_host_formats_writer_is_the_exact_rule(fmt, mode):
     assert same_bits(back, er.exact_read(ref, fmt, mode, scale))
 
 
-@pytest.mark.parametrize("fmt,mode", FORMAT_CASES)
+# The engines' readers restore what they restore: FlashMLA applies no outer scale, so a
+# flashmla-352 record written with s_l is checked by test_flashmla_layer_record_as_flashmla_reads_it.
+ENGINE_READ_CASES = [case for case in FORMAT_CASES if case != ("flashmla-352", "layer")]
+
+
+@pytest.mark.parametrize("fmt,mode", ENGINE_READ_CASES)
 def test_host_formats_readers_agree_with_engines(fmt, mode):
     host = host_with_formats()
     rng = rng_with_seed(f"readers {fmt} {mode}")
@@ -416,3 +419,20 @@ def test_host_formats_error_within_one_percent_of_engines(fmt, mode):
                   for r in RCPS]
     for t in theirs:
         assert abs(ours - t) <= 0.01 * t, f"{fmt} {mode}: jitcache {ours:.5f}, engine {t:.5f}"
+
+
+def test_flashmla_layer_record_as_flashmla_reads_it():
+    """A flashmla-352 record written with kv_c / s_l: FlashMLA (vLLM's reader) reads exactly
+    jitcache's identity gather of it, kv_c / s_l as quantized, and jitcache's dynamic gather
+    is that read times s_l, rounded once to bf16 (reader-side restore)."""
+    host = host_with_formats()
+    rng = rng_with_seed("flashmla layer record")
+    kv, pe = random_rows(rng, 200)
+    rec = host.quantize(kv, pe, scale=LAYER_SCALE, format="flashmla-352")
+    unrestored = host.dequantize(rec, format="flashmla-352")
+    assert same_bits(er.vllm_flashmla_read(rec), unrestored)
+    restored = host.dequantize(rec, scale=LAYER_SCALE, format="flashmla-352")
+    with np.errstate(all="ignore"):
+        expected = er.bf16_to_f32(er.f32_to_bf16((unrestored[:, :512] * np.float32(LAYER_SCALE)).astype(np.float32)))
+    assert same_bits(restored[:, :512], expected)
+    assert same_bits(restored[:, 512:], unrestored[:, 512:])

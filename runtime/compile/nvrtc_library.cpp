@@ -1,0 +1,71 @@
+#include "runtime/compile/nvrtc_library.hpp"
+
+#include "jitcache/log.hpp"
+#include "runtime/compile/elf_build_id.hpp"
+
+namespace jitcache {
+
+std::string NvrtcLibrary::version() const { return std::to_string(major) + "." + std::to_string(minor); }
+
+Result<NvrtcLibrary> load_nvrtc(const std::vector<ToolkitCandidate>& candidates) {
+  std::vector<std::string> paths;
+  for (const auto& c : candidates) paths.push_back(c.path);
+  NvrtcLibrary nvrtc;
+  auto opened = open_toolkit_library("NVRTC", paths);
+  if (!opened)
+    return make_error(ErrorCode::unavailable, not_found_message(ToolkitTool::nvrtc, candidates), opened.error().detail);
+  nvrtc.library = std::move(*opened);
+  for (const auto& c : candidates)
+    if (c.path == nvrtc.library.opened_as) nvrtc.origin = c.origin;
+  const ToolkitLibrary& lib = nvrtc.library;
+  const auto version = JC_TRY(resolve_symbol<decltype(&::nvrtcVersion)>(lib, "nvrtcVersion"));
+  nvrtc.get_error_string = JC_TRY(resolve_symbol<decltype(nvrtc.get_error_string)>(lib, "nvrtcGetErrorString"));
+  nvrtc.create_program = JC_TRY(resolve_symbol<decltype(nvrtc.create_program)>(lib, "nvrtcCreateProgram"));
+  nvrtc.destroy_program = JC_TRY(resolve_symbol<decltype(nvrtc.destroy_program)>(lib, "nvrtcDestroyProgram"));
+  nvrtc.compile_program = JC_TRY(resolve_symbol<decltype(nvrtc.compile_program)>(lib, "nvrtcCompileProgram"));
+  nvrtc.get_ptx_size = JC_TRY(resolve_symbol<decltype(nvrtc.get_ptx_size)>(lib, "nvrtcGetPTXSize"));
+  nvrtc.get_ptx = JC_TRY(resolve_symbol<decltype(nvrtc.get_ptx)>(lib, "nvrtcGetPTX"));
+  nvrtc.get_cubin_size = JC_TRY(resolve_symbol<decltype(nvrtc.get_cubin_size)>(lib, "nvrtcGetCUBINSize"));
+  nvrtc.get_cubin = JC_TRY(resolve_symbol<decltype(nvrtc.get_cubin)>(lib, "nvrtcGetCUBIN"));
+  nvrtc.get_program_log_size =
+      JC_TRY(resolve_symbol<decltype(nvrtc.get_program_log_size)>(lib, "nvrtcGetProgramLogSize"));
+  nvrtc.get_program_log = JC_TRY(resolve_symbol<decltype(nvrtc.get_program_log)>(lib, "nvrtcGetProgramLog"));
+  nvrtc.get_num_supported_archs =
+      JC_TRY(resolve_symbol<decltype(nvrtc.get_num_supported_archs)>(lib, "nvrtcGetNumSupportedArchs"));
+  nvrtc.get_supported_archs =
+      JC_TRY(resolve_symbol<decltype(nvrtc.get_supported_archs)>(lib, "nvrtcGetSupportedArchs"));
+  if (const nvrtcResult rc = version(&nvrtc.major, &nvrtc.minor); rc != NVRTC_SUCCESS)
+    return make_error(ErrorCode::unavailable,
+                      lib.file.string() + ": nvrtcVersion failed: " + nvrtc.get_error_string(rc));
+  return nvrtc;
+}
+
+namespace {
+Result<NvrtcLibrary> load_process_nvrtc() {
+  auto loaded = load_nvrtc(toolkit_candidates(ToolkitTool::nvrtc));
+  if (loaded)
+    log_info("NVRTC " + loaded->version() + ": " + loaded->library.file.string() +
+             (loaded->origin.empty() ? std::string() : " (" + loaded->origin + ")"));
+  return loaded;
+}
+}  // namespace
+
+Result<const NvrtcLibrary*> nvrtc_library() { return load_once<NvrtcLibrary, &load_process_nvrtc>(); }
+
+std::filesystem::path nvrtc_builtins_file(const std::filesystem::path& library, const std::string& version) {
+  return library.parent_path() / ("libnvrtc-builtins.so." + version);
+}
+
+std::string nvrtc_build_fingerprint(const std::string& version, const std::string& nvrtc_build_id,
+                                    const std::optional<std::string>& builtins_build_id) {
+  return fingerprint_digest("nvrtc " + version + "; build-id " + nvrtc_build_id + "; builtins build-id " +
+                            builtins_build_id.value_or("none"));
+}
+
+std::optional<std::string> nvrtc_file_fingerprint(const std::filesystem::path& library, const std::string& version) {
+  const auto id = read_build_id(library);
+  if (!id) return std::nullopt;
+  return nvrtc_build_fingerprint(version, *id, read_build_id(nvrtc_builtins_file(library, version)));
+}
+
+}  // namespace jitcache

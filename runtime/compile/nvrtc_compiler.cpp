@@ -107,6 +107,7 @@ class NvrtcCompiler final : public Compiler {
     // gets exactly artifact.options, in order (a test holds that).
     const KernelRequest request = mla_request(source, artifact.options);
     JC_TRY(validate_mla_request(request));
+    JC_TRY(check_loaded_build());
     // jitcache's own kernel: trusted, compiled in this process (no tool worker).
     SourceInput input = source_input(request, source.program_name);
     input.trusted = true;
@@ -124,6 +125,22 @@ class NvrtcCompiler final : public Compiler {
   }
 
  private:
+  // The key was made from the files the search found (without loading them); the binary
+  // comes from the NVRTC the loader mapped. They must be the same build.
+  Status check_loaded_build() const {
+    const auto& keyed = facts();
+    if (!keyed) return std::unexpected(keyed.error());
+    const NvrtcLibrary* nvrtc = JC_TRY(nvrtc_library());
+    const auto loaded = nvrtc_file_fingerprint(nvrtc->library.file, nvrtc->version());
+    if (loaded && (*loaded != keyed->fingerprint || nvrtc->version() != keyed->version))
+      return make_error(ErrorCode::unavailable,
+                        "the NVRTC loaded (" + nvrtc->library.file.string() + ", " + nvrtc->version() + ", fingerprint " +
+                            *loaded + ") is not the build this compiler keys with (" + keyed->version +
+                            ", fingerprint " + keyed->fingerprint + "): nothing is compiled; name one with " +
+                            std::string(env::jitcache_nvrtc.name));
+    return {};
+  }
+
   const Result<NvrtcFacts>& facts() const {
     std::call_once(m_facts_once, [this] { m_facts = memoized_facts(); });
     return m_facts;
@@ -152,6 +169,14 @@ class NvrtcCompiler final : public Compiler {
         identity.reset();
       }
     }
+    // A build with a note needs no loading either: its version is told by its builtins' name.
+    if (located)
+      if (const auto version = nvrtc_version_from_files(located->path))
+        if (auto by_build = nvrtc_file_fingerprint(located->path, *version)) {
+          NvrtcFacts facts{*version, std::move(*by_build)};
+          remember(identity, facts);
+          return facts;
+        }
     const NvrtcLibrary* nvrtc = JC_TRY(nvrtc_library());
     NvrtcFacts facts{nvrtc->version(), {}};
     if (auto by_build = nvrtc_file_fingerprint(nvrtc->library.file, facts.version))
@@ -159,14 +184,19 @@ class NvrtcCompiler final : public Compiler {
     else
       facts.fingerprint = JC_TRY(compile_fingerprint(*nvrtc));
     // Remembered only for the file a later process will find first, which is the one loaded.
-    if (!identity || located->path != nvrtc->library.file) return facts;
+    if (located && located->path == nvrtc->library.file) remember(identity, facts);
+    return facts;
+  }
+
+  void remember(const std::optional<std::string>& identity, const NvrtcFacts& facts) const {
+    if (!identity) return;
+    const std::filesystem::path& memo = m_options.fingerprint_memo;
     try {
       if (auto written = write_memo(memo, *identity, MemoValue{facts.version, facts.fingerprint}); !written)
         log_debug("compiler fingerprint memo not written: " + written.error().message);
     } catch (const std::exception& e) {
       log_debug("compiler fingerprint memo not written: " + std::string(e.what()));
     }
-    return facts;
   }
 
   // For an NVRTC without a build-id note: PTX of a tiny fixed program for a fixed virtual

@@ -1,5 +1,7 @@
 #include "runtime/compile/nvrtc_library.hpp"
 
+#include <set>
+
 #include "jitcache/log.hpp"
 #include "runtime/compile/elf_build_id.hpp"
 
@@ -54,6 +56,22 @@ Result<const NvrtcLibrary*> nvrtc_library() { return load_once<NvrtcLibrary, &lo
 
 std::filesystem::path nvrtc_builtins_file(const std::filesystem::path& library, const std::string& version) {
   return library.parent_path() / ("libnvrtc-builtins.so." + version);
+}
+
+std::optional<std::string> nvrtc_version_from_files(const std::filesystem::path& library) {
+  const std::string prefix = "libnvrtc-builtins.so." + std::to_string(toolkit_major()) + ".";
+  std::set<std::string> versions;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(library.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const std::string minor = name.substr(prefix.size());
+    // libnvrtc-builtins.so.13.0, not .so.13.0.88 (the toolkit's full name of the same file).
+    if (minor.empty() || minor.size() > 3 || minor.find_first_not_of("0123456789") != std::string::npos) continue;
+    versions.insert(std::to_string(toolkit_major()) + "." + minor);
+  }
+  if (ec || versions.size() != 1) return std::nullopt;
+  return *versions.begin();
 }
 
 std::string nvrtc_build_fingerprint(const std::string& version, const std::string& nvrtc_build_id,

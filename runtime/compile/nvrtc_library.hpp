@@ -57,6 +57,11 @@ Result<const NvrtcLibrary*> nvrtc_library();
 // The libnvrtc-builtins file that the NVRTC `library` of `version` ("13.0") loads: beside it.
 std::filesystem::path nvrtc_builtins_file(const std::filesystem::path& library, const std::string& version);
 
+// NVRTC's version told by the files beside `library`, without loading it: NVRTC loads
+// libnvrtc-builtins.so.<major>.<minor> of its own version from its directory, so the one
+// such file there names it. std::nullopt when there is none, or several versions.
+std::optional<std::string> nvrtc_version_from_files(const std::filesystem::path& library);
+
 // The build-derived fingerprint of an NVRTC of `version` whose file has build-id
 // `nvrtc_build_id`, loading builtins with `builtins_build_id` (std::nullopt: that file is
 // absent or has no note, which is part of what is hashed).

@@ -199,7 +199,8 @@ TEST_F(ToolWorker, AWorkerRunningAnotherCompilerFileIsRefused) {
     else if (file.rfind("libnvrtc", 0) == 0 && entry.is_symlink())
       std::filesystem::create_symlink(std::filesystem::read_symlink(entry.path()), copy / file);
   }
-  fake("LD_LIBRARY_PATH='" + copy.string() + "' exec '" + real->string() + "'");
+  fake("JITCACHE_NVRTC='" + (copy / ("libnvrtc.so." + std::to_string(nvrtc_major_version()))).string() +
+       "' exec '" + real->string() + "'");
   SourceInput in;
   in.kind = SourceKind::cuda;
   in.text = "extern \"C\" __global__ void k(float* x) { x[0] = 1.0f; }\n";

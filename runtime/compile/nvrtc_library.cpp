@@ -1,5 +1,7 @@
 #include "runtime/compile/nvrtc_library.hpp"
 
+#include <dlfcn.h>
+
 #include <set>
 
 #include "jitcache/log.hpp"
@@ -8,6 +10,42 @@
 namespace jitcache {
 
 std::string NvrtcLibrary::version() const { return std::to_string(major) + "." + std::to_string(minor); }
+
+namespace {
+
+// NVRTC opens libnvrtc-builtins by its soname at its first compile, through the loader's
+// own search (libnvrtc has no RUNPATH): a machine whose only NVRTC is the pip package
+// would not find it, and a machine with a toolkit in ld.so.cache would pair the package's
+// libnvrtc with the toolkit's builtins. Loaded here first, by path, the builtins beside
+// libnvrtc are the ones NVRTC's dlopen finds already loaded under that soname, and the
+// ones its fingerprint hashes.
+void preload_builtins(const NvrtcLibrary& nvrtc) {
+  const std::filesystem::path builtins = nvrtc_builtins_file(nvrtc.library.file, nvrtc.version());
+  std::error_code ec;
+  if (!std::filesystem::exists(builtins, ec)) {
+    log_warning("NVRTC " + nvrtc.library.file.string() + " has no " + builtins.filename().string() +
+                " beside it; NVRTC will look for it through the loader's search");
+    return;
+  }
+  // Kept for the life of the process, like NVRTC itself.
+  if (::dlopen(builtins.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
+    const char* why = ::dlerror();
+    log_warning("could not load " + builtins.string() + ": " + (why != nullptr ? why : "unknown dlopen error"));
+    return;
+  }
+  // Another copy loaded earlier under the same soname (an engine's) is the one NVRTC gets.
+  void* by_soname = ::dlopen(builtins.filename().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  char origin[4096] = {};
+  if (by_soname != nullptr && ::dlinfo(by_soname, RTLD_DI_ORIGIN, origin) == 0) {
+    const auto resolved = std::filesystem::canonical(std::filesystem::path(origin) / builtins.filename(), ec);
+    const auto ours = std::filesystem::canonical(builtins, ec);
+    if (resolved != ours)
+      log_warning("NVRTC will use " + resolved.string() + ", loaded before, instead of " + ours.string());
+  }
+  if (by_soname != nullptr) ::dlclose(by_soname);  // drops only the reference NOLOAD took
+}
+
+}  // namespace
 
 Result<NvrtcLibrary> load_nvrtc(const std::vector<ToolkitCandidate>& candidates) {
   std::vector<std::string> paths;
@@ -39,6 +77,7 @@ Result<NvrtcLibrary> load_nvrtc(const std::vector<ToolkitCandidate>& candidates)
   if (const nvrtcResult rc = version(&nvrtc.major, &nvrtc.minor); rc != NVRTC_SUCCESS)
     return make_error(ErrorCode::unavailable,
                       lib.file.string() + ": nvrtcVersion failed: " + nvrtc.get_error_string(rc));
+  preload_builtins(nvrtc);
   return nvrtc;
 }
 

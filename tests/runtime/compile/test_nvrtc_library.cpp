@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "build_id_copy.hpp"
 #include "runtime/compile/compiler.hpp"
@@ -60,6 +61,20 @@ TEST_F(NvrtcLibraryTest, TheBuildIdIsReadFromTheFile) {
     std::ofstream(dir() / "truncated", std::ios::binary) << head;
   }
   for (const char* name : {"text", "empty", "truncated", "missing"}) EXPECT_FALSE(read_build_id(dir() / name)) << name;
+}
+
+// NVRTC opens its builtins by soname; the loader would take them from wherever its search
+// finds them first (a toolkit in ld.so.cache, say). The ones beside libnvrtc, which the
+// fingerprint hashes, are loaded with it and are the only builtins mapped.
+TEST_F(NvrtcLibraryTest, TheBuiltinsBesideNvrtcAreTheOnesMapped) {
+  ASSERT_TRUE(make_nvrtc_compiler()->fingerprint());
+  const fs::path beside = fs::canonical(nvrtc_builtins_file(m_nvrtc->library.file, m_version));
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> mapped;
+  for (std::string line; std::getline(maps, line);)
+    if (const auto at = line.find('/'); at != std::string::npos && has(line, "libnvrtc-builtins"))
+      mapped.insert(fs::canonical(line.substr(at)).string());
+  EXPECT_EQ(mapped, std::set<std::string>{beside.string()});
 }
 
 TEST_F(NvrtcLibraryTest, TheSameBuildInTwoDirectoriesHasOneFingerprint) {

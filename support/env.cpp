@@ -118,6 +118,9 @@ const EnvVar pythonhome{"PYTHONHOME", EnvType::path, "",
 const EnvVar cuda_home{"CUDA_HOME", EnvType::path, "",
                        "A CUDA toolkit searched for NVRTC, nvJitLink and libNVVM before /usr/local/cuda."};
 const EnvVar cuda_path{"CUDA_PATH", EnvType::path, "", "Searched like CUDA_HOME, after it."};
+const EnvVar ld_library_path{"LD_LIBRARY_PATH", EnvType::string, "",
+                             "The dynamic loader's directories: searched for the compilers after the toolkit, "
+                             "before the loader's cache."};
 
 namespace {
 const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &jitcache_strict,
@@ -132,7 +135,7 @@ const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &j
                                     &jitcache_verify_spec, &jitcache_tool_worker,
                                     &jitcache_tool_timeout_ms, &jitcache_nvrtc, &jitcache_nvjitlink,
                                     &jitcache_nvvm, &virtual_env, &conda_prefix, &pythonhome, &cuda_home,
-                                    &cuda_path};
+                                    &cuda_path, &ld_library_path};
 
 // VLLM_NVFP4_MLA_ is owned too: a misspelt VLLM_NVFP4_MLA_SCALES_FILE silently drops the
 // override, the very mistake the registry exists to catch.

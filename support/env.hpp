@@ -49,6 +49,7 @@ extern const EnvVar conda_prefix;
 extern const EnvVar pythonhome;
 extern const EnvVar cuda_home;
 extern const EnvVar cuda_path;
+extern const EnvVar ld_library_path;
 extern const EnvVar jitcache_require_cache;
 extern const EnvVar jitcache_library;
 extern const EnvVar jitcache_cli;

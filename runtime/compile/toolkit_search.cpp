@@ -215,6 +215,16 @@ std::vector<ToolkitCandidate> toolkit_candidates(ToolkitTool tool) {
     for (const auto& file : loaded_copies(soname)) add(file, std::string("the ") + tool_display_name(tool) + " already loaded");
   for (const auto& [root, origin] : toolkit_roots())
     for (const auto& dir : toolkit_dirs(tool)) add(root / dir / soname, origin + " " + root.string());
+  // The soname's own search begins with LD_LIBRARY_PATH: its files can be told without
+  // loading them (ld.so.cache's cannot).
+  if (const auto paths = env::get(env::ld_library_path)) {
+    std::string_view rest = *paths;
+    while (!rest.empty()) {
+      const std::string_view dir = rest.substr(0, rest.find(':'));
+      rest.remove_prefix(std::min(rest.size(), dir.size() + 1));
+      if (!dir.empty()) add(fs::path(dir) / soname, "LD_LIBRARY_PATH");
+    }
+  }
   candidates.push_back({soname, "the loader's search (LD_LIBRARY_PATH, ld.so.cache)"});
   return candidates;
 }

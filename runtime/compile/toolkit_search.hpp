@@ -21,7 +21,8 @@
 //      with dl_iterate_phdr);
 //   4. the toolkit: CUDA_HOME, CUDA_PATH, /usr/local/cuda, /usr/local/cuda-<major>.* (the
 //      newest first), in lib64/ and lib/ (libNVVM also nvvm/lib64/);
-//   5. the bare soname, for the loader's own search (LD_LIBRARY_PATH, ld.so.cache).
+//   5. the soname's own search: the directories of LD_LIBRARY_PATH as files (so that they
+//      can be told without loading), then the bare soname for the loader (ld.so.cache).
 // Finding a file costs a few stat calls and loads nothing.
 #pragma once
 

@@ -174,18 +174,25 @@ TEST_F(ToolkitSearchTest, ThePipPackageOfTheEnvironmentComesBeforeTheToolkit) {
   std::ofstream(cuda / "lib64" / tool_soname(ToolkitTool::nvrtc)) << "stands for a toolkit's NVRTC";
   m_env.set("VIRTUAL_ENV", venv.string());
   m_env.set("CUDA_HOME", cuda.string());
+  m_env.set("LD_LIBRARY_PATH", (dir() / "ld").string() + "::/nonexistent");
   const auto candidates = toolkit_candidates(ToolkitTool::nvrtc);
   ASSERT_GE(candidates.size(), 3u);
   EXPECT_EQ(candidates.front().path, (lib / tool_soname(ToolkitTool::nvrtc)).string());
   EXPECT_TRUE(has(candidates.front().origin, "VIRTUAL_ENV")) << candidates.front().origin;
   EXPECT_EQ(candidates.back().path, tool_soname(ToolkitTool::nvrtc));
-  std::size_t pip = candidates.size(), toolkit = candidates.size();
+  std::size_t pip = candidates.size(), toolkit = candidates.size(), ld = candidates.size();
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     if (candidates[i].path == (lib / tool_soname(ToolkitTool::nvrtc)).string()) pip = i;
     if (candidates[i].path == (cuda / "lib64" / tool_soname(ToolkitTool::nvrtc)).string()) toolkit = i;
+    if (candidates[i].path == (dir() / "ld" / tool_soname(ToolkitTool::nvrtc)).string()) ld = i;
   }
   ASSERT_LT(toolkit, candidates.size()) << "CUDA_HOME is searched";
+  ASSERT_LT(ld, candidates.size()) << "LD_LIBRARY_PATH is searched";
   EXPECT_LT(pip, toolkit);
+  EXPECT_LT(toolkit, ld);
+  // Its two directories (the empty entry is none), then the soname.
+  EXPECT_EQ(candidates[ld + 1].path, "/nonexistent/" + tool_soname(ToolkitTool::nvrtc));
+  EXPECT_EQ(ld + 3, candidates.size());
   const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
   ASSERT_TRUE(located);
   EXPECT_EQ(located->path, fs::canonical(lib / tool_soname(ToolkitTool::nvrtc)).string());
@@ -194,7 +201,7 @@ TEST_F(ToolkitSearchTest, ThePipPackageOfTheEnvironmentComesBeforeTheToolkit) {
   std::vector<ToolkitCandidate> files;
   for (const auto& c : candidates)
     if (c.path.starts_with(dir().string())) files.push_back(c);
-  ASSERT_EQ(files.size(), 3u);  // the package; CUDA_HOME's lib64 and lib
+  ASSERT_EQ(files.size(), 4u);  // the package, CUDA_HOME's lib64 and lib, LD_LIBRARY_PATH's
   auto loaded = load_nvrtc(files);
   ASSERT_FALSE(loaded);
   EXPECT_EQ(loaded.error().code, ErrorCode::unavailable);

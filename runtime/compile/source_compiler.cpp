@@ -447,9 +447,10 @@ Status check_worker_tools(const SourceOutput& out, const std::string& name, cons
       return make_error(ErrorCode::unavailable,
                         "the tool worker compiled " + name + " for " + target + " with another " + tool + " (" +
                             ran->second + ") than the one this process keys its requests with (" + *ours +
-                            "): nothing was stored. Give both the same compilers (" + std::string(env::jitcache_nvrtc.name) + ", " +
-                            std::string(env::jitcache_nvjitlink.name) + ", " + std::string(env::jitcache_nvvm.name) +
-                            ", " + std::string(env::jitcache_tool_worker.name) + ")");
+                            "): nothing was stored. Give both the same compilers (" +
+                            std::string(env::jitcache_nvrtc.name) + ", " + std::string(env::jitcache_nvjitlink.name) +
+                            ", " + std::string(env::jitcache_nvvm.name) + ", " +
+                            std::string(env::jitcache_tool_worker.name) + ")");
   }
   return {};
 }

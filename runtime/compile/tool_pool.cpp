@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "runtime/compile/tool_protocol.hpp"
-#include "runtime/compile/toolkit_search.hpp"
 #include "runtime/compile/tool_worker.hpp"
+#include "runtime/compile/toolkit_search.hpp"
 #include "support/env.hpp"
 #include "support/unique_fd.hpp"
 

@@ -3,13 +3,16 @@
 // none is found.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "build_id_copy.hpp"
 #include "cli_fixture.hpp"
 #include "runtime/compile/nvrtc_library.hpp"
+#include "runtime/compile/toolkit_library.hpp"
 
 namespace jitcache {
 namespace {
@@ -90,6 +93,38 @@ TEST_F(CliCompilerLibrariesTest, TheSameBuildElsewhereHitsAndAnotherBuildMisses)
   ASSERT_EQ(other.code, 0) << other.err;
   EXPECT_NE(parse(other)["key"], key);
   EXPECT_EQ(parse(other)["from_cache"], false);
+}
+
+// A program started from a virtual environment's bin/ (the CLI a wheel installs, or
+// `.venv/bin/python` without activating it) takes the environment's NVIDIA pip packages,
+// NVRTC's builtins from beside its libnvrtc, though a toolkit is installed as well.
+TEST_F(CliCompilerLibrariesTest, AProgramStartedFromAVirtualEnvironmentUsesItsPipPackages) {
+  auto nvrtc = nvrtc_library();
+  ASSERT_TRUE(nvrtc) << nvrtc.error().to_string();
+  const fs::path venv = dir() / "venv";
+  const fs::path lib = venv / "lib" / "python3.11" / "site-packages" / "nvidia" /
+                       ("cu" + std::to_string(nvrtc_major_version())) / "lib";
+  if (nvrtc_major_version() < 13) GTEST_SKIP() << "the cu12 packages' layout is tested in test_nvrtc_library";
+  const fs::path file = (*nvrtc)->library.file;
+  testing::copy_library(file, lib / file.filename(), testing::Build::same);
+  testing::copy_library(nvrtc_builtins_file(file, (*nvrtc)->version()),
+                        nvrtc_builtins_file(lib / file.filename(), (*nvrtc)->version()), testing::Build::same);
+  std::ofstream(venv / "pyvenv.cfg") << "home = /usr/bin\n";
+  fs::create_directories(venv / "bin");
+  fs::create_symlink(JITCACHE_CLI_PATH, venv / "bin" / "jitcache");
+  const std::string command = "env -u JITCACHE_NVRTC -u VIRTUAL_ENV -u CONDA_PREFIX -u PYTHONHOME -u JITCACHE_DIR "
+                              "LD_DEBUG=files '" + (venv / "bin" / "jitcache").string() + "' --cache-dir '" +
+                              m_root.string() + "' warm --checkpoint '" + k_checkpoint.string() +
+                              "' --arch sm_90 --jobs 2 --json > '" + (dir() / "out").string() + "' 2> '" +
+                              (dir() / "err").string() + "'";
+  ASSERT_EQ(std::system(command.c_str()), 0) << testing::read_text_file(dir() / "err").substr(0, 4000);
+  const std::string err = testing::read_text_file(dir() / "err");
+  const std::string ours = fs::canonical(lib / file.filename()).string();
+  EXPECT_TRUE(has(err, "file=" + ours + " ")) << err.substr(0, 4000);
+  EXPECT_TRUE(has(err, "file=" + fs::canonical(nvrtc_builtins_file(ours, (*nvrtc)->version())).string() + " "))
+      << err.substr(0, 4000);
+  EXPECT_FALSE(has(err, "file=" + file.string() + " ")) << "the toolkit's NVRTC was loaded";
+  EXPECT_TRUE(has(err, "NVRTC " + (*nvrtc)->version() + ": " + ours + " (the pip package")) << err.substr(0, 4000);
 }
 
 // No NVRTC where it is looked for: a compile is an error naming the places searched and

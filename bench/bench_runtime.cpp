@@ -41,6 +41,7 @@
 #include "runtime/compile/artifact_facts.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/compile/kernel_cache.hpp"
+#include "runtime/compile/nvrtc_library.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "support/sha256.hpp"
 
@@ -509,15 +510,16 @@ double nvrtc_compile_ms(const std::string& source, const std::vector<kernel_temp
     if (o.starts_with("--gpu-architecture=")) o = "--gpu-architecture=" + arch;
   std::vector<const char*> argv;
   for (const auto& o : options) argv.push_back(o.c_str());
+  const NvrtcLibrary& nvrtc = *nvrtc_library().value();
   const auto t = Clock::now();
   nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, source.c_str(), "bench.cu", static_cast<int>(texts.size()), texts.data(),
-                         names.data()) != NVRTC_SUCCESS)
+  if (nvrtc.create_program(&program, source.c_str(), "bench.cu", static_cast<int>(texts.size()), texts.data(),
+                           names.data()) != NVRTC_SUCCESS)
     throw std::runtime_error("nvrtcCreateProgram failed");
-  const nvrtcResult rc = nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
+  const nvrtcResult rc = nvrtc.compile_program(program, static_cast<int>(argv.size()), argv.data());
   const double ms = ms_since(t);
-  nvrtcDestroyProgram(&program);
-  if (rc != NVRTC_SUCCESS) throw std::runtime_error(std::string("NVRTC failed: ") + nvrtcGetErrorString(rc));
+  nvrtc.destroy_program(&program);
+  if (rc != NVRTC_SUCCESS) throw std::runtime_error(std::string("NVRTC failed: ") + nvrtc.get_error_string(rc));
   return ms;
 }
 

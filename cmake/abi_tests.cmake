@@ -18,11 +18,12 @@ add_test(NAME c_abi_exports_check_refuses_foreign_symbols
 set_tests_properties(c_abi_exports_check_refuses_foreign_symbols PROPERTIES
   PASS_REGULAR_EXPRESSION "symbols outside the C[^;]*XXH128_cmp")
 
-# Nothing jitcache builds depends on the CUDA driver library (it is dlopen'ed). The shared
-# library is linked with --no-as-needed, so its dependencies are its whole link line.
+# Nothing jitcache builds depends on the CUDA driver library or on a CUDA compiler library
+# (NVRTC, nvJitLink, libNVVM): all are dlopen'ed. The shared library is linked with
+# --no-as-needed, so its dependencies are its whole link line.
 add_test(NAME no_cuda_driver_dependency
   COMMAND ${CMAKE_COMMAND} -DREADELF=${CMAKE_READELF}
-          "-DFILES=$<TARGET_FILE:jitcache_shared>;$<TARGET_FILE:jitcache_cli>"
+          "-DFILES=$<TARGET_FILE:jitcache_shared>;$<TARGET_FILE:jitcache_cli>;$<TARGET_FILE:jitcache_tool_worker>"
           -P ${PROJECT_SOURCE_DIR}/cmake/check_no_driver.cmake)
 
 # ... and the check is not vacuous: a program that does link the driver is refused.
@@ -36,6 +37,16 @@ add_test(NAME no_cuda_driver_dependency_check_refuses_a_driver_link
           -P ${PROJECT_SOURCE_DIR}/cmake/check_no_driver.cmake)
 set_tests_properties(no_cuda_driver_dependency_check_refuses_a_driver_link PROPERTIES
   PASS_REGULAR_EXPRESSION "CUDA driver dependency: libcuda\\.so")
+
+# ... nor a program that links NVRTC.
+add_executable(nvrtc_linked_probe ${CMAKE_CURRENT_BINARY_DIR}/generated/driver_linked_probe.c)
+target_link_libraries(nvrtc_linked_probe PRIVATE ${CUDA_nvrtc_LIBRARY})
+target_link_options(nvrtc_linked_probe PRIVATE "LINKER:--no-as-needed")
+add_test(NAME no_cuda_driver_dependency_check_refuses_an_nvrtc_link
+  COMMAND ${CMAKE_COMMAND} -DREADELF=${CMAKE_READELF} -DFILES=$<TARGET_FILE:nvrtc_linked_probe>
+          -P ${PROJECT_SOURCE_DIR}/cmake/check_no_driver.cmake)
+set_tests_properties(no_cuda_driver_dependency_check_refuses_an_nvrtc_link PROPERTIES
+  PASS_REGULAR_EXPRESSION "CUDA compiler dependency: libnvrtc\\.so")
 
 # ... whatever the length of the path it reports (CMake wraps error text at spaces; no test
 # may pass or fail by the length of the build directory's path).

@@ -1,5 +1,7 @@
 # Fails when any of FILES (a ;-list of ELF files) records the CUDA driver library
-# (libcuda.so*) as a dependency. Run as: cmake -DREADELF=... -DFILES=a;b -P this file.
+# (libcuda.so*) or a CUDA compiler library (libnvrtc*, libnvJitLink*, libnvvm*) as a
+# dependency: all of them are opened at run time. Run as: cmake -DREADELF=...
+# -DFILES=a;b -P this file.
 if(NOT READELF OR NOT FILES)
   message(FATAL_ERROR "usage: cmake -DREADELF=<readelf> -DFILES=<file;...> -P check_no_driver.cmake")
 endif()
@@ -20,7 +22,11 @@ foreach(file IN LISTS FILES)
       message(NOTICE "CUDA driver dependency: ${CMAKE_MATCH_1} is NEEDED by ${file}")
       message(FATAL_ERROR "the CUDA driver must only be opened at run time")
     endif()
+    if(entry MATCHES "\\[((libnvrtc|libnvJitLink|libnvvm)[^]]*)\\]")
+      message(NOTICE "CUDA compiler dependency: ${CMAKE_MATCH_1} is NEEDED by ${file}")
+      message(FATAL_ERROR "the CUDA compilers must only be opened at run time")
+    endif()
   endforeach()
   list(LENGTH needed count)
-  message(STATUS "${file}: ${count} dependencies, none of them the CUDA driver")
+  message(STATUS "${file}: ${count} dependencies, none of them the CUDA driver or a CUDA compiler")
 endforeach()

@@ -26,10 +26,7 @@ set_target_properties(jitcache_shared PROPERTIES
   SOVERSION ${JITCACHE_ABI_VERSION}
   CXX_VISIBILITY_PRESET hidden
   VISIBILITY_INLINES_HIDDEN ON
-  LINK_DEPENDS ${JITCACHE_VERSION_SCRIPT}
-  # libnvrtc is usually outside the loader's default path; the installed library finds
-  # it where it was found at build time (and ld resolves it through this at link time).
-  INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")
+  LINK_DEPENDS ${JITCACHE_VERSION_SCRIPT})
 target_link_libraries(jitcache_shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,jitcache>")
 # --no-as-needed: every library on the link line becomes a dependency, so the
 # `no_cuda_driver_dependency` test sees the link line as it is, whatever the toolchain's
@@ -52,8 +49,6 @@ install(TARGETS jitcache_shared EXPORT jitcacheTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Development)
 install(TARGETS jitcache EXPORT jitcacheStaticTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-# The CLI finds libnvrtc where it was found at build time, as the shared library does.
-set_target_properties(jitcache_cli PROPERTIES INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")
 install(TARGETS jitcache_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # The tool worker, where the library and the CLI look for it: ../libexec/jitcache/ from
 # their directories (runtime/compile/tool_worker.hpp).
@@ -78,7 +73,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/generated/jitcacheConfig.cmake
 set(JITCACHE_PC_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 string(REGEX REPLACE "[^/]+" ".." JITCACHE_PC_TO_PREFIX "${JITCACHE_PC_DIR}")
 set(JITCACHE_PC_LIBS_PRIVATE
-    "-L${CUDAToolkit_LIBRARY_DIR} -lnvrtc -lsqlite3 -lcrypto -lxxhash -lhiredis -ldl -lstdc++ -lm -pthread")
+    "-lsqlite3 -lcrypto -lxxhash -lhiredis -ldl -lstdc++ -lm -pthread")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/jitcache.pc.in
                ${CMAKE_CURRENT_BINARY_DIR}/generated/jitcache.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/generated/jitcache.pc DESTINATION ${JITCACHE_PC_DIR})

@@ -96,6 +96,32 @@ const EnvVar jitcache_tool_timeout_ms{"JITCACHE_TOOL_TIMEOUT_MS", EnvType::milli
                                       "Longest compile of a kernel from outside in the tool worker; a worker "
                                       "that takes longer is killed and the compile fails."};
 
+// The compiler libraries, opened at their first use (runtime/compile/toolkit_search.hpp
+// gives the whole search). Set, the file named is the only candidate.
+const EnvVar jitcache_nvrtc{"JITCACHE_NVRTC", EnvType::path, "",
+                            "The libnvrtc.so file to compile with (default: the NVIDIA pip package of the "
+                            "Python environment, an NVRTC already loaded, the CUDA toolkit, then the loader's "
+                            "search)."};
+const EnvVar jitcache_nvjitlink{"JITCACHE_NVJITLINK", EnvType::path, "",
+                                "The libnvJitLink.so file for kernels from outside given as PTX or NVVM IR "
+                                "(default: searched like NVRTC)."};
+const EnvVar jitcache_nvvm{"JITCACHE_NVVM", EnvType::path, "",
+                           "The libnvvm.so file for kernels from outside given as NVVM IR (default: searched "
+                           "like NVRTC)."};
+const EnvVar virtual_env{"VIRTUAL_ENV", EnvType::path, "",
+                         "An activated Python virtual environment: its NVIDIA pip packages are searched for "
+                         "NVRTC, nvJitLink and libNVVM."};
+const EnvVar conda_prefix{"CONDA_PREFIX", EnvType::path, "",
+                          "An activated conda environment: searched like VIRTUAL_ENV."};
+const EnvVar pythonhome{"PYTHONHOME", EnvType::path, "",
+                        "Python's prefix, when exported: searched like VIRTUAL_ENV."};
+const EnvVar cuda_home{"CUDA_HOME", EnvType::path, "",
+                       "A CUDA toolkit searched for NVRTC, nvJitLink and libNVVM before /usr/local/cuda."};
+const EnvVar cuda_path{"CUDA_PATH", EnvType::path, "", "Searched like CUDA_HOME, after it."};
+const EnvVar ld_library_path{"LD_LIBRARY_PATH", EnvType::string, "",
+                             "The dynamic loader's directories: searched for the compilers after the toolkit, "
+                             "before the loader's cache."};
+
 namespace {
 const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &jitcache_strict,
                                     &vllm_nvfp4_mla_scales_file, &xdg_cache_home, &home,
@@ -107,7 +133,9 @@ const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &j
                                     &jitcache_remote_breaker_ms, &jitcache_remote_lease_ms,
                                     &jitcache_remote_wait_ms, &jitcache_remote_max_entry_bytes,
                                     &jitcache_verify_spec, &jitcache_tool_worker,
-                                    &jitcache_tool_timeout_ms};
+                                    &jitcache_tool_timeout_ms, &jitcache_nvrtc, &jitcache_nvjitlink,
+                                    &jitcache_nvvm, &virtual_env, &conda_prefix, &pythonhome, &cuda_home,
+                                    &cuda_path, &ld_library_path};
 
 // VLLM_NVFP4_MLA_ is owned too: a misspelt VLLM_NVFP4_MLA_SCALES_FILE silently drops the
 // override, the very mistake the registry exists to catch.

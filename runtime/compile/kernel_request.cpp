@@ -7,9 +7,11 @@
 #include "cache/hash.hpp"
 #include "jitcache/log.hpp"
 #include "runtime/compile/compiler.hpp"
+#include "runtime/compile/elf_build_id.hpp"
 #include "runtime/compile/fingerprint_memo.hpp"
 #include "runtime/compile/nvjitlink_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
+#include "runtime/compile/toolkit_search.hpp"
 
 namespace jitcache {
 namespace {
@@ -62,17 +64,13 @@ Result<cache::Facts> spec_level_facts(const KernelRequest& request, const ToolFa
 }
 
 // The memo's name for the file a toolkit library would be loaded from, when a path
-// candidate names one: the first candidate that exists, as open_toolkit_library takes the
-// first that loads (and a file the memo knows has loaded before, with the same size, times
-// and inode). A library found only by its soname cannot be told without loading it.
-std::optional<std::string> library_identity(const std::string& tool, const std::vector<std::string>& candidates) {
-  for (const auto& candidate : candidates) {
-    if (candidate.find('/') == std::string::npos) return std::nullopt;
-    std::error_code ec;
-    const auto file = std::filesystem::canonical(candidate, ec);
-    if (ec) continue;
-    if (const auto described = describe_file(file)) return tool + " file " + *described;
-  }
+// candidate names one (the first that exists, as the loader takes the first that loads):
+// its build-id, wherever it lies, or for a file without that note the file itself (path,
+// size, times and inode). A library found only by its soname cannot be told without
+// loading it.
+std::optional<std::string> library_identity(const std::string& tool, const std::filesystem::path& file) {
+  if (const auto id = read_build_id(file)) return tool + " build-id " + *id;
+  if (const auto described = describe_file(file)) return tool + " file " + *described;
   return std::nullopt;
 }
 
@@ -82,8 +80,9 @@ std::optional<std::string> library_identity(const std::string& tool, const std::
 Result<ToolFact> toolkit_fact(const std::string& tool, const std::filesystem::path& memo) {
   const bool nvvm = tool == "libnvvm";
   std::optional<std::string> identity;
-  if (!memo.empty()) {
-    identity = library_identity(tool, nvvm ? nvvm_candidates() : nvjitlink_candidates());
+  const auto located = locate_toolkit_file(nvvm ? ToolkitTool::nvvm : ToolkitTool::nvjitlink);
+  if (!memo.empty() && located) {
+    identity = library_identity(tool, located->path);
     if (identity)
       if (const auto known = read_memo(memo, *identity); known && !known->version.empty())
         return ToolFact{known->version, known->fingerprint};
@@ -99,8 +98,7 @@ Result<ToolFact> toolkit_fact(const std::string& tool, const std::filesystem::pa
     fact = ToolFact{lib->version(), JC_TRY(nvjitlink_fingerprint())};
     file = lib->library.file;
   }
-  const auto loaded = describe_file(file);
-  if (identity && loaded && *identity == tool + " file " + *loaded)
+  if (identity && file == located->path)
     if (auto written = write_memo(memo, *identity, MemoValue{fact.version, fact.fingerprint}); !written)
       log_debug("fingerprint memo not written: " + written.error().message);
   return fact;

@@ -2,6 +2,10 @@
 
 #include <array>
 
+#include "jitcache/log.hpp"
+#include "runtime/compile/elf_build_id.hpp"
+#include "runtime/compile/toolkit_search.hpp"
+
 namespace jitcache {
 
 std::string nvjitlink::result_name(nvjitlink::Result result) {
@@ -34,12 +38,9 @@ std::string nvjitlink::result_name(nvjitlink::Result result) {
 std::string NvJitLinkLibrary::version() const { return std::to_string(major) + "." + std::to_string(minor); }
 
 std::vector<std::string> nvjitlink_candidates() {
-  // nvJitLink is versioned with the toolkit, like NVRTC: the one of NVRTC's major version.
-  const std::string soname = "libnvJitLink.so." + std::to_string(nvrtc_major_version());
-  std::vector<std::string> candidates;
-  if (const auto dir = nvrtc_library_dir()) candidates.push_back((*dir / soname).string());
-  candidates.push_back(soname);
-  return candidates;
+  std::vector<std::string> paths;
+  for (const auto& c : toolkit_candidates(ToolkitTool::nvjitlink)) paths.push_back(c.path);
+  return paths;
 }
 
 Result<NvJitLinkLibrary> load_nvjitlink(const std::vector<std::string>& candidates) {
@@ -60,13 +61,24 @@ Result<NvJitLinkLibrary> load_nvjitlink(const std::vector<std::string>& candidat
   if (const nvjitlink::Result rc = version(&jl.major, &jl.minor); rc != nvjitlink::k_success)
     return make_error(ErrorCode::unavailable,
                       lib.file.string() + ": nvJitLinkVersion failed: " + nvjitlink::result_name(rc));
+  // The build, wherever it was found; a file without a build-id note by its path and times.
+  const auto build_id = read_build_id(lib.file);
   jl.identity = "nvjitlink " + jl.version() + "; " +
-                describe_file(lib.file).value_or(lib.file.string() + " (not stat-able)");
+                (build_id ? "build-id " + *build_id
+                          : describe_file(lib.file).value_or(lib.file.string() + " (not stat-able)"));
   return jl;
 }
 
 namespace {
-Result<NvJitLinkLibrary> load_toolkit_nvjitlink() { return load_nvjitlink(nvjitlink_candidates()); }
+Result<NvJitLinkLibrary> load_toolkit_nvjitlink() {
+  const auto candidates = toolkit_candidates(ToolkitTool::nvjitlink);
+  auto loaded = load_nvjitlink(nvjitlink_candidates());
+  if (!loaded && loaded.error().message.find(" is not available: ") != std::string::npos)
+    return make_error(ErrorCode::unavailable, not_found_message(ToolkitTool::nvjitlink, candidates),
+                      loaded.error().detail);
+  if (loaded) log_info("nvJitLink " + loaded->version() + ": " + loaded->library.file.string());
+  return loaded;
+}
 }  // namespace
 
 Result<const NvJitLinkLibrary*> nvjitlink_library() {

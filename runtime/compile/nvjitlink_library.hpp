@@ -41,11 +41,11 @@ struct NvJitLinkLibrary {
 
   // "13.0"
   std::string version() const;
-  // Version plus the loaded file's identity, taken when it was loaded. Readable.
+  // Version plus the build (its GNU build-id, else the file's path and times). Readable.
   std::string identity;
 };
 
-// Beside libnvrtc (`libnvJitLink.so.<nvrtc major>`), then that soname.
+// The candidates in search order (toolkit_search.hpp).
 std::vector<std::string> nvjitlink_candidates();
 
 // Opens and resolves one nvJitLink from `candidates` (a test can point it elsewhere).

@@ -1,6 +1,4 @@
-#include <dlfcn.h>
 #include <nvrtc.h>
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
@@ -13,8 +11,10 @@
 
 #include "jitcache/log.hpp"
 #include "runtime/compile/compiler.hpp"
+#include "runtime/compile/elf_build_id.hpp"
 #include "runtime/compile/fingerprint_memo.hpp"
 #include "runtime/compile/mla_family.hpp"
+#include "runtime/compile/nvrtc_library.hpp"
 #include "runtime/compile/source_compiler.hpp"
 #include "runtime/compile/toolkit_library.hpp"
 #include "support/env.hpp"
@@ -26,15 +26,16 @@ namespace {
 // Owns an nvrtcProgram: destroyed on every path out of compile().
 class Program {
  public:
-  explicit Program(nvrtcProgram p) : m_program(p) {}
+  Program(const NvrtcLibrary& nvrtc, nvrtcProgram p) : m_nvrtc(nvrtc), m_program(p) {}
   ~Program() {
-    if (m_program != nullptr) nvrtcDestroyProgram(&m_program);
+    if (m_program != nullptr) m_nvrtc.destroy_program(&m_program);
   }
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
   nvrtcProgram get() const { return m_program; }
 
  private:
+  const NvrtcLibrary& m_nvrtc;
   nvrtcProgram m_program;
 };
 
@@ -44,24 +45,18 @@ std::string joined(const std::vector<std::string>& options) {
   return text;
 }
 
-// What identifies the NVRTC build this process runs, without compiling anything: the
-// loaded libnvrtc file and the libnvrtc-builtins it loads from its own directory. A
-// reinstalled or upgraded toolkit replaces the files, which changes their identity.
-std::optional<std::string> nvrtc_identity() {
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) == 0 || info.dli_fname == nullptr)
-    return std::nullopt;
-  // Not NVRTC's own file (a non-PIE program's PLT stub, say): identity unknown.
-  if (std::string_view(info.dli_fname).find("nvrtc") == std::string_view::npos) return std::nullopt;
-  std::error_code ec;
-  const auto library = std::filesystem::canonical(info.dli_fname, ec);
-  int major = 0, minor = 0;
-  if (ec || nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return std::nullopt;
-  const auto described = describe_file(library);
-  if (!described) return std::nullopt;
-  const std::string version = std::to_string(major) + "." + std::to_string(minor);
-  const auto builtins = describe_file(library.parent_path() / ("libnvrtc-builtins.so." + version));
-  return "nvrtc " + version + "; " + *described + "; builtins " + builtins.value_or("absent");
+// The NVRTC build a compiler keys with: its version and fingerprint.
+struct NvrtcFacts {
+  std::string version;
+  std::string fingerprint;
+};
+
+// The memo's name for the NVRTC file `file`: its build-id, or for a file without that note
+// the file itself (path, size, times, inode).
+std::optional<std::string> memo_identity(const std::filesystem::path& file) {
+  if (const auto id = read_build_id(file)) return "nvrtc build-id " + *id;
+  if (const auto described = describe_file(file)) return "nvrtc file " + *described;
+  return std::nullopt;
 }
 
 class NvrtcCompiler final : public Compiler {
@@ -70,15 +65,16 @@ class NvrtcCompiler final : public Compiler {
 
   std::string name() const override { return "nvrtc"; }
 
+  // From the memo when it knows the build, so that a warm process never opens NVRTC.
   std::string version() const override {
-    int major = 0, minor = 0;
-    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
-    return std::to_string(major) + "." + std::to_string(minor);
+    const auto& f = facts();
+    return f ? f->version : "unknown";
   }
 
   Result<std::string> fingerprint() const override {
-    std::call_once(m_fingerprint_once, [this] { m_fingerprint = memoized_fingerprint(); });
-    return m_fingerprint;
+    const auto& f = facts();
+    if (!f) return std::unexpected(f.error());
+    return f->fingerprint;
   }
 
   std::vector<std::string> options(const KernelSpec& spec) const override {
@@ -111,6 +107,7 @@ class NvrtcCompiler final : public Compiler {
     // gets exactly artifact.options, in order (a test holds that).
     const KernelRequest request = mla_request(source, artifact.options);
     JC_TRY(validate_mla_request(request));
+    JC_TRY(check_loaded_build());
     // jitcache's own kernel: trusted, compiled in this process (no tool worker).
     SourceInput input = source_input(request, source.program_name);
     input.trusted = true;
@@ -128,58 +125,109 @@ class NvrtcCompiler final : public Compiler {
   }
 
  private:
-  Result<std::string> memoized_fingerprint() const {
+  // The key was made from the files the search found (without loading them); the binary
+  // comes from the NVRTC the loader mapped. They must be the same build.
+  Status check_loaded_build() const {
+    const auto& keyed = facts();
+    if (!keyed) return std::unexpected(keyed.error());
+    const NvrtcLibrary* nvrtc = JC_TRY(nvrtc_library());
+    const auto loaded = nvrtc_file_fingerprint(nvrtc->library.file, nvrtc->version());
+    if (loaded && (*loaded != keyed->fingerprint || nvrtc->version() != keyed->version))
+      return make_error(ErrorCode::unavailable,
+                        "the NVRTC loaded (" + nvrtc->library.file.string() + ", " + nvrtc->version() + ", fingerprint " +
+                            *loaded + ") is not the build this compiler keys with (" + keyed->version +
+                            ", fingerprint " + keyed->fingerprint + "): nothing is compiled; name one with " +
+                            std::string(env::jitcache_nvrtc.name));
+    return {};
+  }
+
+  const Result<NvrtcFacts>& facts() const {
+    std::call_once(m_facts_once, [this] { m_facts = memoized_facts(); });
+    return m_facts;
+  }
+
+  // The memo is keyed by what the file that would be loaded holds, read without loading
+  // it: its build-id (or for a file without the note, the file itself). An entry has the
+  // version; a build-id entry's fingerprint is checked against the builtins' note, which
+  // the memo's key does not hold.
+  Result<NvrtcFacts> memoized_facts() const {
     const std::filesystem::path& memo = m_options.fingerprint_memo;
-    if (memo.empty()) return compute_fingerprint();
+    const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
     std::optional<std::string> identity;
-    try {
-      identity = nvrtc_identity();
-      if (!identity) return compute_fingerprint();
-      if (const auto known = read_memo(memo, *identity); known && known->version.empty()) return known->fingerprint;
-    } catch (const std::exception& e) {
-      // The memo is only a shortcut: whatever went wrong, compute.
-      log_debug("compiler fingerprint memo " + memo.string() + " not used: " + e.what());
-      return compute_fingerprint();
+    if (!memo.empty() && located) {
+      try {
+        identity = memo_identity(located->path);
+        if (identity)
+          if (const auto known = read_memo(memo, *identity); known && !known->version.empty()) {
+            const bool by_build = identity->starts_with("nvrtc build-id ");
+            if (!by_build || nvrtc_file_fingerprint(located->path, known->version) == known->fingerprint)
+              return NvrtcFacts{known->version, known->fingerprint};
+          }
+      } catch (const std::exception& e) {
+        // The memo is only a shortcut: whatever went wrong, compute.
+        log_debug("compiler fingerprint memo " + memo.string() + " not used: " + e.what());
+        identity.reset();
+      }
     }
-    auto computed = compute_fingerprint();
-    if (!computed) return computed;
+    // A build with a note needs no loading either: its version is told by its builtins' name.
+    if (located)
+      if (const auto version = nvrtc_version_from_files(located->path))
+        if (auto by_build = nvrtc_file_fingerprint(located->path, *version)) {
+          NvrtcFacts facts{*version, std::move(*by_build)};
+          remember(identity, facts);
+          return facts;
+        }
+    const NvrtcLibrary* nvrtc = JC_TRY(nvrtc_library());
+    NvrtcFacts facts{nvrtc->version(), {}};
+    if (auto by_build = nvrtc_file_fingerprint(nvrtc->library.file, facts.version))
+      facts.fingerprint = std::move(*by_build);
+    else
+      facts.fingerprint = JC_TRY(compile_fingerprint(*nvrtc));
+    // Remembered only for the file a later process will find first, which is the one loaded.
+    if (located && located->path == nvrtc->library.file) remember(identity, facts);
+    return facts;
+  }
+
+  void remember(const std::optional<std::string>& identity, const NvrtcFacts& facts) const {
+    if (!identity) return;
+    const std::filesystem::path& memo = m_options.fingerprint_memo;
     try {
-      if (auto written = write_memo(memo, *identity, MemoValue{{}, *computed}); !written)
+      if (auto written = write_memo(memo, *identity, MemoValue{facts.version, facts.fingerprint}); !written)
         log_debug("compiler fingerprint memo not written: " + written.error().message);
     } catch (const std::exception& e) {
       log_debug("compiler fingerprint memo not written: " + std::string(e.what()));
     }
-    return computed;
   }
 
-  // PTX of a tiny fixed program for a fixed virtual target, plus the architectures this
-  // NVRTC supports: what distinguishes builds that report the same version.
-  static Result<std::string> compute_fingerprint() {
+  // For an NVRTC without a build-id note: PTX of a tiny fixed program for a fixed virtual
+  // target, plus the architectures it supports, which distinguishes builds that report the
+  // same version.
+  static Result<std::string> compile_fingerprint(const NvrtcLibrary& nvrtc) {
     const char* source = "extern \"C\" __global__ void jc_fingerprint(float* p, float s) { p[0] = __fdiv_rn(p[1], s); }\n";
     const ToolSection section;  // NVRTC's own locks, held while it compiles (fork_guard.hpp)
     nvrtcProgram raw = nullptr;
-    if (nvrtcCreateProgram(&raw, source, "fingerprint.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS)
+    if (nvrtc.create_program(&raw, source, "fingerprint.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS)
       return make_error(ErrorCode::compile, "NVRTC could not create the fingerprint program");
-    Program program(raw);
+    Program program(nvrtc, raw);
     const char* opts[] = {"--gpu-architecture=compute_90"};
-    if (nvrtcCompileProgram(program.get(), 1, opts) != NVRTC_SUCCESS)
+    if (nvrtc.compile_program(program.get(), 1, opts) != NVRTC_SUCCESS)
       return make_error(ErrorCode::compile, "NVRTC could not compile the fingerprint program");
     std::size_t size = 0;
-    nvrtcGetPTXSize(program.get(), &size);
+    nvrtc.get_ptx_size(program.get(), &size);
     std::string text(size, '\0');
-    nvrtcGetPTX(program.get(), text.data());
+    nvrtc.get_ptx(program.get(), text.data());
     int count = 0;
-    if (nvrtcGetNumSupportedArchs(&count) == NVRTC_SUCCESS && count > 0) {
+    if (nvrtc.get_num_supported_archs(&count) == NVRTC_SUCCESS && count > 0) {
       std::vector<int> archs(static_cast<std::size_t>(count));
-      nvrtcGetSupportedArchs(archs.data());
+      nvrtc.get_supported_archs(archs.data());
       for (int a : archs) text += " sm" + std::to_string(a);
     }
     return fingerprint_digest(text);
   }
 
   NvrtcOptions m_options;
-  mutable std::once_flag m_fingerprint_once;
-  mutable Result<std::string> m_fingerprint = std::string();
+  mutable std::once_flag m_facts_once;
+  mutable Result<NvrtcFacts> m_facts = NvrtcFacts{};
 };
 
 }  // namespace
@@ -192,46 +240,48 @@ Result<NvrtcOutput> run_nvrtc(const std::string& program_name, const std::string
     header_texts.push_back(h.text);
     header_names.push_back(h.name);
   }
+  note_stage("NVRTC", "loading NVRTC");
+  const NvrtcLibrary& nvrtc = *JC_TRY(nvrtc_library());
   const ToolSection section;  // NVRTC's own locks, held while it compiles (fork_guard.hpp)
   nvrtcProgram raw = nullptr;
   note_stage("NVRTC", "nvrtcCreateProgram");
-  nvrtcResult rc = nvrtcCreateProgram(&raw, source.c_str(), program_name.c_str(), static_cast<int>(header_texts.size()),
+  nvrtcResult rc = nvrtc.create_program(&raw, source.c_str(), program_name.c_str(), static_cast<int>(header_texts.size()),
                                       header_texts.data(), header_names.data());
   if (rc != NVRTC_SUCCESS)
-    return make_error(ErrorCode::compile, "nvrtcCreateProgram failed for " + what + ": " + nvrtcGetErrorString(rc));
-  Program program(raw);
+    return make_error(ErrorCode::compile, "nvrtcCreateProgram failed for " + what + ": " + nvrtc.get_error_string(rc));
+  Program program(nvrtc, raw);
 
   std::vector<const char*> argv;
   for (const auto& o : options) argv.push_back(o.c_str());
   NvrtcOutput out;
   note_stage("NVRTC", "nvrtcCompileProgram");
-  rc = nvrtcCompileProgram(program.get(), static_cast<int>(argv.size()), argv.data());
+  rc = nvrtc.compile_program(program.get(), static_cast<int>(argv.size()), argv.data());
   std::size_t log_size = 0;
-  if (nvrtcGetProgramLogSize(program.get(), &log_size) == NVRTC_SUCCESS && log_size > 1) {
+  if (nvrtc.get_program_log_size(program.get(), &log_size) == NVRTC_SUCCESS && log_size > 1) {
     out.log.resize(log_size);
-    nvrtcGetProgramLog(program.get(), out.log.data());
+    nvrtc.get_program_log(program.get(), out.log.data());
     // The size counts a terminator, and ptxas' part of the log brings one of its own.
     while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
   }
   if (rc != NVRTC_SUCCESS)
     return make_error(ErrorCode::compile,
-                      "NVRTC could not compile " + what + " at nvrtcCompileProgram: " + nvrtcGetErrorString(rc),
+                      "NVRTC could not compile " + what + " at nvrtcCompileProgram: " + nvrtc.get_error_string(rc),
                       "options: " + joined(options) + "\nlog:\n" + out.log);
 
   note_stage("NVRTC", "nvrtcGetCUBIN");
   std::size_t ptx_size = 0;
-  if (nvrtcGetPTXSize(program.get(), &ptx_size) == NVRTC_SUCCESS && ptx_size > 0) {
+  if (nvrtc.get_ptx_size(program.get(), &ptx_size) == NVRTC_SUCCESS && ptx_size > 0) {
     out.ptx.resize(ptx_size);
-    nvrtcGetPTX(program.get(), out.ptx.data());
+    nvrtc.get_ptx(program.get(), out.ptx.data());
     out.ptx.resize(ptx_size - 1);
   }
   std::size_t cubin_size = 0;
-  rc = nvrtcGetCUBINSize(program.get(), &cubin_size);
+  rc = nvrtc.get_cubin_size(program.get(), &cubin_size);
   if (rc != NVRTC_SUCCESS || cubin_size == 0)
     return make_error(ErrorCode::compile, "NVRTC produced no cubin for " + what + " (is the target a real architecture?)",
                       "options: " + joined(options));
   out.cubin.resize(cubin_size);
-  nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(out.cubin.data()));
+  nvrtc.get_cubin(program.get(), reinterpret_cast<char*>(out.cubin.data()));
   return out;
 }
 

@@ -2,6 +2,10 @@
 
 #include <array>
 
+#include "jitcache/log.hpp"
+#include "runtime/compile/elf_build_id.hpp"
+#include "runtime/compile/toolkit_search.hpp"
+
 namespace jitcache {
 
 std::string nvvm::result_name(nvvm::Result result) {
@@ -30,15 +34,9 @@ std::string NvvmLibrary::version() const {
 }
 
 std::vector<std::string> nvvm_candidates() {
-  std::vector<std::string> candidates;
-  if (const auto dir = nvrtc_library_dir()) {
-    // Wheels and this toolkit layout keep libnvvm beside libnvrtc; a classic runfile or
-    // package toolkit keeps it in <cuda>/nvvm/lib64.
-    candidates.push_back((*dir / "libnvvm.so.4").string());
-    candidates.push_back((*dir / ".." / "nvvm" / "lib64" / "libnvvm.so.4").lexically_normal().string());
-  }
-  candidates.push_back("libnvvm.so.4");
-  return candidates;
+  std::vector<std::string> paths;
+  for (const auto& c : toolkit_candidates(ToolkitTool::nvvm)) paths.push_back(c.path);
+  return paths;
 }
 
 Result<NvvmLibrary> load_nvvm(const std::vector<std::string>& candidates) {
@@ -64,13 +62,23 @@ Result<NvvmLibrary> load_nvvm(const std::vector<std::string>& candidates) {
   if (const Fn rc = ir_version(&nvvm.ir_major, &nvvm.ir_minor, &nvvm.debug_major, &nvvm.debug_minor);
       rc != nvvm::k_success)
     return make_error(ErrorCode::unavailable, lib.file.string() + ": nvvmIRVersion failed: " + nvvm::result_name(rc));
-  nvvm.identity =
-      "libnvvm " + nvvm.version() + "; " + describe_file(lib.file).value_or(lib.file.string() + " (not stat-able)");
+  // The build, wherever it was found; a file without a build-id note by its path and times.
+  const auto build_id = read_build_id(lib.file);
+  nvvm.identity = "libnvvm " + nvvm.version() + "; " +
+                  (build_id ? "build-id " + *build_id
+                            : describe_file(lib.file).value_or(lib.file.string() + " (not stat-able)"));
   return nvvm;
 }
 
 namespace {
-Result<NvvmLibrary> load_toolkit_nvvm() { return load_nvvm(nvvm_candidates()); }
+Result<NvvmLibrary> load_toolkit_nvvm() {
+  const auto candidates = toolkit_candidates(ToolkitTool::nvvm);
+  auto loaded = load_nvvm(nvvm_candidates());
+  if (!loaded && loaded.error().message.find(" is not available: ") != std::string::npos)
+    return make_error(ErrorCode::unavailable, not_found_message(ToolkitTool::nvvm, candidates), loaded.error().detail);
+  if (loaded) log_info("libNVVM " + loaded->version() + ": " + loaded->library.file.string());
+  return loaded;
+}
 }  // namespace
 
 Result<const NvvmLibrary*> nvvm_library() { return load_once<NvvmLibrary, &load_toolkit_nvvm>(); }

@@ -39,13 +39,13 @@ struct NvvmLibrary {
 
   // "2.0 (NVVM IR 2.0, debug 3.2)"
   std::string version() const;
-  // Versions plus the loaded file's identity, taken when it was loaded: two builds that
-  // both report 2.0 (CUDA 13.0's and 13.5's do) are different files. Readable, for facts.
+  // Versions plus the build: its GNU build-id (the same in every copy, and another for
+  // another build that reports the same 2.0, as CUDA 13.0's and 13.5's do), or for a file
+  // without that note its path, size, times and inode. Readable, for facts.
   std::string identity;
 };
 
-// The candidates, in order: beside libnvrtc (`libnvvm.so.4`, then the classic layout's
-// `../nvvm/lib64/libnvvm.so.4`), then the soname.
+// The candidates in search order (toolkit_search.hpp).
 std::vector<std::string> nvvm_candidates();
 
 // Opens and resolves one libNVVM from `candidates` (a test can point it elsewhere).

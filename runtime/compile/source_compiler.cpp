@@ -1,8 +1,5 @@
 #include "runtime/compile/source_compiler.hpp"
 
-#include <dlfcn.h>
-#include <nvrtc.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -10,6 +7,7 @@
 #include "kernel_templates/kernel_spec.hpp"
 #include "runtime/compile/cubin_elf.hpp"
 #include "runtime/compile/nvjitlink_library.hpp"
+#include "runtime/compile/nvrtc_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
 #include "runtime/compile/source_rules.hpp"
 #include "runtime/compile/toolkit_library.hpp"
@@ -55,10 +53,10 @@ Status check_options(const SourceInput& input) {
 
 constexpr const char* k_ptxas_verbose = "--ptxas-options=-v";
 
+// The NVRTC that compiled: loaded by then.
 std::string nvrtc_version() {
-  int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
-  return std::to_string(major) + "." + std::to_string(minor);
+  const auto nvrtc = nvrtc_library();
+  return nvrtc ? (*nvrtc)->version() : "unknown";
 }
 
 const char* default_name(SourceKind kind);
@@ -339,18 +337,15 @@ Result<SourceOutput> compile_checked(const SourceInput& input, const std::string
 Result<std::string> loaded_tool_file(const std::string& tool);
 Status check_worker_tools(const SourceOutput& out, const std::string& name, const std::string& target);
 
-// The file libNVVM or nvJitLink would be loaded from in this process, when a path
+// The file a tool (nvrtc, libnvvm, nvjitlink) would be loaded from in this process, when a path
 // candidate tells it (the first that exists, as the loader takes the first that loads);
 // std::nullopt when only the soname is left, which cannot be told without loading.
 std::optional<std::string> expected_library_file(const std::string& tool) {
-  for (const auto& candidate : tool == "libnvvm" ? nvvm_candidates() : nvjitlink_candidates()) {
-    if (candidate.find('/') == std::string::npos) return std::nullopt;
-    std::error_code ec;
-    const auto file = std::filesystem::canonical(candidate, ec);
-    if (ec) continue;
-    return describe_file(file);
-  }
-  return std::nullopt;
+  const auto located = locate_toolkit_file(tool == "nvrtc"      ? ToolkitTool::nvrtc
+                                           : tool == "libnvvm" ? ToolkitTool::nvvm
+                                                               : ToolkitTool::nvjitlink);
+  if (!located) return std::nullopt;
+  return describe_file(located->path);
 }
 
 }  // namespace
@@ -423,12 +418,7 @@ Result<SourceOutput> compile_checked(const SourceInput& input, const std::string
 Result<std::string> loaded_tool_file(const std::string& tool) {
   std::filesystem::path file;
   if (tool == "nvrtc") {
-    Dl_info info{};
-    if (::dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) == 0 || info.dli_fname == nullptr)
-      return make_error(ErrorCode::unavailable, "the loaded NVRTC library cannot be told (dladdr)");
-    std::error_code ec;
-    file = std::filesystem::canonical(info.dli_fname, ec);
-    if (ec) file = info.dli_fname;
+    file = JC_TRY(nvrtc_library())->library.file;
   } else if (tool == "libnvvm") {
     file = JC_TRY(nvvm_library())->library.file;
   } else if (tool == "nvjitlink") {
@@ -451,14 +441,15 @@ Status check_worker_tools(const SourceOutput& out, const std::string& name, cons
     const auto ran = out.tool_files.find(tool);
     if (ran == out.tool_files.end())
       return make_error(ErrorCode::compile, "the tool worker did not say which " + tool + " library compiled " + name);
-    std::optional<std::string> ours;
-    if (tool == "libnvvm" || tool == "nvjitlink") ours = expected_library_file(tool);
+    std::optional<std::string> ours = expected_library_file(tool);
     if (!ours) ours = JC_TRY(loaded_tool_file(tool));
     if (*ours != ran->second)
       return make_error(ErrorCode::unavailable,
                         "the tool worker compiled " + name + " for " + target + " with another " + tool + " (" +
                             ran->second + ") than the one this process keys its requests with (" + *ours +
-                            "): nothing was stored. Give both the same toolkit (library search path, " +
+                            "): nothing was stored. Give both the same compilers (" +
+                            std::string(env::jitcache_nvrtc.name) + ", " + std::string(env::jitcache_nvjitlink.name) +
+                            ", " + std::string(env::jitcache_nvvm.name) + ", " +
                             std::string(env::jitcache_tool_worker.name) + ")");
   }
   return {};

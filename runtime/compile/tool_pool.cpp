@@ -16,6 +16,7 @@
 
 #include "runtime/compile/tool_protocol.hpp"
 #include "runtime/compile/tool_worker.hpp"
+#include "runtime/compile/toolkit_search.hpp"
 #include "support/env.hpp"
 #include "support/unique_fd.hpp"
 
@@ -116,8 +117,25 @@ Result<Worker> spawn_worker(const std::filesystem::path& path) {
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   const std::string program = path.string();
   char* argv[] = {const_cast<char*>(program.c_str()), nullptr};
+  // The worker is another program, so its own search could find other compilers (the
+  // Python environment is told by the program's path): it gets the files this process
+  // found, named in the variables that pick them.
+  std::vector<std::string> pinned;
+  for (const ToolkitTool tool : {ToolkitTool::nvrtc, ToolkitTool::nvjitlink, ToolkitTool::nvvm})
+    if (const auto located = locate_toolkit_file(tool))
+      pinned.push_back(std::string(tool_env_name(tool)) + "=" + located->path);
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const bool replaced = std::any_of(pinned.begin(), pinned.end(), [&](const std::string& p) {
+      return entry.substr(0, entry.find('=') + 1) == std::string_view(p).substr(0, p.find('=') + 1);
+    });
+    if (!replaced) envp.push_back(*e);
+  }
+  for (std::string& p : pinned) envp.push_back(p.data());
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, program.c_str(), &actions, &attr, argv, environ);
+  const int rc = ::posix_spawn(&pid, program.c_str(), &actions, &attr, argv, envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return make_error(ErrorCode::unavailable, "could not start the tool worker " + program + ": " + errno_text(rc));

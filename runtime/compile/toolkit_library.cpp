@@ -1,31 +1,22 @@
 #include "runtime/compile/toolkit_library.hpp"
 
-#include <nvrtc.h>
 #include <sys/stat.h>
 
 #include <xxhash.h>
 
 #include <cstdio>
 
+#include "runtime/compile/toolkit_search.hpp"
+
 namespace jitcache {
 
 std::optional<std::filesystem::path> nvrtc_library_dir() {
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) == 0 || info.dli_fname == nullptr)
-    return std::nullopt;
-  // A non-PIE program's PLT stub resolves to the program itself, not to libnvrtc.
-  if (std::string_view(info.dli_fname).find("nvrtc") == std::string_view::npos) return std::nullopt;
-  std::error_code ec;
-  const auto file = std::filesystem::canonical(info.dli_fname, ec);
-  if (ec) return std::nullopt;
-  return file.parent_path();
+  const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
+  if (!located) return std::nullopt;
+  return std::filesystem::path(located->path).parent_path();
 }
 
-int nvrtc_major_version() {
-  int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
-  return major;
-}
+int nvrtc_major_version() { return toolkit_major(); }
 
 Result<ToolkitLibrary> open_toolkit_library(const std::string& what, const std::vector<std::string>& candidates) {
   std::string tried, last_complaint;
@@ -44,7 +35,7 @@ Result<ToolkitLibrary> open_toolkit_library(const std::string& what, const std::
       last_complaint = complaint != nullptr ? complaint : "unknown dlopen error";
       continue;
     }
-    ToolkitLibrary library{handle, candidate};
+    ToolkitLibrary library{handle, candidate, candidate};
     // The file the loader actually mapped: for a soname, where its search found it.
     char origin[4096] = {};
     if (!is_path && ::dlinfo(handle, RTLD_DI_ORIGIN, origin) == 0) {

@@ -1,8 +1,7 @@
-// Opening the CUDA toolkit's optional compiler libraries (libNVVM, nvJitLink) at run time.
-// NVRTC is linked; these two are dlopen'ed at their first use, because loading them
-// costs 60-870 ms and most processes never compile outside kernels, and because a toolkit
-// that lacks one of them must still run everything else. They are looked for beside the
-// libnvrtc this process loaded first (the same toolkit), then by soname.
+// Opening the CUDA compiler libraries (NVRTC, libNVVM, nvJitLink) at run time. None is
+// linked; each is dlopen'ed at its first use, because loading them costs 6-870 ms and a
+// process that hits its cache never compiles, and because a machine that lacks one of
+// them must still run everything else. toolkit_search.hpp says where they are looked for.
 #pragma once
 
 #include <dlfcn.h>
@@ -17,9 +16,11 @@
 
 namespace jitcache {
 
-// The directory of the libnvrtc this process runs (canonical), if it can be told.
+// The directory of the libnvrtc this process runs or would run (canonical), if a path
+// candidate tells it; nothing is loaded to find it.
 std::optional<std::filesystem::path> nvrtc_library_dir();
-// libnvrtc's major version (13 for CUDA 13.x): nvJitLink's soname carries the same.
+// The CUDA major version of this build (13 for CUDA 13.x): NVRTC's and nvJitLink's sonames
+// carry it.
 int nvrtc_major_version();
 
 // A dlopen'ed library, kept for the life of the process: its function pointers are
@@ -27,6 +28,7 @@ int nvrtc_major_version();
 struct ToolkitLibrary {
   void* handle = nullptr;
   std::filesystem::path file;  // canonical path of the file the loader mapped
+  std::string opened_as;       // the candidate that loaded (a path or a soname)
 };
 
 // Opens the first candidate that loads (a path, or a bare soname for the loader's own

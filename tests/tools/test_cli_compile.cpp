@@ -3,6 +3,7 @@
 // the cache. Exit 0 when every variant compiled, 2 for a usage error or unknown target.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -68,7 +69,9 @@ TEST_F(CliCompileTest, TextHasAHeaderAndOneRowPerVariant) {
     for (std::size_t at = 0; (at = o.out.find(row, at)) != std::string::npos; at += row.size()) ++rows;
   }
   EXPECT_EQ(rows, k_variants.size()) << o.out;
-  EXPECT_EQ(o.err, "");
+  // Nothing on stderr but the one line naming the NVRTC it loaded (at INFO).
+  EXPECT_EQ(o.err.rfind("jitcache INFO: NVRTC ", 0), 0u) << o.err;
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
 }
 
 TEST_F(CliCompileTest, UsageErrorsExitTwo) {

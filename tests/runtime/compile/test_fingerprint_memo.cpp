@@ -1,7 +1,7 @@
 // The NVRTC fingerprint memo (runtime/compile/compiler.hpp, NvrtcOptions::fingerprint_memo): a
-// fresh process takes the fingerprint of the loaded libnvrtc from the memo instead of
-// compiling; anything wrong with the memo is a miss that computes and repairs it.
-#include <nvrtc.h>
+// fresh process takes the version and fingerprint of the libnvrtc it would load from the
+// memo, by the file's build-id, instead of opening NVRTC; anything wrong with the memo is a
+// miss that computes and repairs it.
 #include <sys/stat.h>
 
 #include <fstream>
@@ -9,7 +9,9 @@
 
 #include "jitcache/runtime.hpp"
 #include "runtime/compile/compiler.hpp"
+#include "runtime/compile/elf_build_id.hpp"
 #include "runtime/compile/fingerprint_memo.hpp"
+#include "runtime/compile/nvrtc_library.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
@@ -60,25 +62,46 @@ TEST_F(FingerprintMemoTest, RecordsTheLoadedLibraryAndItsFingerprint) {
   EXPECT_EQ(doc["format"], "jitcache_compiler_fingerprints_v1");
   ASSERT_EQ(doc["entries"].size(), 1u);
   const std::string key = doc["entries"].begin().key();
-  int major = 0, minor = 0;
-  ASSERT_EQ(nvrtcVersion(&major, &minor), NVRTC_SUCCESS);
-  EXPECT_TRUE(key.starts_with("nvrtc " + std::to_string(major) + "." + std::to_string(minor) + "; /")) << key;
-  EXPECT_NE(key.find("libnvrtc"), std::string::npos) << key;
-  EXPECT_NE(key.find(" inode "), std::string::npos) << key;
-  EXPECT_NE(key.find("; builtins "), std::string::npos) << key;
-  EXPECT_EQ(doc["entries"].begin().value(), true_fingerprint());
+  // Under the build-id of the file the search finds, with the version NVRTC reports.
+  const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
+  ASSERT_TRUE(located);
+  const auto build_id = read_build_id(located->path);
+  ASSERT_TRUE(build_id) << located->path << " has no build-id note";
+  EXPECT_EQ(key, "nvrtc build-id " + *build_id);
+  const auto nvrtc = nvrtc_library();
+  ASSERT_TRUE(nvrtc) << nvrtc.error().to_string();
+  EXPECT_EQ(doc["entries"].begin().value()["version"], (*nvrtc)->version());
+  EXPECT_EQ(doc["entries"].begin().value()["fingerprint"], true_fingerprint());
   // No temporary file is left behind.
   for (const auto& e : std::filesystem::directory_iterator(dir())) EXPECT_EQ(e.path(), memo());
 }
 
-TEST_F(FingerprintMemoTest, AFreshCompilerTakesTheMemoInsteadOfCompiling) {
+TEST_F(FingerprintMemoTest, AFreshCompilerTakesTheMemoInsteadOfLoadingNvrtc) {
   const std::string key = identity();
-  // A value no compile produces: getting it back proves the compile was skipped.
-  const std::string planted = "0123456789abcdef0123456789abcdef";
+  // A version this NVRTC does not report: getting it back proves NVRTC was not asked. Its
+  // fingerprint is the one the build's notes give for that version (no builtins of it).
+  const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
+  ASSERT_TRUE(located);
+  const std::string planted = nvrtc_build_fingerprint("99.9", key.substr(std::string("nvrtc build-id ").size()),
+                                                      std::nullopt);
   ASSERT_NE(planted, true_fingerprint());
   write_text(memo(), nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"},
-                                    {"entries", {{key, planted}}}}.dump());
-  EXPECT_EQ(fingerprint_with_memo(memo()), planted);
+                                    {"entries", {{key, {{"version", "99.9"}, {"fingerprint", planted}}}}}}.dump());
+  const auto compiler = make_nvrtc_compiler(NvrtcOptions{memo()});
+  EXPECT_EQ(compiler->fingerprint().value_or(""), planted);
+  EXPECT_EQ(compiler->version(), "99.9");
+}
+
+// The memo's key is libnvrtc's build-id; the builtins' build-id is checked against the
+// entry's fingerprint, so an entry whose fingerprint the files do not give is a miss.
+TEST_F(FingerprintMemoTest, AnEntryTheBuildsNotesDoNotGiveIsAMiss) {
+  const std::string key = identity();
+  const std::string planted = "0123456789abcdef0123456789abcdef";
+  const std::string version = read_json(memo())["entries"][key]["version"];
+  write_text(memo(), nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"},
+                                    {"entries", {{key, {{"version", version}, {"fingerprint", planted}}}}}}.dump());
+  EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+  EXPECT_EQ(read_json(memo())["entries"][key]["fingerprint"], true_fingerprint());
 }
 
 TEST_F(FingerprintMemoTest, AnotherLibrarysEntryIsAMiss) {
@@ -117,7 +140,7 @@ TEST_F(FingerprintMemoTest, EveryMalformedMemoIsAMissAndIsRepaired) {
     EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
     const auto repaired = read_json(memo());
     ASSERT_TRUE(repaired.is_object()) << "not repaired";
-    EXPECT_EQ(repaired["entries"][key], true_fingerprint());
+    EXPECT_EQ(repaired["entries"][key]["fingerprint"], true_fingerprint());
   }
 }
 
@@ -156,7 +179,8 @@ TEST_F(FingerprintMemoTest, EntriesAreBounded) {
   const auto doc = read_json(memo());
   EXPECT_LE(doc["entries"].size(), 16u);
   bool ours = false;
-  for (const auto& [k, v] : doc["entries"].items()) ours |= !k.starts_with("other library") && v == true_fingerprint();
+  for (const auto& [k, v] : doc["entries"].items())
+    ours |= !k.starts_with("other library") && v.is_object() && v["fingerprint"] == true_fingerprint();
   EXPECT_TRUE(ours) << doc.dump();
 }
 
@@ -176,7 +200,7 @@ TEST_F(FingerprintMemoTest, TheRuntimeKeepsItsMemoInTheCacheRoot) {
   const auto doc = read_json(dir() / "cache" / k_fingerprint_memo_name);
   ASSERT_TRUE(doc.is_object());
   ASSERT_EQ(doc["entries"].size(), 1u);
-  EXPECT_EQ(doc["entries"].begin().value(), true_fingerprint());
+  EXPECT_EQ(doc["entries"].begin().value()["fingerprint"], true_fingerprint());
 }
 
 // The toolkit libraries' entries (libNVVM, nvJitLink) share the memo: an entry has the
@@ -191,7 +215,7 @@ TEST_F(FingerprintMemoTest, ToolkitLibraryEntriesRoundTripBesideNvrtcs) {
   EXPECT_EQ(tool->fingerprint, std::string(32, 'a'));
   const auto nvrtc = read_memo(memo(), nvrtc_identity);
   ASSERT_TRUE(nvrtc);
-  EXPECT_TRUE(nvrtc->version.empty());
+  EXPECT_FALSE(nvrtc->version.empty());
   EXPECT_EQ(nvrtc->fingerprint, true_fingerprint());
   // NVRTC still takes its own entry, and only that one.
   EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
@@ -225,7 +249,7 @@ TEST_F(FingerprintMemoTest, TheRuntimeRemembersTheToolkitLibrariesItLoads) {
   ASSERT_TRUE(doc.is_object());
   bool found = false;
   for (const auto& [identity, value] : doc["entries"].items())
-    if (identity.starts_with("nvjitlink file ")) {
+    if (identity.starts_with("nvjitlink build-id ")) {
       found = true;
       EXPECT_TRUE(value.is_object()) << value.dump();
       EXPECT_FALSE(value["version"].get<std::string>().empty());

@@ -17,6 +17,7 @@
 #include "runtime/compile/nvjitlink_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
 #include "runtime/compile/source_compiler.hpp"
+#include "build_id_copy.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
@@ -408,8 +409,10 @@ TEST(ToolkitLibraries, VersionsAndFingerprints) {
   const auto dir = nvrtc_library_dir();
   ASSERT_TRUE(dir.has_value());
   EXPECT_TRUE((*jl)->library.file.is_absolute());
-  EXPECT_NE((*nvvm)->identity.find((*nvvm)->library.file.string()), std::string::npos);
-  EXPECT_NE((*nvvm)->identity.find(" inode "), std::string::npos);
+  // The build, not the place: the build-id of the file that was loaded.
+  const auto nvvm_build = read_build_id((*nvvm)->library.file);
+  ASSERT_TRUE(nvvm_build);
+  EXPECT_NE((*nvvm)->identity.find("; build-id " + *nvvm_build), std::string::npos) << (*nvvm)->identity;
   EXPECT_NE((*jl)->identity.find("nvjitlink " + (*jl)->version()), std::string::npos);
   auto f1 = nvvm_fingerprint();
   auto f2 = nvjitlink_fingerprint();
@@ -423,17 +426,23 @@ TEST(ToolkitLibraries, VersionsAndFingerprints) {
 
 class ToolkitLibraryFiles : public jitcache::testing::TempDirTest {};
 
-TEST_F(ToolkitLibraryFiles, AnotherBuildWithTheSameVersionHasAnotherFingerprint) {
+TEST_F(ToolkitLibraryFiles, TheSameBuildElsewhereSharesTheFingerprintAnotherBuildDoesNot) {
   auto nvvm = nvvm_library();
   ASSERT_OK(nvvm);
-  // A copy stands for another build that reports the same version numbers.
-  const auto copy = dir() / "libnvvm.so.4";
-  std::filesystem::copy_file((*nvvm)->library.file, copy);
-  auto other = load_nvvm({copy.string()});
-  ASSERT_OK(other);
-  EXPECT_EQ(other->version(), (*nvvm)->version());
-  EXPECT_EQ(other->library.file, std::filesystem::canonical(copy));
-  EXPECT_NE(fingerprint_digest(other->identity), *nvvm_fingerprint());
+  // A copy is the same build in another place; a copy whose build-id note differs stands
+  // for another build that reports the same version numbers.
+  const auto same = dir() / "same" / "libnvvm.so.4";
+  const auto other = dir() / "other" / "libnvvm.so.4";
+  testing::copy_library((*nvvm)->library.file, same, testing::Build::same);
+  testing::copy_library((*nvvm)->library.file, other, testing::Build::other);
+  auto a = load_nvvm({same.string()});
+  auto b = load_nvvm({other.string()});
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  EXPECT_EQ(b->version(), (*nvvm)->version());
+  EXPECT_EQ(b->library.file, std::filesystem::canonical(other));
+  EXPECT_EQ(fingerprint_digest(a->identity), *nvvm_fingerprint());
+  EXPECT_NE(fingerprint_digest(b->identity), *nvvm_fingerprint());
 }
 
 TEST_F(ToolkitLibraryFiles, AMissingLibraryOrSymbolIsUnavailableAndSaysWhere) {

@@ -17,6 +17,7 @@
 #include "runtime/compile/source_compiler.hpp"
 #include "runtime/compile/tool_worker.hpp"
 #include "runtime/compile/toolkit_library.hpp"
+#include "runtime/compile/toolkit_search.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
@@ -181,6 +182,34 @@ TEST_F(ToolWorker, TheRealWorkerIsReusedAndSurvivesItsCallersBadInput) {
   EXPECT_EQ(first.error().message, second.error().message);
 }
 
+// The worker is another program: its own search (which tells the Python environment by the
+// program's path) could find other compilers than this process. It is handed the files
+// this process found, in the variables that pick them; a variable of the caller's own
+// with another value is replaced.
+TEST_F(ToolWorker, TheWorkerIsHandedTheCompilersThisProcessFound) {
+  const auto real = find_tool_worker();
+  ASSERT_TRUE(real) << real.error().to_string();
+  if (!locate_toolkit_file(ToolkitTool::nvrtc)) GTEST_SKIP() << "NVRTC is found by its soname only here";
+  const auto seen = dir() / "worker-env";
+  fake("env > '" + seen.string() + "'; exec '" + real->string() + "'");
+  m_env.set("JITCACHE_NVVM", "");  // blank: unset for the search, replaced for the worker
+  SourceInput in;
+  in.kind = SourceKind::cuda;
+  in.text = "extern \"C\" __global__ void k(float* x) { x[0] = 2.0f; }\n";
+  in.entry = "k";
+  in.target = "sm_90";
+  in.name = "k.cu";
+  ASSERT_OK(compile_source(in));
+  std::ifstream file(seen);
+  const std::string env = "\n" + std::string((std::istreambuf_iterator<char>(file)), {});
+  for (const ToolkitTool tool : {ToolkitTool::nvrtc, ToolkitTool::nvjitlink, ToolkitTool::nvvm}) {
+    const auto located = locate_toolkit_file(tool);
+    if (!located) continue;
+    EXPECT_TRUE(has(env, "\n" + std::string(tool_env_name(tool)) + "=" + located->path + "\n")) << env;
+  }
+  EXPECT_FALSE(has(env, "\nJITCACHE_NVVM=\n")) << env;
+}
+
 // The worker finds its own tools. One that runs another NVRTC file than the one this
 // process keys its requests with (here a copy of the same build, which a key made from
 // the file this process runs cannot tell from another build) compiles, but nothing of it is
@@ -199,7 +228,8 @@ TEST_F(ToolWorker, AWorkerRunningAnotherCompilerFileIsRefused) {
     else if (file.rfind("libnvrtc", 0) == 0 && entry.is_symlink())
       std::filesystem::create_symlink(std::filesystem::read_symlink(entry.path()), copy / file);
   }
-  fake("LD_LIBRARY_PATH='" + copy.string() + "' exec '" + real->string() + "'");
+  fake("JITCACHE_NVRTC='" + (copy / ("libnvrtc.so." + std::to_string(nvrtc_major_version()))).string() +
+       "' exec '" + real->string() + "'");
   SourceInput in;
   in.kind = SourceKind::cuda;
   in.text = "extern \"C\" __global__ void k(float* x) { x[0] = 1.0f; }\n";

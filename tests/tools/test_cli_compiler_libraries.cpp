@@ -1,0 +1,143 @@
+// The compiler libraries as a process meets them: opened only when a compile needs them
+// (a warm start maps none), keyed by their build, and named with what to install when
+// none is found.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "build_id_copy.hpp"
+#include "cli_fixture.hpp"
+#include "runtime/compile/nvrtc_library.hpp"
+#include "runtime/compile/toolkit_library.hpp"
+
+namespace jitcache {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::CliOutcome;
+
+const fs::path k_golden = jitcache::testing::source_dir() / "tests" / "runtime" / "compile" / "golden";
+const fs::path k_checkpoint = jitcache::testing::source_dir() / "examples" / "glm5-mini";
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class CliCompilerLibrariesTest : public testing::CliCommandTest {
+ protected:
+  // The CLI on the test's cache with `env` added; the caller's compiler choices dropped.
+  CliOutcome run_with(const std::vector<std::string>& args, const std::vector<std::string>& env) const {
+    std::vector<std::string> full = {"--cache-dir", m_root.string()};
+    full.insert(full.end(), args.begin(), args.end());
+    return testing::run_cli(dir(), full, env,
+                            {"JITCACHE_DIR=", "XDG_CACHE_HOME=", "JITCACHE_NVRTC=", "JITCACHE_NVJITLINK=",
+                             "JITCACHE_NVVM="});
+  }
+};
+
+// A warm start, every variant in the cache and the fingerprints in the memo, maps no
+// compiler at all; the dynamic loader's own trace (LD_DEBUG=files) says what it opened.
+TEST_F(CliCompilerLibrariesTest, AWarmStartMapsNoCompiler) {
+  const std::vector<std::string> warm = {"warm", "--checkpoint", k_checkpoint.string(), "--arch", "sm_90",
+                                         "--jobs", "2", "--json"};
+  const CliOutcome cold = run_with(warm, {"LD_DEBUG=files"});
+  ASSERT_EQ(cold.code, 0) << cold.err.substr(0, 4000);
+  EXPECT_TRUE(has(cold.err, "libnvrtc")) << "the trace should show the cold warm loading NVRTC";
+  const CliOutcome hot = run_with(warm, {"LD_DEBUG=files"});
+  ASSERT_EQ(hot.code, 0) << hot.err.substr(0, 4000);
+  const json doc = parse(hot);
+  EXPECT_EQ(doc["compiled"], 0) << hot.out;
+  EXPECT_EQ(doc["already_cached"], doc["variants_needed"]) << hot.out;
+  for (const char* library : {"libnvrtc", "libnvJitLink", "libnvvm"})
+    EXPECT_FALSE(has(hot.err, library)) << library << " was mapped:\n" << hot.err.substr(0, 4000);
+  // The trace works: the process did map what it links.
+  EXPECT_TRUE(has(hot.err, "libsqlite3")) << hot.err.substr(0, 2000);
+  // Without the memo (a fresh node given a filled cache), the files still tell the
+  // version and the build: nothing is loaded either, and the memo is written again.
+  ASSERT_TRUE(fs::remove(m_root / "compiler-fingerprints.json"));
+  const CliOutcome fresh = run_with(warm, {"LD_DEBUG=files"});
+  ASSERT_EQ(fresh.code, 0) << fresh.err.substr(0, 4000);
+  EXPECT_EQ(parse(fresh)["compiled"], 0) << fresh.out;
+  EXPECT_FALSE(has(fresh.err, "libnvrtc")) << fresh.err.substr(0, 4000);
+  EXPECT_TRUE(fs::exists(m_root / "compiler-fingerprints.json"));
+}
+
+// Keys follow the compiler's build, not its place: the same libnvrtc (and builtins) in
+// another directory hits the entries the toolkit's made; another build misses them.
+TEST_F(CliCompilerLibrariesTest, TheSameBuildElsewhereHitsAndAnotherBuildMisses) {
+  auto nvrtc = nvrtc_library();
+  ASSERT_TRUE(nvrtc) << nvrtc.error().to_string();
+  const fs::path file = (*nvrtc)->library.file;
+  const std::string version = (*nvrtc)->version();
+  const auto copy_to = [&](const fs::path& to, testing::Build build) {
+    testing::copy_library(file, to / file.filename(), build);
+    testing::copy_library(nvrtc_builtins_file(file, version), nvrtc_builtins_file(to / file.filename(), version),
+                          testing::Build::same);
+    return "JITCACHE_NVRTC=" + (to / file.filename()).string();
+  };
+  const std::vector<std::string> args = {"compile", "--source", (k_golden / "axpy.cu").string(), "--entry", "axpy",
+                                         "--arch",  "sm_90",   "--json"};
+  const CliOutcome first = run_with(args, {});
+  ASSERT_EQ(first.code, 0) << first.err;
+  const std::string key = parse(first)["key"];
+
+  const CliOutcome same = run_with(args, {copy_to(dir() / "same", testing::Build::same)});
+  ASSERT_EQ(same.code, 0) << same.err;
+  EXPECT_EQ(parse(same)["key"], key);
+  EXPECT_EQ(parse(same)["from_cache"], true);
+
+  const CliOutcome other = run_with(args, {copy_to(dir() / "other", testing::Build::other)});
+  ASSERT_EQ(other.code, 0) << other.err;
+  EXPECT_NE(parse(other)["key"], key);
+  EXPECT_EQ(parse(other)["from_cache"], false);
+}
+
+// A program started from a virtual environment's bin/ (the CLI a wheel installs, or
+// `.venv/bin/python` without activating it) takes the environment's NVIDIA pip packages,
+// NVRTC's builtins from beside its libnvrtc, though a toolkit is installed as well.
+TEST_F(CliCompilerLibrariesTest, AProgramStartedFromAVirtualEnvironmentUsesItsPipPackages) {
+  auto nvrtc = nvrtc_library();
+  ASSERT_TRUE(nvrtc) << nvrtc.error().to_string();
+  const fs::path venv = dir() / "venv";
+  const fs::path lib = venv / "lib" / "python3.11" / "site-packages" / "nvidia" /
+                       ("cu" + std::to_string(nvrtc_major_version())) / "lib";
+  if (nvrtc_major_version() < 13) GTEST_SKIP() << "the cu12 packages' layout is tested in test_nvrtc_library";
+  const fs::path file = (*nvrtc)->library.file;
+  testing::copy_library(file, lib / file.filename(), testing::Build::same);
+  testing::copy_library(nvrtc_builtins_file(file, (*nvrtc)->version()),
+                        nvrtc_builtins_file(lib / file.filename(), (*nvrtc)->version()), testing::Build::same);
+  std::ofstream(venv / "pyvenv.cfg") << "home = /usr/bin\n";
+  fs::create_directories(venv / "bin");
+  fs::create_symlink(JITCACHE_CLI_PATH, venv / "bin" / "jitcache");
+  const std::string command = "env -u JITCACHE_NVRTC -u VIRTUAL_ENV -u CONDA_PREFIX -u PYTHONHOME -u JITCACHE_DIR "
+                              "LD_DEBUG=files '" + (venv / "bin" / "jitcache").string() + "' --cache-dir '" +
+                              m_root.string() + "' warm --checkpoint '" + k_checkpoint.string() +
+                              "' --arch sm_90 --jobs 2 --json > '" + (dir() / "out").string() + "' 2> '" +
+                              (dir() / "err").string() + "'";
+  ASSERT_EQ(std::system(command.c_str()), 0) << testing::read_text_file(dir() / "err").substr(0, 4000);
+  const std::string err = testing::read_text_file(dir() / "err");
+  const std::string ours = fs::canonical(lib / file.filename()).string();
+  EXPECT_TRUE(has(err, "file=" + ours + " ")) << err.substr(0, 4000);
+  EXPECT_TRUE(has(err, "file=" + fs::canonical(nvrtc_builtins_file(ours, (*nvrtc)->version())).string() + " "))
+      << err.substr(0, 4000);
+  EXPECT_FALSE(has(err, "file=" + file.string() + " ")) << "the toolkit's NVRTC was loaded";
+  EXPECT_TRUE(has(err, "NVRTC " + (*nvrtc)->version() + ": " + ours + " (the pip package")) << err.substr(0, 4000);
+}
+
+// No NVRTC where it is looked for: a compile is an error naming the places searched and
+// the package that provides it.
+TEST_F(CliCompilerLibrariesTest, NoNvrtcIsAnErrorNamingThePlacesAndThePackage) {
+  const fs::path missing = dir() / "nowhere" / "libnvrtc.so.13";
+  const CliOutcome o = run_with({"compile", "--source", (k_golden / "axpy.cu").string(), "--entry", "axpy",
+                                 "--arch", "sm_90", "--json"},
+                                {"JITCACHE_NVRTC=" + missing.string()});
+  EXPECT_NE(o.code, 0) << o.out;
+  EXPECT_TRUE(has(o.err, missing.string())) << o.err;
+  EXPECT_TRUE(has(o.err, "pip install nvidia-cuda-nvrtc")) << o.err;
+}
+
+}  // namespace
+}  // namespace jitcache

@@ -1,7 +1,10 @@
 """``python -m jitcache ...`` and the ``jitcache`` console command: run the bundled CLI.
 
 The CLI is ``<package>/bin/jitcache`` unless JITCACHE_CLI names another. It replaces this
-process (os.execv), so its output, signals and exit code are the command's own.
+process (os.execv), so its output, signals and exit code are the command's own. Run from a
+virtual environment that is not activated, it is told the environment (VIRTUAL_ENV), so
+that it opens the same NVIDIA pip compilers (nvidia-cuda-nvrtc, nvidia-nvjitlink,
+nvidia-cuda-nvcc) as the library in this interpreter does.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.stdout.flush()
     sys.stderr.flush()
+    if sys.prefix != sys.base_prefix and not os.environ.get("VIRTUAL_ENV", "").strip():
+        os.environ["VIRTUAL_ENV"] = sys.prefix
     try:
         os.execv(path, ["jitcache", *args])
     except OSError as exc:

@@ -97,7 +97,8 @@ ENVIRONMENT_VARIABLES: dict[str, Callable[[], Optional[str]]] = {
 # fetched from, never which kernel it is (the cache key says that). JITCACHE_VERIFY_SPEC
 # says how often a cached kernel is checked against its source, never which kernel runs.
 # Where the tool worker is and how long it may take say where a compile runs, never what
-# it produces.
+# it produces. Which file NVRTC, nvJitLink or libNVVM is loaded from says where a compiler
+# lives; which build it is goes into every key through its build-id fingerprint.
 NOT_REGISTERED: tuple[str, ...] = (
     "JITCACHE_DIR",
     "JITCACHE_LOG_LEVEL",
@@ -116,6 +117,9 @@ NOT_REGISTERED: tuple[str, ...] = (
     "JITCACHE_VERIFY_SPEC",
     "JITCACHE_TOOL_WORKER",
     "JITCACHE_TOOL_TIMEOUT_MS",
+    "JITCACHE_NVRTC",
+    "JITCACHE_NVJITLINK",
+    "JITCACHE_NVVM",
 )
 
 

@@ -89,3 +89,21 @@ def test_installed_console_script(python_env: dict) -> None:
     env.pop("JITCACHE_CLI", None)
     proc = subprocess.run([str(script), "--version"], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == jitcache.__version__
+
+
+def test_the_cli_is_told_the_interpreters_environment(python_env: dict, tmp_path: Path) -> None:
+    """From a virtual environment that is not activated, the CLI gets VIRTUAL_ENV, so it
+    searches the same NVIDIA pip packages for NVRTC as the library in this interpreter;
+    an activated one's VIRTUAL_ENV is left as it is."""
+    probe = tmp_path / "print-venv"
+    probe.write_text('#!/bin/sh\nprintf "%s" "${VIRTUAL_ENV-unset}"\n')
+    probe.chmod(0o755)
+    env = {k: v for k, v in python_env.items() if k != "VIRTUAL_ENV"}
+    env["JITCACHE_CLI"] = str(probe)
+    proc = run_module([], env)
+    assert proc.returncode == 0, proc.stderr
+    in_venv = sys.prefix != sys.base_prefix
+    assert proc.stdout == (sys.prefix if in_venv else "unset")
+    env["VIRTUAL_ENV"] = str(tmp_path / "activated")
+    proc = run_module([], env)
+    assert proc.stdout == str(tmp_path / "activated")

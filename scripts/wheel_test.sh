@@ -32,7 +32,9 @@ fi
 # 1. auditwheel show: the manylinux tag, no CUDA library, nothing outside the policy but
 #    the copies the repair put in jitcache.libs/.
 show=$("$venv/bin/auditwheel" show "$wheel" 2>&1)
-vendored=$(unzip -Z1 "$wheel" | sed -n 's|^jitcache.libs/||p' | grep . || true)
+vendored=$("$venv/bin/python" -c 'import sys, zipfile
+print(" ".join(n.split("/", 1)[1] for n in zipfile.ZipFile(sys.argv[1]).namelist()
+               if n.startswith("jitcache.libs/") and not n.endswith("/")))' "$wheel")
 "$venv/bin/python" - "$show" "$vendored" <<'EOF'
 import re, sys
 show, vendored = sys.argv[1], set(sys.argv[2].split())

@@ -2,8 +2,10 @@
 
 #include <cuda.h>
 #include <link.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 
@@ -58,8 +60,25 @@ std::vector<std::string> toolkit_dirs(ToolkitTool tool) {
 std::optional<fs::path> started_as() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::string argv0;
-  if (!in || !std::getline(in, argv0, '\0') || argv0.find('/') == std::string::npos) return std::nullopt;
+  if (!in || !std::getline(in, argv0, '\0') || argv0.empty()) return std::nullopt;
   std::error_code ec;
+  if (argv0.find('/') == std::string::npos) {
+    // A bare name (`python` with the environment's bin/ on PATH but not activated, as in a
+    // container image): the first executable of that name on PATH, as the shell found it.
+    // PATH is the system's variable, not one of jitcache's (support/env.hpp).
+    const char* value = std::getenv("PATH");
+    if (value == nullptr) return std::nullopt;
+    const std::string path = value;
+    for (std::size_t start = 0; start <= path.size();) {
+      const std::size_t end = std::min(path.find(':', start), path.size());
+      const fs::path candidate = fs::path(path.substr(start, end - start)) / argv0;
+      if (end > start && candidate.is_absolute() && ::access(candidate.c_str(), X_OK) == 0 &&
+          fs::is_regular_file(candidate, ec))
+        return candidate.lexically_normal();
+      start = end + 1;
+    }
+    return std::nullopt;
+  }
   const fs::path path = fs::absolute(argv0, ec);
   if (ec) return std::nullopt;
   return path.lexically_normal();

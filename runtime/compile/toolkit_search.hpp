@@ -11,7 +11,8 @@
 //      the interpreter, so it tries every prefix a Python process can tell from outside:
 //      VIRTUAL_ENV, CONDA_PREFIX, the virtual environment of the program as it was started
 //      (the directory above argv[0] holding pyvenv.cfg: `.venv/bin/python` without an
-//      activated environment, or the jitcache CLI installed into one), the installation
+//      activated environment, or the jitcache CLI installed into one; a bare argv[0] such
+//      as `python` is the first of that name on PATH, as the shell found it), the installation
 //      of the program's real file (/proc/self/exe), and PYTHONHOME; in each,
 //      lib/python3.*/site-packages/ (and dist-packages/) with the package layout of this
 //      build's CUDA major version: nvidia/cu13/lib (nvvm also nvidia/cu13/nvvm/lib64) for

@@ -97,8 +97,13 @@ TEST_F(CliCompilerLibrariesTest, TheSameBuildElsewhereHitsAndAnotherBuildMisses)
 
 // A program started from a virtual environment's bin/ (the CLI a wheel installs, or
 // `.venv/bin/python` without activating it) takes the environment's NVIDIA pip packages,
-// NVRTC's builtins from beside its libnvrtc, though a toolkit is installed as well.
-TEST_F(CliCompilerLibrariesTest, AProgramStartedFromAVirtualEnvironmentUsesItsPipPackages) {
+// NVRTC's builtins from beside its libnvrtc, though a toolkit is installed as well; by its
+// path, or by its bare name with that bin/ on PATH (a container image that puts the
+// environment on PATH without activating it).
+class VirtualEnvironmentTest : public CliCompilerLibrariesTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(VirtualEnvironmentTest, AProgramStartedFromAVirtualEnvironmentUsesItsPipPackages) {
+  const bool bare_name = GetParam();
   auto nvrtc = nvrtc_library();
   ASSERT_TRUE(nvrtc) << nvrtc.error().to_string();
   const fs::path venv = dir() / "venv";
@@ -112,8 +117,10 @@ TEST_F(CliCompilerLibrariesTest, AProgramStartedFromAVirtualEnvironmentUsesItsPi
   std::ofstream(venv / "pyvenv.cfg") << "home = /usr/bin\n";
   fs::create_directories(venv / "bin");
   fs::create_symlink(JITCACHE_CLI_PATH, venv / "bin" / "jitcache");
+  const std::string program = bare_name ? "PATH='" + (venv / "bin").string() + "':\"$PATH\" jitcache"
+                                         : "'" + (venv / "bin" / "jitcache").string() + "'";
   const std::string command = "env -u JITCACHE_NVRTC -u VIRTUAL_ENV -u CONDA_PREFIX -u PYTHONHOME -u JITCACHE_DIR "
-                              "LD_DEBUG=files '" + (venv / "bin" / "jitcache").string() + "' --cache-dir '" +
+                              "LD_DEBUG=files " + program + " --cache-dir '" +
                               m_root.string() + "' warm --checkpoint '" + k_checkpoint.string() +
                               "' --arch sm_90 --jobs 2 --json > '" + (dir() / "out").string() + "' 2> '" +
                               (dir() / "err").string() + "'";
@@ -126,6 +133,11 @@ TEST_F(CliCompilerLibrariesTest, AProgramStartedFromAVirtualEnvironmentUsesItsPi
   EXPECT_FALSE(has(err, "file=" + file.string() + " ")) << "the toolkit's NVRTC was loaded";
   EXPECT_TRUE(has(err, "NVRTC " + (*nvrtc)->version() + ": " + ours + " (the pip package")) << err.substr(0, 4000);
 }
+
+INSTANTIATE_TEST_SUITE_P(ByPathOrName, VirtualEnvironmentTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("BareNameOnPath") : std::string("ByPath");
+                         });
 
 // No NVRTC where it is looked for: a compile is an error naming the places searched and
 // the package that provides it.

@@ -151,7 +151,7 @@ nlohmann::json run_child(const std::string& mode, const fs::path& cache) {
 }
 
 ModelSpec bundled_model() {
-  return ModelSpec{g_config.checkpoint, RecordFormat::b12x_432, k_target, std::nullopt, std::nullopt};
+  return ModelSpec{g_config.checkpoint, RecordFormat::b12x_432, k_target, std::nullopt, std::nullopt, std::nullopt};
 }
 
 RuntimeOptions runtime_options(const fs::path& cache) {

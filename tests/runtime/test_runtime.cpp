@@ -29,7 +29,7 @@ class RuntimeTest : public jitcache::testing::TempDirTest {
 TEST_F(RuntimeTest, PreparesTheBundledCheckpoint) {
   std::vector<PrepareProgress> events;
   auto rt = open_runtime([&](const PrepareProgress& p) { events.push_back(p); });
-  ModelSpec model{k_checkpoint, RecordFormat::b12x_432, "sm_100a", std::nullopt, std::nullopt};
+  ModelSpec model{k_checkpoint, RecordFormat::b12x_432, "sm_100a", std::nullopt, std::nullopt, std::nullopt};
   auto prepared = rt->prepare(model);
   ASSERT_OK(prepared);
   const PreparedModel& m = **prepared;
@@ -68,7 +68,7 @@ TEST_F(RuntimeTest, PreparesTheBundledCheckpoint) {
 }
 
 TEST_F(RuntimeTest, SecondPrepareCompilesNothing) {
-  ModelSpec model{k_checkpoint, RecordFormat::b12x_368, "sm_90", std::nullopt, std::nullopt};
+  ModelSpec model{k_checkpoint, RecordFormat::b12x_368, "sm_90", std::nullopt, std::nullopt, std::nullopt};
   {
     auto rt = open_runtime();
     ASSERT_OK(rt->prepare(model));
@@ -94,7 +94,7 @@ TEST_F(RuntimeTest, IdentityCheckpointNeedsOnlyIdentityVariants) {
   }
   jitcache::testing::ScopedEnv no_override("VLLM_NVFP4_MLA_SCALES_FILE", nullptr);
   auto rt = open_runtime();
-  auto prepared = rt->prepare(ModelSpec{ckpt, RecordFormat::b12x_432, "sm_120a", std::nullopt, std::nullopt});
+  auto prepared = rt->prepare(ModelSpec{ckpt, RecordFormat::b12x_432, "sm_120a", std::nullopt, std::nullopt, std::nullopt});
   ASSERT_OK(prepared);
   EXPECT_EQ((*prepared)->stats().variants, 2u);
   for (const auto& k : (*prepared)->kernels()) EXPECT_EQ(k.latent_scale, LatentScale::identity);
@@ -102,13 +102,13 @@ TEST_F(RuntimeTest, IdentityCheckpointNeedsOnlyIdentityVariants) {
 
 TEST_F(RuntimeTest, ErrorsNameTheProblem) {
   auto rt = open_runtime();
-  auto no_target = rt->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "", std::nullopt, std::nullopt});
+  auto no_target = rt->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "", std::nullopt, std::nullopt, std::nullopt});
   ASSERT_FALSE(no_target);
   EXPECT_EQ(no_target.error().code, ErrorCode::unavailable);
-  auto bad_target = rt->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "sm_12", std::nullopt, std::nullopt});
+  auto bad_target = rt->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "sm_12", std::nullopt, std::nullopt, std::nullopt});
   ASSERT_FALSE(bad_target);
   EXPECT_NE(bad_target.error().message.find("sm_12"), std::string::npos);
-  auto missing = rt->prepare(ModelSpec{dir() / "nowhere", RecordFormat::b12x_432, "sm_90", std::nullopt, std::nullopt});
+  auto missing = rt->prepare(ModelSpec{dir() / "nowhere", RecordFormat::b12x_432, "sm_90", std::nullopt, std::nullopt, std::nullopt});
   ASSERT_FALSE(missing);
   EXPECT_FALSE(rt->device().available);
   EXPECT_FALSE(rt->device().reason.empty());
@@ -116,7 +116,7 @@ TEST_F(RuntimeTest, ErrorsNameTheProblem) {
 
 TEST_F(RuntimeTest, LaunchWithoutAGpuIsUnavailableNotACrash) {
   auto rt = open_runtime();
-  auto prepared = rt->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "sm_90", std::nullopt, std::nullopt});
+  auto prepared = rt->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "sm_90", std::nullopt, std::nullopt, std::nullopt});
   ASSERT_OK(prepared);
   alignas(16) static std::uint8_t buffer[4096];
   WriterLaunch w;

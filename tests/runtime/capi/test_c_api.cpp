@@ -96,7 +96,7 @@ TEST_F(CApiTest, PreparesTheBundledCheckpointLikeTheCxxRuntime) {
   options.device = DeviceUse::none;
   auto rt = Runtime::open(options);
   ASSERT_OK(rt);
-  auto cxx = (*rt)->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "sm_90", std::nullopt, std::nullopt});
+  auto cxx = (*rt)->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "sm_90", std::nullopt, std::nullopt, std::nullopt});
   ASSERT_OK(cxx);
   EXPECT_EQ((*cxx)->stats().cached, 4u);
   ASSERT_EQ((*cxx)->layers().size(), 79u);
@@ -535,7 +535,7 @@ TEST_F(CApiTest, TheCxxLaunchApiRefusesTheSameArguments) {
   options.device = DeviceUse::none;
   auto rt = Runtime::open(options);
   ASSERT_OK(rt);
-  auto model = (*rt)->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_368, "sm_90", std::nullopt, std::nullopt});
+  auto model = (*rt)->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_368, "sm_90", std::nullopt, std::nullopt, std::nullopt});
   ASSERT_OK(model);
   alignas(16) static std::uint8_t buffer[4096];
   const auto base = reinterpret_cast<std::uint64_t>(buffer);

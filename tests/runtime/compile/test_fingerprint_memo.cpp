@@ -196,7 +196,7 @@ TEST_F(FingerprintMemoTest, TheRuntimeKeepsItsMemoInTheCacheRoot) {
   auto rt = Runtime::open(options);
   ASSERT_OK(rt);
   ASSERT_OK((*rt)->prepare(ModelSpec{jitcache::testing::source_dir() / "examples" / "glm5-mini", RecordFormat::b12x_432, "sm_90",
-                                     std::nullopt, std::nullopt}));
+                                     std::nullopt, std::nullopt, std::nullopt}));
   const auto doc = read_json(dir() / "cache" / k_fingerprint_memo_name);
   ASSERT_TRUE(doc.is_object());
   ASSERT_EQ(doc["entries"].size(), 1u);

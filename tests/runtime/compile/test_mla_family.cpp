@@ -23,14 +23,6 @@ namespace {
 
 using jitcache::testing::ScopedEnv;
 
-// One layer per mode, so the plan holds every (kernel, latent scale) pair.
-ResolvedScales mixed_scales() {
-  ResolvedScales scales;
-  scales.layers.push_back(LayerScale{0, 0.25f, ScaleMode::dynamic, ScaleSource::checkpoint, std::nullopt});
-  scales.layers.push_back(LayerScale{1, 1.0f, ScaleMode::identity, ScaleSource::identity_default, std::nullopt});
-  return scales;
-}
-
 std::vector<std::string> sorted(std::vector<std::string> v) {
   std::sort(v.begin(), v.end());
   return v;

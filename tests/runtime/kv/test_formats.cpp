@@ -201,8 +201,9 @@ TEST(RecordFormats, PerTokenRecordsCarryTheirOwnScale) {
       EXPECT_EQ(s_t, static_cast<float>(amax / 2688.0)) << to_string(f) << " token " << t;
       // The bytes around it: [288,292) the RoPE scale (368) or zero (304), [296,304) zero.
       for (int i = 296; i < 304; ++i) EXPECT_EQ(rec[i], 0) << to_string(f) << " byte " << i;
-      if (f == RecordFormat::b12x_304)
+      if (f == RecordFormat::b12x_304) {
         for (int i = 288; i < 292; ++i) EXPECT_EQ(rec[i], 0) << "byte " << i;
+      }
       // A token of zeros or NaNs has s_t = 0 and an all-zero latent, and reads back as zeros.
       if (amax == 0.0) {
         for (int i = 0; i < 288; ++i) EXPECT_EQ(rec[i], 0) << to_string(f) << " token " << t << " byte " << i;

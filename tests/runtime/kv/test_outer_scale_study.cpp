@@ -63,8 +63,11 @@ TEST(OuterScaleStudy, CalibratedAndPerTokenScalesRemoveTheShallowLayerPenalty) {
       EXPECT_EQ(r.per_token.has_value(), format_allows(format, LatentScale::per_token));
       // 'lowest' names a measured mode whose error no other mode beats.
       ASSERT_TRUE(r.result(r.lowest).has_value()) << to_string(r.lowest);
-      for (StudyMode mode : k_study_modes)
-        if (r.result(mode)) EXPECT_LE(r.result(r.lowest)->rel_rms, r.result(mode)->rel_rms);
+      for (StudyMode mode : k_study_modes) {
+        if (r.result(mode)) {
+          EXPECT_LE(r.result(r.lowest)->rel_rms, r.result(mode)->rel_rms);
+        }
+      }
       // Calibrated on the bf16-rounded data, whose max differs from max_abs by at most
       // bf16's half ulp (at most 2^-8 relative).
       EXPECT_NEAR(r.calibrated_scale, r.max_abs / 2688.0f, r.max_abs / 2688.0f / 256.0f);
@@ -85,9 +88,10 @@ TEST(OuterScaleStudy, CalibratedAndPerTokenScalesRemoveTheShallowLayerPenalty) {
       // a scale floor (flashmla-352's 2^-9), below which every block has the floor's
       // scale and the error of the smallest layers goes up and down (about 0.13 from
       // max_abs 0.05 to 0.2).
-      if (!jc::fmt::layout(k_record_formats[format].device).floor_scale)
+      if (!jc::fmt::layout(k_record_formats[format].device).floor_scale) {
         for (std::size_t i = 1; i < rows->size(); ++i)
           EXPECT_GE((*rows)[i - 1].identity->rel_rms, (*rows)[i].identity->rel_rms * 0.99);
+      }
     }
     // The fix: with s_l = max_abs / 2688, or with each token's own s_t, every layer stays
     // within 2% of the deep error and no block scale is subnormal (a token's max is at

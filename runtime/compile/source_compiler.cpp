@@ -6,6 +6,7 @@
 
 #include "kernel_templates/kernel_spec.hpp"
 #include "runtime/compile/cubin_elf.hpp"
+#include "runtime/compile/elf_build_id.hpp"
 #include "runtime/compile/nvjitlink_library.hpp"
 #include "runtime/compile/nvrtc_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
@@ -334,21 +335,31 @@ Status check_input(const SourceInput& input, const std::string& name) {
 }
 
 Result<SourceOutput> compile_checked(const SourceInput& input, const std::string& name);
-Result<std::string> loaded_tool_file(const std::string& tool);
+Result<std::filesystem::path> loaded_tool_file(const std::string& tool);
 Status check_worker_tools(const SourceOutput& out, const std::string& name, const std::string& target);
 
 // The file a tool (nvrtc, libnvvm, nvjitlink) would be loaded from in this process, when a path
 // candidate tells it (the first that exists, as the loader takes the first that loads);
 // std::nullopt when only the soname is left, which cannot be told without loading.
-std::optional<std::string> expected_library_file(const std::string& tool) {
+std::optional<std::filesystem::path> expected_library_file(const std::string& tool) {
   const auto located = locate_toolkit_file(tool == "nvrtc"      ? ToolkitTool::nvrtc
                                            : tool == "libnvvm" ? ToolkitTool::nvvm
                                                                : ToolkitTool::nvjitlink);
   if (!located) return std::nullopt;
-  return describe_file(located->path);
+  return std::filesystem::path(located->path);
 }
 
 }  // namespace
+
+std::optional<std::string> tool_build(const std::string& tool, const std::filesystem::path& file,
+                                      const std::string& version) {
+  if (tool == "nvrtc") {
+    if (const auto built = nvrtc_file_fingerprint(file, version)) return "nvrtc " + version + " build " + *built;
+  } else if (const auto id = read_build_id(file)) {
+    return tool + " build-id " + *id;
+  }
+  return describe_file(file);
+}
 
 void set_stage_observer(StageObserver observer) { g_stage_observer.store(observer); }
 
@@ -407,46 +418,48 @@ Result<SourceOutput> compile_checked(const SourceInput& input, const std::string
     return make_error(ErrorCode::compile, entry.error().message, out->log);
   out->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   for (const auto& [tool, version] : out->tools) {
-    auto file = loaded_tool_file(tool);
-    if (!file) return std::unexpected(std::move(file.error()));
-    out->tool_files[tool] = std::move(*file);
+    const std::filesystem::path file = JC_TRY(loaded_tool_file(tool));
+    auto described = describe_file(file);
+    auto build = tool_build(tool, file, version);
+    if (!described || !build)
+      return make_error(ErrorCode::unavailable, "cannot stat the " + tool + " library " + file.string());
+    out->tool_files[tool] = std::move(*described);
+    out->tool_builds[tool] = std::move(*build);
   }
   return out;
 }
 
-// The library file `tool` ran from in this process (describe_file's form).
-Result<std::string> loaded_tool_file(const std::string& tool) {
-  std::filesystem::path file;
-  if (tool == "nvrtc") {
-    file = JC_TRY(nvrtc_library())->library.file;
-  } else if (tool == "libnvvm") {
-    file = JC_TRY(nvvm_library())->library.file;
-  } else if (tool == "nvjitlink") {
-    file = JC_TRY(nvjitlink_library())->library.file;
-  } else {
-    return make_error(ErrorCode::internal, "unknown tool " + tool);
-  }
-  auto described = describe_file(file);
-  if (!described) return make_error(ErrorCode::unavailable, "cannot stat the " + tool + " library " + file.string());
-  return *described;
+// The library file `tool` ran from in this process.
+Result<std::filesystem::path> loaded_tool_file(const std::string& tool) {
+  if (tool == "nvrtc") return JC_TRY(nvrtc_library())->library.file;
+  if (tool == "libnvvm") return JC_TRY(nvvm_library())->library.file;
+  if (tool == "nvjitlink") return JC_TRY(nvjitlink_library())->library.file;
+  return make_error(ErrorCode::internal, "unknown tool " + tool);
 }
 
-// The tools a worker ran must be the files this process keys requests with: the worker
+// The tools a worker ran must be the builds this process keys requests with: the worker
 // finds its own copies (its own search path, environment and libnvrtc), and a key made
-// from one build must never hold another build's binary. The file this process would key
-// with is the one it loaded, or for libNVVM and nvJitLink the one it would load (loaded
+// from one build must never hold another build's binary. The same build in another place
+// is the same compiler, as it is for the keys (tool_build). The file this process would
+// key with is the one it loaded, or for libNVVM and nvJitLink the one it would load (loaded
 // here only when a path candidate cannot tell).
 Status check_worker_tools(const SourceOutput& out, const std::string& name, const std::string& target) {
   for (const auto& [tool, version] : out.tools) {
     const auto ran = out.tool_files.find(tool);
     if (ran == out.tool_files.end())
       return make_error(ErrorCode::compile, "the tool worker did not say which " + tool + " library compiled " + name);
-    std::optional<std::string> ours = expected_library_file(tool);
-    if (!ours) ours = JC_TRY(loaded_tool_file(tool));
-    if (*ours != ran->second)
+    std::optional<std::filesystem::path> file = expected_library_file(tool);
+    if (!file) file = JC_TRY(loaded_tool_file(tool));
+    const auto ran_build = out.tool_builds.find(tool);
+    const bool by_build = ran_build != out.tool_builds.end();
+    const std::optional<std::string> ours = by_build ? tool_build(tool, *file, version) : describe_file(*file);
+    if (!ours) return make_error(ErrorCode::unavailable, "cannot stat the " + tool + " library " + file->string());
+    if (*ours != (by_build ? ran_build->second : ran->second))
       return make_error(ErrorCode::unavailable,
                         "the tool worker compiled " + name + " for " + target + " with another " + tool + " (" +
-                            ran->second + ") than the one this process keys its requests with (" + *ours +
+                            ran->second + (by_build ? ", " + ran_build->second : std::string()) +
+                            ") than the one this process keys its requests with (" +
+                            describe_file(*file).value_or(file->string()) + (by_build ? ", " + *ours : std::string()) +
                             "): nothing was stored. Give both the same compilers (" +
                             std::string(env::jitcache_nvrtc.name) + ", " + std::string(env::jitcache_nvjitlink.name) +
                             ", " + std::string(env::jitcache_nvvm.name) + ", " +

@@ -79,10 +79,22 @@ struct SourceOutput {
   // The options each tool was given, in the order it ran, as "tool: option".
   std::vector<std::string> effective_options;
   // Each tool that ran -> the library file it ran from (describe_file: path, size, times,
-  // inode). A worker loads its own copies of the tools; compile_source checks that they are
-  // the files this process keys its requests with.
+  // inode), for messages.
   std::map<std::string, std::string> tool_files;
+  // Each tool that ran -> the build it ran (tool_build). A worker loads its own copies of
+  // the tools; compile_source checks that they are the builds this process keys its
+  // requests with, wherever they lie. (A worker that does not send it is held to the same
+  // files instead.)
+  std::map<std::string, std::string> tool_builds;
 };
+
+// What tells one build of `tool` ("nvrtc", "libnvvm", "nvjitlink") of `version` in `file`
+// from another, as the keys do: "nvrtc 13.0 build <fingerprint>" (nvrtc_file_fingerprint:
+// its build-id and its builtins'), "<tool> build-id <hex>", or for a file without a build-id
+// note the file itself (describe_file: path, size, times, inode). std::nullopt when the file
+// cannot be stat'ed.
+std::optional<std::string> tool_build(const std::string& tool, const std::filesystem::path& file,
+                                      const std::string& version);
 
 // Checks the input (source_rules.hpp for CUDA C++), then compiles it: in this process when
 // it is trusted, else in the tool worker, so that a tool that exits, aborts, takes a signal

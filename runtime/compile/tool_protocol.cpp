@@ -124,6 +124,8 @@ Bytes encode_result(const Result<SourceOutput>& result) {
   for (const auto& [tool, version] : out.tools) tools[tool] = bytes(version);
   json tool_files = json::object();
   for (const auto& [tool, file] : out.tool_files) tool_files[tool] = bytes(file);
+  json tool_builds = json::object();
+  for (const auto& [tool, build] : out.tool_builds) tool_builds[tool] = bytes(build);
   return to_frame({{"output",
                     {{"cubin", bytes(out.cubin)},
                      {"ptx", bytes(out.ptx)},
@@ -134,6 +136,7 @@ Bytes encode_result(const Result<SourceOutput>& result) {
                      {"compile_ms", out.compile_ms},
                      {"tools", tools},
                      {"tool_files", tool_files},
+                     {"tool_builds", tool_builds},
                      {"effective_options", text_list(out.effective_options)}}}});
 }
 
@@ -168,6 +171,9 @@ Result<Reply> decode_reply(const Bytes& frame) {
     out.compile_ms = o.at("compile_ms").get<double>();
     for (const auto& [tool, version] : o.at("tools").items()) out.tools[tool] = text_of(version);
     for (const auto& [tool, file] : o.at("tool_files").items()) out.tool_files[tool] = text_of(file);
+    // Optional: a worker of an older jitcache does not send it (then the files must agree).
+    if (const auto builds = o.find("tool_builds"); builds != o.end())
+      for (const auto& [tool, build] : builds->items()) out.tool_builds[tool] = text_of(build);
     out.effective_options = texts_of(o.at("effective_options"));
     reply.result = std::move(out);
     return reply;

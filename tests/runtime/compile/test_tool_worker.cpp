@@ -10,11 +10,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
 
+#include "build_id_copy.hpp"
+#include "runtime/compile/nvrtc_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
 #include "runtime/compile/source_compiler.hpp"
+#include "runtime/compile/tool_protocol.hpp"
 #include "runtime/compile/tool_worker.hpp"
 #include "runtime/compile/toolkit_library.hpp"
 #include "runtime/compile/toolkit_search.hpp"
@@ -210,42 +214,128 @@ TEST_F(ToolWorker, TheWorkerIsHandedTheCompilersThisProcessFound) {
   EXPECT_FALSE(has(env, "\nJITCACHE_NVVM=\n")) << env;
 }
 
-// The worker finds its own tools. One that runs another NVRTC file than the one this
-// process keys its requests with (here a copy of the same build, which a key made from
-// the file this process runs cannot tell from another build) compiles, but nothing of it is
-// served: the request's key would name a compiler that did not make the binary.
-TEST_F(ToolWorker, AWorkerRunningAnotherCompilerFileIsRefused) {
-  const auto real = find_tool_worker();
-  ASSERT_TRUE(real) << real.error().to_string();
-  const auto nvrtc_dir = nvrtc_library_dir();
-  if (!nvrtc_dir) GTEST_SKIP() << "the loaded NVRTC's directory cannot be told";
-  const auto copy = dir() / "other-toolkit";
-  std::filesystem::create_directories(copy);
-  for (const auto& entry : std::filesystem::directory_iterator(*nvrtc_dir)) {
-    const std::string file = entry.path().filename().string();
-    if (file.rfind("libnvrtc", 0) == 0 && entry.is_regular_file())
-      std::filesystem::copy_file(entry.path(), copy / file);
-    else if (file.rfind("libnvrtc", 0) == 0 && entry.is_symlink())
-      std::filesystem::create_symlink(std::filesystem::read_symlink(entry.path()), copy / file);
+// The worker finds its own tools. It may run the NVRTC this process keys its requests
+// with from another directory (the same build: the keys do not tell places apart either),
+// but one that runs another build compiles and nothing of it is served: the request's key
+// would name a compiler that did not make the binary. "Another build" is a copy whose
+// build-id note differs by one byte (build_id_copy.hpp), which loads and compiles as well.
+class WorkerCompilerBuild : public ToolWorker {
+ protected:
+  // A worker that runs a copy of this process's NVRTC (and builtins) in `where`; the copy's
+  // path. Empty when the NVRTC's directory cannot be told.
+  std::filesystem::path run_copy(const std::string& where, testing::Build build) {
+    const auto real = find_tool_worker();
+    EXPECT_TRUE(real) << real.error().to_string();
+    const auto nvrtc = nvrtc_library();
+    EXPECT_TRUE(nvrtc) << nvrtc.error().to_string();
+    if (!real || !nvrtc) return {};
+    m_real_worker = *real;
+    const std::filesystem::path file = (*nvrtc)->library.file;
+    const std::filesystem::path copy = dir() / where / file.filename();
+    testing::copy_library(file, copy, build);
+    testing::copy_library(nvrtc_builtins_file(file, (*nvrtc)->version()),
+                          nvrtc_builtins_file(copy, (*nvrtc)->version()), testing::Build::same);
+    fake("JITCACHE_NVRTC='" + copy.string() + "' exec '" + real->string() + "'");
+    return copy;
   }
-  fake("JITCACHE_NVRTC='" + (copy / ("libnvrtc.so." + std::to_string(nvrtc_major_version()))).string() +
-       "' exec '" + real->string() + "'");
-  SourceInput in;
-  in.kind = SourceKind::cuda;
-  in.text = "extern \"C\" __global__ void k(float* x) { x[0] = 1.0f; }\n";
-  in.entry = "k";
-  in.target = "sm_90";
-  in.name = "k.cu";
-  auto r = compile_source(in);
-  ASSERT_FALSE(r) << "a binary of another compiler file was served";
+
+  static SourceInput kernel() {
+    SourceInput in;
+    in.kind = SourceKind::cuda;
+    in.text = "extern \"C\" __global__ void k(float* x) { x[0] = 1.0f; }\n";
+    in.entry = "k";
+    in.target = "sm_90";
+    in.name = "k.cu";
+    return in;
+  }
+
+  std::filesystem::path m_real_worker;  // found before the fake one was set
+};
+
+TEST_F(WorkerCompilerBuild, TheSameBuildInAnotherDirectoryIsAccepted) {
+  const auto copy = run_copy("same-build", testing::Build::same);
+  ASSERT_FALSE(copy.empty());
+  auto r = compile_source(kernel());
+  ASSERT_TRUE(r) << r.error().to_string();
+  // The worker did run the copy, and said so.
+  EXPECT_TRUE(has(r->tool_files.at("nvrtc"), std::filesystem::canonical(copy).string())) << r->tool_files.at("nvrtc");
+  const auto nvrtc = nvrtc_library();
+  ASSERT_TRUE(nvrtc);
+  EXPECT_EQ(r->tool_builds.at("nvrtc"), tool_build("nvrtc", (*nvrtc)->library.file, (*nvrtc)->version()));
+}
+
+TEST_F(WorkerCompilerBuild, AnotherBuildIsRefused) {
+  const auto copy = run_copy("other-build", testing::Build::other);
+  ASSERT_FALSE(copy.empty());
+  auto r = compile_source(kernel());
+  ASSERT_FALSE(r) << "a binary of another compiler build was served";
   EXPECT_EQ(r.error().code, ErrorCode::unavailable) << r.error().to_string();
   EXPECT_TRUE(has(r.error().message, "another nvrtc")) << r.error().to_string();
   EXPECT_TRUE(has(r.error().message, std::filesystem::canonical(copy).string())) << r.error().to_string();
+  EXPECT_TRUE(has(r.error().message, "nothing was stored")) << r.error().to_string();
   // The same worker with the toolkit this process runs compiles.
-  m_env.set("JITCACHE_TOOL_WORKER", real->string());
+  ASSERT_FALSE(m_real_worker.empty());
+  m_env.set("JITCACHE_TOOL_WORKER", m_real_worker.string());
   drop_idle_tool_workers();
-  auto ok = compile_source(in);
+  auto ok = compile_source(kernel());
   EXPECT_TRUE(ok) << ok.error().to_string();
+}
+
+// Two builds of a library are told apart by their build-id notes wherever they lie; a file
+// without a note only by itself (path, size, times, inode).
+TEST_F(WorkerCompilerBuild, ABuildIsItsNotesNotItsPlace) {
+  const auto nvrtc = nvrtc_library();
+  ASSERT_TRUE(nvrtc) << nvrtc.error().to_string();
+  const std::filesystem::path file = (*nvrtc)->library.file;
+  const std::string version = (*nvrtc)->version();
+  const auto copy = [&](const std::string& where, testing::Build build) {
+    const std::filesystem::path to = dir() / where / file.filename();
+    testing::copy_library(file, to, build);
+    testing::copy_library(nvrtc_builtins_file(file, version), nvrtc_builtins_file(to, version), testing::Build::same);
+    return to;
+  };
+  const auto same = tool_build("nvrtc", copy("same", testing::Build::same), version);
+  const auto other = tool_build("nvrtc", copy("other", testing::Build::other), version);
+  ASSERT_TRUE(same && other);
+  EXPECT_EQ(*same, tool_build("nvrtc", file, version));
+  EXPECT_NE(*other, *same);
+  EXPECT_TRUE(same->starts_with("nvrtc " + version + " build ")) << *same;
+  // A file without a note is itself: two copies differ.
+  const std::filesystem::path bare_a = dir() / "bare-a.so", bare_b = dir() / "bare-b.so";
+  std::ofstream(bare_a) << "not an ELF file";
+  std::ofstream(bare_b) << "not an ELF file";
+  const auto a = tool_build("nvjitlink", bare_a, "13.0"), b = tool_build("nvjitlink", bare_b, "13.0");
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(*a, *b);
+  EXPECT_TRUE(has(*a, bare_a.string())) << *a;
+  EXPECT_FALSE(tool_build("nvjitlink", dir() / "absent.so", "13.0"));
+}
+
+// The builds travel with the answer; an answer without them (a worker of an older
+// jitcache) decodes with none, and is then held to the same files.
+TEST(ToolProtocol, ToolBuildsRoundTripAndMayBeAbsent) {
+  SourceOutput out;
+  out.cubin = {0x7f, 'E', 'L', 'F'};
+  out.tools["nvrtc"] = "13.0";
+  out.tool_files["nvrtc"] = "/x/libnvrtc.so.13 size 1";
+  out.tool_builds["nvrtc"] = "nvrtc 13.0 build 0123456789abcdef0123456789abcdef";
+  const auto frame = tool_protocol::encode_result(out);
+  const auto reply = tool_protocol::decode_reply(frame);
+  ASSERT_TRUE(reply) << reply.error().to_string();
+  ASSERT_TRUE(reply->result) << reply->result.error().to_string();
+  EXPECT_EQ(reply->result->tool_builds, out.tool_builds);
+  EXPECT_EQ(reply->result->tool_files, out.tool_files);
+
+  SourceOutput older = out;
+  older.tool_builds.clear();
+  auto doc = nlohmann::json::from_cbor(tool_protocol::encode_result(older));
+  doc["output"].erase("tool_builds");
+  const auto bytes = nlohmann::json::to_cbor(doc);
+  const auto old_reply = tool_protocol::decode_reply(tool_protocol::Bytes(bytes.begin(), bytes.end()));
+  ASSERT_TRUE(old_reply) << old_reply.error().to_string();
+  ASSERT_TRUE(old_reply->result);
+  EXPECT_TRUE(old_reply->result->tool_builds.empty());
+  EXPECT_EQ(old_reply->result->tool_files, out.tool_files);
 }
 
 // On main, libNVVM called exit(1) in this process for this input: the test program ended.

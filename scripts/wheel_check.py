@@ -15,9 +15,14 @@ Checks, each with a message naming what failed:
   5. `import jitcache.vllm`;
   6. /proc/self/maps: the library, SQLite and the rest from the wheel; the loader's trace
      of the Python process and its tool workers: NVRTC, libNVVM and nvJitLink from the
-     environment's pip packages, nothing from the toolkit or the hidden libraries.
+     environment's pip packages, nothing from the toolkit or the hidden libraries;
+  7. (--no-compilers, run by wheel_test.sh after hiding the NVIDIA pip packages as well)
+     with no compiler anywhere, everything above that is in the cache still hits: `jitcache
+     warm`, Runtime.prepare and the three kernels from outside, with no compiler loaded;
+     a miss is an UnavailableError that names the places searched and the pip package.
 
-Usage: python wheel_check.py REPO_ROOT WORK_DIR   (--python-part: step 3 to 6 only)
+Usage: python wheel_check.py REPO_ROOT WORK_DIR   (--python-part: step 3 to 6 only;
+       --no-compilers: step 7 only)
 """
 
 from __future__ import annotations
@@ -153,11 +158,60 @@ def check_python(root: Path, work: Path, env_prefix: Path) -> None:
     print("ok: /proc/self/maps: the library and its vendored SQLite, libcrypto, xxHash, hiredis from the wheel")
 
 
+def check_no_compilers(root: Path, work: Path, env_prefix: Path) -> None:
+    cmd = [str(env_prefix / "bin" / "jitcache"), "--cache-dir", str(work / "cache"), "warm",
+           "--checkpoint", str(root / "examples" / "glm5-mini"), "--arch", TARGET, "--rope", "bf16", "--json"]
+    proc, loaded = run_traced(cmd, work, "no-compilers-warm")
+    result = json.loads(proc.stdout)
+    if (result.get("already_cached"), result.get("compiled")) != (4, 0):
+        fail(f"jitcache warm without compilers: {proc.stdout}")
+    if "lookups are keyed with the NVRTC this cache was last keyed with" not in proc.stderr:
+        fail(f"jitcache warm without compilers did not say how it keyed its lookups:\n{proc.stderr}")
+    if [p for p in loaded if CUDA.search(os.path.basename(p))]:
+        fail(f"jitcache warm without compilers loaded a CUDA library: {loaded}")
+    print("ok: no compiler anywhere: jitcache warm found all 4 variants in the cache")
+
+    import jitcache
+
+    sys.modules["conftest"] = types.ModuleType("conftest")
+    sys.modules["conftest"].run_cli = None  # type: ignore[attr-defined]
+    sys.path.insert(0, str(root / "python" / "tests"))
+    from kernel_sources import SOURCES  # noqa: E402
+
+    with jitcache.Runtime(cache_dir=work / "cache", device="none") as rt:
+        model = rt.prepare(str(root / "examples" / "glm5-mini"), rope="bf16", target=TARGET)
+        if (model.stats.variants, model.stats.cached) != (4, 4):
+            fail(f"Runtime.prepare without compilers: {model.stats}, expected 4 variants, all cached")
+        for kind, source in SOURCES.items():
+            rt.declare_family(f"wheel.{kind}", kind, {"dtype": ["f32"]})
+            hit = rt.compile(family=f"wheel.{kind}", spec={"dtype": "f32"}, kind=kind, source=source(1.0),
+                             entry="scale_copy", target=TARGET)
+            if not hit.from_cache:
+                fail(f"a {kind} kernel from outside was not served from the cache without compilers: {hit!r}")
+        print("ok: no compiler anywhere: Runtime.prepare and the 3 kernels from outside served from the cache")
+        try:
+            rt.prepare(str(root / "examples" / "glm5-mini"), rope="bf16", target="sm_100a")
+        except jitcache.UnavailableError as e:
+            for part in ("pip install nvidia-cuda-nvrtc", str(env_prefix)):
+                if part not in str(e):
+                    fail(f"the error of a miss without compilers does not name {part!r}: {e}")
+            print("ok: no compiler anywhere: a miss is an UnavailableError naming the places and the package")
+        else:
+            fail("Runtime.prepare for sm_100a compiled without any compiler")
+    maps = [line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+            if len(line.split()) >= 6 and line.split()[-1].startswith("/")]
+    if [p for p in maps if re.search(r"nvrtc|nvjitlink|nvvm", os.path.basename(p), re.IGNORECASE)]:
+        fail("a compiler library is mapped in the Python process without compilers")
+
+
 def main() -> None:
     root, work = Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve()
     env_prefix = Path(sys.prefix)
     if sys.argv[3:] == ["--python-part"]:
         check_python(root, work, env_prefix)
+        return
+    if sys.argv[3:] == ["--no-compilers"]:
+        check_no_compilers(root, work, env_prefix)
         return
     import jitcache
 

@@ -4,7 +4,8 @@
 # NVIDIA's compiler packages (nvidia-cuda-nvrtc, nvidia-nvjitlink, nvidia-cuda-nvcc), then
 # runs scripts/wheel_check.py there in a private mount namespace in which the system CUDA
 # toolkit (/usr/local/cuda*) is an empty directory and the Debian SQLite, xxHash, hiredis
-# and libcrypto are empty files, so only the wheel's own copies and the pip packages can load.
+# and libcrypto are empty files, so only the wheel's own copies and the pip packages can load;
+# then once more with the pip packages hidden too (no compiler anywhere: hits still work).
 #
 # Why `unshare --mount` works here: the tests run as root in the CI sandbox (a container
 # with CAP_SYS_ADMIN in its own user namespace), and a mount namespace of its own lets this
@@ -109,5 +110,14 @@ fi
 echo "ok: toolkit and Debian libraries hidden"
 cd "$work"
 python "$root/scripts/wheel_check.py" "$root" "$work"
+# 4. No compiler anywhere: NVIDIA's pip packages hidden as well (a node given a filled cache
+#    and no compiler). What is in the cache still hits; a miss says what to install.
+for d in "$work"/venv/lib/python3*/site-packages/nvidia; do
+  mount --bind "$work/empty-dir" "$d"
+done
+if ls "$work"/venv/lib/python3*/site-packages/nvidia/cu*/lib/libnvrtc* >/dev/null 2>&1; then
+  echo "wheel test FAILED: the pip package's NVRTC is still visible" >&2; exit 1
+fi
+python "$root/scripts/wheel_check.py" "$root" "$work" --no-compilers
 EOF
 echo "wheel test passed"

@@ -20,9 +20,10 @@ bool is_fingerprint(const nlohmann::json& value) {
   return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
-// A value of either shape, or nullopt.
-std::optional<MemoValue> read_value(const nlohmann::json& value) {
-  if (is_fingerprint(value)) return MemoValue{{}, value.get<std::string>()};
+bool is_tool(const std::string& name) { return name == "nvrtc" || name == "libnvvm" || name == "nvjitlink"; }
+
+// A {"version", "fingerprint"} object, or nullopt.
+std::optional<MemoValue> read_versioned(const nlohmann::json& value) {
   if (!value.is_object() || value.size() != 2) return std::nullopt;
   const auto version = value.find("version");
   const auto fingerprint = value.find("fingerprint");
@@ -32,42 +33,47 @@ std::optional<MemoValue> read_value(const nlohmann::json& value) {
   return MemoValue{version->get<std::string>(), fingerprint->get<std::string>()};
 }
 
-// The memo's valid entries; empty for a missing, foreign, oversized or malformed file.
-nlohmann::json read_entries(const std::filesystem::path& file) {
+// An entry's value of either shape, or nullopt.
+std::optional<MemoValue> read_value(const nlohmann::json& value) {
+  if (is_fingerprint(value)) return MemoValue{{}, value.get<std::string>()};
+  return read_versioned(value);
+}
+
+nlohmann::json versioned_json(const MemoValue& value) {
+  return nlohmann::json{{"version", value.version}, {"fingerprint", value.fingerprint}};
+}
+
+// The memo's valid parts as JSON: {"entries": {...}, "last_keyed": {...}}, both empty for
+// a missing, foreign, oversized or malformed file.
+struct MemoJson {
   nlohmann::json entries = nlohmann::json::object();
+  nlohmann::json last_keyed = nlohmann::json::object();
+};
+
+MemoJson read_json(const std::filesystem::path& file) {
+  MemoJson memo;
   // Non-blocking and regular only: a FIFO planted in the cache root is a miss, not a hang.
   const auto opened = RegularFile::open(file, FollowSymlinks::no);
-  if (!opened || opened->status().st_uid != ::geteuid()) return entries;
+  if (!opened || opened->status().st_uid != ::geteuid()) return memo;
   const auto read = opened->read_all(k_memo_max_bytes);
-  if (!read) return entries;
+  if (!read) return memo;
   const auto doc = nlohmann::json::parse(*read, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object()) return entries;
+  if (!doc.is_object()) return memo;
   const auto format = doc.find("format");
   const auto found = doc.find("entries");
-  if (format == doc.end() || *format != k_memo_format || found == doc.end() || !found->is_object())
-    return entries;
+  if (format == doc.end() || *format != k_memo_format || found == doc.end() || !found->is_object()) return memo;
   for (const auto& [identity, value] : found->items())
-    if (read_value(value)) entries[identity] = value;
-  return entries;
+    if (read_value(value)) memo.entries[identity] = value;
+  if (const auto last = doc.find("last_keyed"); last != doc.end() && last->is_object())
+    for (const auto& [tool, value] : last->items())
+      if (is_tool(tool) && read_versioned(value)) memo.last_keyed[tool] = value;
+  return memo;
 }
 
-}  // namespace
-
-std::optional<MemoValue> read_memo(const std::filesystem::path& file, const std::string& identity) {
-  const nlohmann::json entries = read_entries(file);
-  const auto it = entries.find(identity);
-  return it == entries.end() ? std::nullopt : read_value(*it);
-}
-
-Status write_memo(const std::filesystem::path& file, const std::string& identity, const MemoValue& value) {
-  nlohmann::json entries = read_entries(file);
-  if (entries.size() >= k_memo_max_entries) entries = nlohmann::json::object();
-  entries[identity] = value.version.empty()
-                          ? nlohmann::json(value.fingerprint)
-                          : nlohmann::json{{"version", value.version}, {"fingerprint", value.fingerprint}};
-  const std::string text = nlohmann::json{{"format", k_memo_format}, {"entries", entries}}.dump(
-                               2, ' ', false, nlohmann::json::error_handler_t::replace) +
-                           "\n";
+Status write_json(const std::filesystem::path& file, const MemoJson& memo) {
+  nlohmann::json doc{{"format", k_memo_format}, {"entries", memo.entries}};
+  if (!memo.last_keyed.empty()) doc["last_keyed"] = memo.last_keyed;
+  const std::string text = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 
   AtomicFileOptions options;
   options.mode = 0600;
@@ -80,6 +86,39 @@ Status write_memo(const std::filesystem::path& file, const std::string& identity
   AtomicFileWriter writer = JC_TRY(AtomicFileWriter::create(file, std::move(options)));
   JC_TRY(writer.write(text));
   return writer.commit();
+}
+
+}  // namespace
+
+MemoContents read_memo_contents(const std::filesystem::path& file) {
+  const MemoJson memo = read_json(file);
+  MemoContents contents;
+  for (const auto& [identity, value] : memo.entries.items()) contents.entries[identity] = *read_value(value);
+  for (const auto& [tool, value] : memo.last_keyed.items()) contents.last_keyed[tool] = *read_versioned(value);
+  return contents;
+}
+
+std::optional<MemoValue> read_memo(const std::filesystem::path& file, const std::string& identity) {
+  const MemoJson memo = read_json(file);
+  const auto it = memo.entries.find(identity);
+  return it == memo.entries.end() ? std::nullopt : read_value(*it);
+}
+
+Status write_memo(const std::filesystem::path& file, const std::string& identity, const MemoValue& value,
+                  const std::string& tool) {
+  MemoJson memo = read_json(file);
+  if (memo.entries.size() >= k_memo_max_entries) memo.entries = nlohmann::json::object();
+  memo.entries[identity] = value.version.empty() ? nlohmann::json(value.fingerprint) : versioned_json(value);
+  if (!tool.empty() && is_tool(tool) && !value.version.empty()) memo.last_keyed[tool] = versioned_json(value);
+  return write_json(file, memo);
+}
+
+Status write_last_keyed(const std::filesystem::path& file, const std::string& tool, const MemoValue& value) {
+  if (!is_tool(tool) || value.version.empty() || !is_fingerprint(nlohmann::json(value.fingerprint)))
+    return make_error(ErrorCode::invalid_argument, "fingerprint memo: not a tool's versioned build: " + tool);
+  MemoJson memo = read_json(file);
+  memo.last_keyed[tool] = versioned_json(value);
+  return write_json(file, memo);
 }
 
 }  // namespace jitcache

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <set>
 
 #include "cache/hash.hpp"
@@ -12,6 +13,7 @@
 #include "runtime/compile/nvjitlink_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
 #include "runtime/compile/toolkit_search.hpp"
+#include "support/env.hpp"
 
 namespace jitcache {
 namespace {
@@ -74,33 +76,71 @@ std::optional<std::string> library_identity(const std::string& tool, const std::
   return std::nullopt;
 }
 
+// libNVVM's or nvJitLink's version and fingerprint, by loading the library: `file` is the
+// file it was loaded from.
+Result<ToolFact> loaded_toolkit_fact(bool nvvm, std::filesystem::path& file) {
+  if (nvvm) {
+    const NvvmLibrary* lib = JC_TRY(nvvm_library());
+    file = lib->library.file;
+    return ToolFact{lib->version(), JC_TRY(nvvm_fingerprint())};
+  }
+  const NvJitLinkLibrary* lib = JC_TRY(nvjitlink_library());
+  file = lib->library.file;
+  return ToolFact{lib->version(), JC_TRY(nvjitlink_fingerprint())};
+}
+
 // libNVVM's or nvJitLink's version and fingerprint: from the memo when it knows the file,
 // else by loading the library (remembered in the memo when its file is the one a later
-// process will find first).
+// process will find first). The memo also keeps the build this cache was last keyed with:
+// when the library is found nowhere, that keys lookups (a miss fails at its compile, which
+// needs the library), unless the tool's variable names a library (never stood in for).
 Result<ToolFact> toolkit_fact(const std::string& tool, const std::filesystem::path& memo) {
   const bool nvvm = tool == "libnvvm";
+  const ToolkitTool which = nvvm ? ToolkitTool::nvvm : ToolkitTool::nvjitlink;
+  MemoContents known;
+  if (!memo.empty()) known = read_memo_contents(memo);
+  const auto last = known.last_keyed.find(tool);
+  const auto keep_last = [&](const ToolFact& fact) {
+    const MemoValue value{fact.version, fact.fingerprint};
+    if (memo.empty() || (last != known.last_keyed.end() && last->second == value)) return;
+    if (auto written = write_last_keyed(memo, tool, value); !written)
+      log_debug("fingerprint memo not written: " + written.error().message);
+  };
   std::optional<std::string> identity;
-  const auto located = locate_toolkit_file(nvvm ? ToolkitTool::nvvm : ToolkitTool::nvjitlink);
+  const auto located = locate_toolkit_file(which);
   if (!memo.empty() && located) {
     identity = library_identity(tool, located->path);
     if (identity)
-      if (const auto known = read_memo(memo, *identity); known && !known->version.empty())
-        return ToolFact{known->version, known->fingerprint};
+      if (const auto entry = known.entries.find(*identity);
+          entry != known.entries.end() && !entry->second.version.empty()) {
+        const ToolFact fact{entry->second.version, entry->second.fingerprint};
+        keep_last(fact);
+        return fact;
+      }
   }
-  ToolFact fact;
   std::filesystem::path file;
-  if (nvvm) {
-    const NvvmLibrary* lib = JC_TRY(nvvm_library());
-    fact = ToolFact{lib->version(), JC_TRY(nvvm_fingerprint())};
-    file = lib->library.file;
-  } else {
-    const NvJitLinkLibrary* lib = JC_TRY(nvjitlink_library());
-    fact = ToolFact{lib->version(), JC_TRY(nvjitlink_fingerprint())};
-    file = lib->library.file;
+  auto fact = loaded_toolkit_fact(nvvm, file);
+  if (!fact) {
+    if (fact.error().code != ErrorCode::unavailable || last == known.last_keyed.end() ||
+        env::get(nvvm ? env::jitcache_nvvm : env::jitcache_nvjitlink))
+      return fact;
+    // Once per tool and process: every kind that needs the tool asks.
+    static std::once_flag warned[2];
+    std::call_once(warned[nvvm ? 0 : 1], [&] {
+      log_warning(std::string(tool_display_name(which)) + ": none found; lookups are keyed with the " +
+                  tool_display_name(which) + " this cache was last keyed with (" + last->second.version +
+                  ", fingerprint " + last->second.fingerprint +
+                  "): kernels in the cache are served, a kernel that is not cannot be compiled. " +
+                  not_found_summary(which));
+    });
+    return ToolFact{last->second.version, last->second.fingerprint};
   }
-  if (identity && file == located->path)
-    if (auto written = write_memo(memo, *identity, MemoValue{fact.version, fact.fingerprint}); !written)
+  if (identity && file == located->path) {
+    if (auto written = write_memo(memo, *identity, MemoValue{fact->version, fact->fingerprint}, tool); !written)
       log_debug("fingerprint memo not written: " + written.error().message);
+  } else {
+    keep_last(*fact);
+  }
   return fact;
 }
 

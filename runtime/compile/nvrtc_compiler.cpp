@@ -17,6 +17,7 @@
 #include "runtime/compile/nvrtc_library.hpp"
 #include "runtime/compile/source_compiler.hpp"
 #include "runtime/compile/toolkit_library.hpp"
+#include "runtime/compile/toolkit_search.hpp"
 #include "support/env.hpp"
 #include "support/fork_guard.hpp"
 
@@ -146,11 +147,58 @@ class NvrtcCompiler final : public Compiler {
     return m_facts;
   }
 
+  // The facts, and the memo kept current: an entry for the build found, and that build as
+  // the one this cache was last keyed with. When no NVRTC is found at all, the build the
+  // memo says this cache was last keyed with keys lookups (see fingerprint_memo.hpp).
+  Result<NvrtcFacts> memoized_facts() const {
+    const std::filesystem::path& memo = m_options.fingerprint_memo;
+    MemoContents known;
+    if (!memo.empty()) {
+      try {
+        known = read_memo_contents(memo);
+      } catch (const std::exception& e) {
+        // The memo is only a shortcut: whatever went wrong, compute.
+        log_debug("compiler fingerprint memo " + memo.string() + " not used: " + e.what());
+      }
+    }
+    bool remembered = false;
+    auto facts = found_facts(known, remembered);
+    if (facts) {
+      const auto last = known.last_keyed.find("nvrtc");
+      if (!remembered && !memo.empty() &&
+          (last == known.last_keyed.end() || last->second != MemoValue{facts->version, facts->fingerprint}))
+        try {
+          note_memo_write(write_last_keyed(memo, "nvrtc", MemoValue{facts->version, facts->fingerprint}));
+        } catch (const std::exception& e) {
+          log_debug("compiler fingerprint memo not written: " + std::string(e.what()));
+        }
+      return facts;
+    }
+    return last_keyed_facts(known, facts.error());
+  }
+
+  // No NVRTC could be found (or loaded). A cache hit needs only the key, and a kernel in
+  // the cache was compiled by the build it is keyed with, whether or not this machine has
+  // it: the build this cache was last keyed with keys lookups, and a miss fails at its
+  // compile with `missing` (every place searched, the package to install). A compiler named
+  // by JITCACHE_NVRTC is never stood in for.
+  Result<NvrtcFacts> last_keyed_facts(const MemoContents& known, const Error& missing) const {
+    const auto last = known.last_keyed.find("nvrtc");
+    if (missing.code != ErrorCode::unavailable || last == known.last_keyed.end() ||
+        env::get(env::jitcache_nvrtc))
+      return std::unexpected(missing);
+    log_warning("NVRTC: none found; lookups are keyed with the NVRTC this cache was last keyed with (" +
+                last->second.version + ", fingerprint " + last->second.fingerprint +
+                "): kernels in the cache are served, a kernel that is not cannot be compiled. " +
+                not_found_summary(ToolkitTool::nvrtc));
+    return NvrtcFacts{last->second.version, last->second.fingerprint};
+  }
+
   // The memo is keyed by what the file that would be loaded holds, read without loading
   // it: its build-id (or for a file without the note, the file itself). An entry has the
   // version; a build-id entry's fingerprint is checked against the builtins' note, which
-  // the memo's key does not hold.
-  Result<NvrtcFacts> memoized_facts() const {
+  // the memo's key does not hold. `remembered`: the memo was written with these facts.
+  Result<NvrtcFacts> found_facts(const MemoContents& known, bool& remembered) const {
     const std::filesystem::path& memo = m_options.fingerprint_memo;
     const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
     std::optional<std::string> identity;
@@ -158,13 +206,13 @@ class NvrtcCompiler final : public Compiler {
       try {
         identity = memo_identity(located->path);
         if (identity)
-          if (const auto known = read_memo(memo, *identity); known && !known->version.empty()) {
+          if (const auto entry = known.entries.find(*identity);
+              entry != known.entries.end() && !entry->second.version.empty()) {
             const bool by_build = identity->starts_with("nvrtc build-id ");
-            if (!by_build || nvrtc_file_fingerprint(located->path, known->version) == known->fingerprint)
-              return NvrtcFacts{known->version, known->fingerprint};
+            if (!by_build || nvrtc_file_fingerprint(located->path, entry->second.version) == entry->second.fingerprint)
+              return NvrtcFacts{entry->second.version, entry->second.fingerprint};
           }
       } catch (const std::exception& e) {
-        // The memo is only a shortcut: whatever went wrong, compute.
         log_debug("compiler fingerprint memo " + memo.string() + " not used: " + e.what());
         identity.reset();
       }
@@ -174,7 +222,7 @@ class NvrtcCompiler final : public Compiler {
       if (const auto version = nvrtc_version_from_files(located->path))
         if (auto by_build = nvrtc_file_fingerprint(located->path, *version)) {
           NvrtcFacts facts{*version, std::move(*by_build)};
-          remember(identity, facts);
+          remembered = remember(identity, facts);
           return facts;
         }
     const NvrtcLibrary* nvrtc = JC_TRY(nvrtc_library());
@@ -184,19 +232,25 @@ class NvrtcCompiler final : public Compiler {
     else
       facts.fingerprint = JC_TRY(compile_fingerprint(*nvrtc));
     // Remembered only for the file a later process will find first, which is the one loaded.
-    if (located && located->path == nvrtc->library.file) remember(identity, facts);
+    if (located && located->path == nvrtc->library.file) remembered = remember(identity, facts);
     return facts;
   }
 
-  void remember(const std::optional<std::string>& identity, const NvrtcFacts& facts) const {
-    if (!identity) return;
-    const std::filesystem::path& memo = m_options.fingerprint_memo;
+  // Writes the entry of `identity`, as NVRTC's last keyed build too; whether it was written.
+  bool remember(const std::optional<std::string>& identity, const NvrtcFacts& facts) const {
+    if (!identity) return false;
     try {
-      if (auto written = write_memo(memo, *identity, MemoValue{facts.version, facts.fingerprint}); !written)
-        log_debug("compiler fingerprint memo not written: " + written.error().message);
+      return note_memo_write(
+          write_memo(m_options.fingerprint_memo, *identity, MemoValue{facts.version, facts.fingerprint}, "nvrtc"));
     } catch (const std::exception& e) {
       log_debug("compiler fingerprint memo not written: " + std::string(e.what()));
+      return false;
     }
+  }
+
+  static bool note_memo_write(const Status& written) {
+    if (!written) log_debug("compiler fingerprint memo not written: " + written.error().message);
+    return written.has_value();
   }
 
   // For an NVRTC without a build-id note: PTX of a tiny fixed program for a fixed virtual

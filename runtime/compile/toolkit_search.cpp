@@ -263,9 +263,13 @@ std::optional<ToolkitCandidate> locate_toolkit_file(ToolkitTool tool) {
 std::string not_found_message(ToolkitTool tool, const std::vector<ToolkitCandidate>& candidates) {
   std::string places;
   for (const auto& c : candidates) places += "\n  " + c.path + " (" + c.origin + ")";
+  return not_found_summary(tool) + ". Searched:" + places;
+}
+
+std::string not_found_summary(ToolkitTool tool) {
   return std::string(tool_display_name(tool)) + " is not available: no " + tool_soname(tool) +
          " loaded from any place searched; install it into the Python environment with `pip install " +
-         tool_pip_package(tool) + "`, or name the file with " + tool_env_name(tool) + ". Searched:" + places;
+         tool_pip_package(tool) + "`, or name the file with " + tool_env_name(tool);
 }
 
 }  // namespace jitcache

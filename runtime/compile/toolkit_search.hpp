@@ -61,6 +61,8 @@ std::optional<ToolkitCandidate> locate_toolkit_file(ToolkitTool tool);
 // "NVRTC is not available: looked in ... ; install it with `pip install ...`", for the
 // error of a search that found nothing that loads.
 std::string not_found_message(ToolkitTool tool, const std::vector<ToolkitCandidate>& candidates);
+// Its first sentence, without the places: for a one-line warning.
+std::string not_found_summary(ToolkitTool tool);
 
 // The site-packages directories of the Python prefixes above (exposed for tests).
 std::vector<std::filesystem::path> python_site_directories();

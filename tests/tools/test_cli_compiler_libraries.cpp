@@ -3,10 +3,13 @@
 // none is found.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "build_id_copy.hpp"
@@ -138,6 +141,111 @@ INSTANTIATE_TEST_SUITE_P(ByPathOrName, VirtualEnvironmentTest, ::testing::Bool()
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? std::string("BareNameOnPath") : std::string("ByPath");
                          });
+
+// The CLI where no compiler can be found at all: a mount namespace of the command's own in
+// which every /usr/local/cuda* directory is an empty one (the loader's cache points there
+// too), without the variables that point at a toolkit or a Python environment, and started
+// by its path from the build tree (no virtual environment above it). std::nullopt where
+// this machine does not permit unshare --mount (root in a mount namespace is needed).
+std::optional<CliOutcome> run_without_compilers(const fs::path& scratch, const fs::path& root,
+                                                const std::vector<std::string>& args,
+                                                const std::vector<std::string>& env = {}) {
+  if (std::system("unshare --mount true >/dev/null 2>&1") != 0) return std::nullopt;
+  const auto quoted = [](const std::string& text) {
+    std::string out = "'";
+    for (const char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+  };
+  fs::create_directories(scratch / "empty");
+  std::string command = "unshare --mount -- sh -c 'mount --make-rprivate / && for d in /usr/local/cuda*; do "
+                        "[ -d \"$d\" ] && mount --bind \"$0\" \"$d\"; done; ls /usr/local/cuda/lib64/libnvrtc* "
+                        ">/dev/null 2>&1 && exit 97; shift; exec \"$@\"' " +
+                        quoted((scratch / "empty").string()) +
+                        " sh env -u JITCACHE_NVRTC -u JITCACHE_NVJITLINK -u JITCACHE_NVVM -u VIRTUAL_ENV "
+                        "-u CONDA_PREFIX -u PYTHONHOME -u CUDA_HOME -u CUDA_PATH -u LD_LIBRARY_PATH -u JITCACHE_DIR "
+                        "-u XDG_CACHE_HOME";
+  for (const std::string& e : env) command += " " + quoted(e);
+  command += " " + quoted(JITCACHE_CLI_PATH) + " --cache-dir " + quoted(root.string());
+  for (const std::string& a : args) command += " " + quoted(a);
+  command += " > " + quoted((scratch / "hidden-out").string()) + " 2> " + quoted((scratch / "hidden-err").string());
+  const int status = std::system(command.c_str());
+  CliOutcome o;
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  o.out = testing::read_text_file(scratch / "hidden-out");
+  o.err = testing::read_text_file(scratch / "hidden-err");
+  EXPECT_NE(o.code, 97) << "the toolkit is still visible in the mount namespace";
+  return o;
+}
+
+// No NVRTC anywhere (a node given a filled cache but no compiler): a cache hit still works,
+// keyed with the NVRTC the memo says this cache was last keyed with, and says so in a
+// warning (the same for libNVVM and nvJitLink, for kernels from outside); a miss is an error naming every place searched and the package to install. A
+// cache whose memo does not know the build cannot key anything; a compiler named by
+// JITCACHE_NVRTC is never stood in for.
+TEST_F(CliCompilerLibrariesTest, WithNoNvrtcAnywhereAHitStillWorksAndAMissSaysWhatToInstall) {
+  const std::vector<std::string> warm = {"warm", "--checkpoint", k_checkpoint.string(), "--arch", "sm_90",
+                                         "--jobs", "2", "--json"};
+  const CliOutcome cold = run_with(warm, {});
+  ASSERT_EQ(cold.code, 0) << cold.err;
+  ASSERT_EQ(parse(cold)["compiled"], parse(cold)["variants_needed"]) << cold.out;
+
+  const auto hit = run_without_compilers(dir(), m_root, warm, {"LD_DEBUG=files"});
+  if (!hit) GTEST_SKIP() << "unshare --mount is not permitted on this machine";
+  ASSERT_EQ(hit->code, 0) << hit->err.substr(0, 4000);
+  const json doc = parse(*hit);
+  EXPECT_EQ(doc["compiled"], 0) << hit->out;
+  EXPECT_EQ(doc["already_cached"], doc["variants_needed"]) << hit->out;
+  EXPECT_TRUE(has(hit->err, "NVRTC: none found; lookups are keyed with the NVRTC this cache was last keyed with"))
+      << hit->err.substr(0, 4000);
+  EXPECT_FALSE(has(hit->err, "calling init: /usr/local/cuda")) << hit->err.substr(0, 4000);
+
+  // A variant not in the cache cannot be compiled: the error names the places and the package.
+  const std::vector<std::string> other = {"warm", "--checkpoint", k_checkpoint.string(), "--arch", "sm_100a",
+                                          "--jobs", "2", "--json"};
+  const auto miss = run_without_compilers(dir(), m_root, other);
+  ASSERT_TRUE(miss);
+  EXPECT_NE(miss->code, 0) << miss->out;
+  EXPECT_TRUE(has(miss->err, "pip install nvidia-cuda-nvrtc")) << miss->err;
+  EXPECT_TRUE(has(miss->err, "/usr/local/cuda")) << miss->err;  // among the places searched
+
+  // Kernels from outside too: CUDA C++ (NVRTC), NVVM IR (libNVVM and nvJitLink).
+  for (const char* source : {"axpy.cu", "axpy_nvvm.ll"}) {
+    SCOPED_TRACE(source);
+    const std::vector<std::string> compile = {"compile", "--source", (k_golden / source).string(), "--entry", "axpy",
+                                              "--arch",  "sm_90",   "--json"};
+    const CliOutcome first = run_with(compile, {});
+    if (first.code != 0 && has(first.err, "libNVVM is not available")) continue;  // a toolkit without it
+    ASSERT_EQ(first.code, 0) << first.err;
+    const auto again = run_without_compilers(dir(), m_root, compile);
+    ASSERT_TRUE(again);
+    ASSERT_EQ(again->code, 0) << again->err;
+    EXPECT_EQ(parse(*again)["key"], parse(first)["key"]);
+    EXPECT_EQ(parse(*again)["from_cache"], true);
+    // Another source is a miss, which needs the compiler.
+    const fs::path changed = dir() / (std::string("changed-") + source);
+    fs::copy_file(k_golden / source, changed);
+    std::ofstream(changed, std::ios::app) << "\n";
+    const auto miss_source = run_without_compilers(
+        dir(), m_root, {"compile", "--source", changed.string(), "--entry", "axpy", "--arch", "sm_90", "--json"});
+    ASSERT_TRUE(miss_source);
+    EXPECT_NE(miss_source->code, 0) << miss_source->out;
+    EXPECT_TRUE(has(miss_source->err, "is not available")) << miss_source->err;
+  }
+
+  // A compiler named by its variable is the only one: not found, nothing is keyed.
+  const auto named = run_without_compilers(dir(), m_root, warm,
+                                           {"JITCACHE_NVRTC=" + (dir() / "nowhere" / "libnvrtc.so.13").string()});
+  ASSERT_TRUE(named);
+  EXPECT_NE(named->code, 0) << named->out;
+  EXPECT_TRUE(has(named->err, (dir() / "nowhere" / "libnvrtc.so.13").string())) << named->err;
+
+  // Without the memo, nothing tells the build the cache was keyed with.
+  ASSERT_TRUE(fs::remove(m_root / "compiler-fingerprints.json"));
+  const auto unknown = run_without_compilers(dir(), m_root, warm);
+  ASSERT_TRUE(unknown);
+  EXPECT_NE(unknown->code, 0) << unknown->out;
+  EXPECT_TRUE(has(unknown->err, "pip install nvidia-cuda-nvrtc")) << unknown->err;
+}
 
 // No NVRTC where it is looked for: a compile is an error naming the places searched and
 // the package that provides it.

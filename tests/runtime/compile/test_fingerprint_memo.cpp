@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "jitcache/runtime.hpp"
@@ -203,6 +204,76 @@ TEST_F(FingerprintMemoTest, TheRuntimeKeepsItsMemoInTheCacheRoot) {
   EXPECT_EQ(doc["entries"].begin().value()["fingerprint"], true_fingerprint());
 }
 
+// The memo keeps the build this cache was last keyed with (for a process that finds no
+// NVRTC at all): written with the entry, and again only when it changes, so a warm start
+// that takes the memo writes nothing.
+TEST_F(FingerprintMemoTest, TheBuildLastKeyedWithIsKeptAndAWarmStartWritesNothing) {
+  const std::string key = identity();
+  auto doc = read_json(memo());
+  ASSERT_TRUE(doc.contains("last_keyed")) << doc.dump();
+  EXPECT_EQ(doc["last_keyed"]["nvrtc"]["fingerprint"], true_fingerprint());
+  EXPECT_EQ(doc["last_keyed"]["nvrtc"]["version"], doc["entries"][key]["version"]);
+  const auto contents = read_memo_contents(memo());
+  ASSERT_EQ(contents.last_keyed.count("nvrtc"), 1u);
+  EXPECT_EQ(contents.last_keyed.at("nvrtc").fingerprint, true_fingerprint());
+
+  struct stat before {};
+  ASSERT_EQ(::stat(memo().c_str(), &before), 0);
+  EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+  struct stat after {};
+  ASSERT_EQ(::stat(memo().c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino) << "a warm start replaced the memo";
+
+  // A memo written before "last_keyed" existed is a hit, and gains it once.
+  doc.erase("last_keyed");
+  write_text(memo(), doc.dump());
+  EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+  EXPECT_EQ(read_json(memo())["last_keyed"]["nvrtc"]["fingerprint"], true_fingerprint());
+  // Another build last keyed with is replaced by this one.
+  doc = read_json(memo());
+  doc["last_keyed"]["nvrtc"] = {{"version", "99.9"}, {"fingerprint", std::string(32, 'b')}};
+  write_text(memo(), doc.dump());
+  EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+  EXPECT_EQ(read_json(memo())["last_keyed"]["nvrtc"]["fingerprint"], true_fingerprint());
+}
+
+// Every "last_keyed" value of another shape is ignored, the rest of the memo still read,
+// and replaced by a valid one.
+TEST_F(FingerprintMemoTest, AMalformedLastKeyedIsIgnoredAndRepaired) {
+  const std::string key = identity();
+  const std::vector<nlohmann::json> bad = {
+      7,
+      nlohmann::json::array({1}),
+      {{"nvrtc", "0123456789abcdef0123456789abcdef"}},
+      {{"nvrtc", {{"version", ""}, {"fingerprint", std::string(32, 'a')}}}},
+      {{"nvrtc", {{"version", "13.0"}, {"fingerprint", "short"}}}},
+      {{"nvrtc", {{"version", "13.0"}, {"fingerprint", std::string(32, 'a')}, {"extra", 1}}}},
+      {{"nvcc", {{"version", "13.0"}, {"fingerprint", std::string(32, 'a')}}}},
+  };
+  for (const auto& value : bad) {
+    SCOPED_TRACE(value.dump());
+    auto doc = read_json(memo());
+    doc["last_keyed"] = value;
+    write_text(memo(), doc.dump());
+    const auto contents = read_memo_contents(memo());
+    EXPECT_TRUE(contents.last_keyed.empty());
+    EXPECT_EQ(contents.entries.count(key), 1u);
+    EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
+    const auto repaired = read_json(memo());
+    EXPECT_EQ(repaired["last_keyed"].size(), 1u) << repaired.dump();
+    EXPECT_EQ(repaired["last_keyed"]["nvrtc"]["fingerprint"], true_fingerprint());
+  }
+  // Only a tool's versioned build is recorded.
+  EXPECT_FALSE(write_last_keyed(memo(), "nvcc", MemoValue{"13.0", std::string(32, 'a')}));
+  EXPECT_FALSE(write_last_keyed(memo(), "nvrtc", MemoValue{"", std::string(32, 'a')}));
+  EXPECT_FALSE(write_last_keyed(memo(), "nvrtc", MemoValue{"13.0", "short"}));
+  ASSERT_TRUE(write_last_keyed(memo(), "libnvvm", MemoValue{"2.0", std::string(32, 'c')}));
+  const auto contents = read_memo_contents(memo());
+  EXPECT_EQ(contents.last_keyed.at("libnvvm"), (MemoValue{"2.0", std::string(32, 'c')}));
+  EXPECT_EQ(contents.last_keyed.at("nvrtc").fingerprint, true_fingerprint());  // kept
+  EXPECT_EQ(contents.entries.count(key), 1u);
+}
+
 // The toolkit libraries' entries (libNVVM, nvJitLink) share the memo: an entry has the
 // library's version and fingerprint, under the identity of the file a fresh process would
 // load; NVRTC's entries and theirs never stand in for each other.
@@ -255,6 +326,9 @@ TEST_F(FingerprintMemoTest, TheRuntimeRemembersTheToolkitLibrariesItLoads) {
       EXPECT_FALSE(value["version"].get<std::string>().empty());
     }
   EXPECT_TRUE(found) << doc.dump(2);
+  // As the build this cache was last keyed with, for a process that finds none.
+  ASSERT_TRUE(doc.contains("last_keyed")) << doc.dump(2);
+  EXPECT_FALSE(doc["last_keyed"]["nvjitlink"]["version"].get<std::string>().empty()) << doc.dump(2);
 }
 
 }  // namespace

@@ -126,13 +126,8 @@ Result<ToolFact> toolkit_fact(const std::string& tool, const std::filesystem::pa
       return fact;
     // Once per tool and process: every kind that needs the tool asks.
     static std::once_flag warned[2];
-    std::call_once(warned[nvvm ? 0 : 1], [&] {
-      log_warning(std::string(tool_display_name(which)) + ": none found; lookups are keyed with the " +
-                  tool_display_name(which) + " this cache was last keyed with (" + last->second.version +
-                  ", fingerprint " + last->second.fingerprint +
-                  "): kernels in the cache are served, a kernel that is not cannot be compiled. " +
-                  not_found_summary(which));
-    });
+    std::call_once(warned[nvvm ? 0 : 1],
+                   [&] { log_warning(stand_in_warning(which, last->second.version, last->second.fingerprint)); });
     return ToolFact{last->second.version, last->second.fingerprint};
   }
   if (identity && file == located->path) {

@@ -187,10 +187,7 @@ class NvrtcCompiler final : public Compiler {
     if (missing.code != ErrorCode::unavailable || last == known.last_keyed.end() ||
         env::get(env::jitcache_nvrtc))
       return std::unexpected(missing);
-    log_warning("NVRTC: none found; lookups are keyed with the NVRTC this cache was last keyed with (" +
-                last->second.version + ", fingerprint " + last->second.fingerprint +
-                "): kernels in the cache are served, a kernel that is not cannot be compiled. " +
-                not_found_summary(ToolkitTool::nvrtc));
+    log_warning(stand_in_warning(ToolkitTool::nvrtc, last->second.version, last->second.fingerprint));
     return NvrtcFacts{last->second.version, last->second.fingerprint};
   }
 

@@ -272,4 +272,11 @@ std::string not_found_summary(ToolkitTool tool) {
          tool_pip_package(tool) + "`, or name the file with " + tool_env_name(tool);
 }
 
+std::string stand_in_warning(ToolkitTool tool, const std::string& version, const std::string& fingerprint) {
+  const std::string name = tool_display_name(tool);
+  return name + ": none found; lookups are keyed with the " + name + " this cache was last keyed with (" + version +
+         ", fingerprint " + fingerprint + "): kernels in the cache are served, a kernel that is not cannot be " +
+         "compiled. " + not_found_summary(tool);
+}
+
 }  // namespace jitcache

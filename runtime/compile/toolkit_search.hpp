@@ -64,6 +64,10 @@ std::string not_found_message(ToolkitTool tool, const std::vector<ToolkitCandida
 // Its first sentence, without the places: for a one-line warning.
 std::string not_found_summary(ToolkitTool tool);
 
+// The warning of a process that found no `tool` at all and keys its lookups with the build
+// of `version` and `fingerprint` its cache was last keyed with (fingerprint_memo.hpp).
+std::string stand_in_warning(ToolkitTool tool, const std::string& version, const std::string& fingerprint);
+
 // The site-packages directories of the Python prefixes above (exposed for tests).
 std::vector<std::filesystem::path> python_site_directories();
 

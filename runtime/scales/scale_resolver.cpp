@@ -423,11 +423,12 @@ json to_json(const ValidatedScaleFile& v) {
                                                    : json::parse(c.provenance_json, nullptr, false)}};
 }
 
-}  // namespace scales
+namespace {
 
-Result<ResolvedScales> resolve_scales(const ResolveOptions& options) {
-  JC_TRY(env::check_startup());
+// One resolution; `config_sha256` is set to the config.json it read, once it has.
+Result<ResolvedScales> resolve_once(const ResolveOptions& options, std::string& config_sha256) {
   const CheckpointConfig config = JC_TRY(read_checkpoint_config(options.checkpoint_dir));
+  config_sha256 = config.sha256;
   const std::vector<std::string> key_warnings = JC_TRY(scales::check_near_misses(config));
   const auto revision = scales::known_revision(options.checkpoint_revision, options.checkpoint_dir);
 
@@ -456,8 +457,35 @@ Result<ResolvedScales> resolve_scales(const ResolveOptions& options) {
   }
   auto& warnings = resolved.provenance.warnings;
   warnings.insert(warnings.begin(), key_warnings.begin(), key_warnings.end());
-  scales::log_resolution(resolved);
   return resolved;
+}
+
+// config.json and the sidecar it pins are two files, read one after the other: an install
+// (`jitcache scales install --replace`) that replaces them can land in between, so that
+// the sidecar read is newer than the config.json that pins it, although the checkpoint
+// resolves at every moment of the install. A failed resolution is therefore tried again
+// while config.json changes under it; one whose config.json did not change fails as it
+// did (a damaged checkpoint is never retried into success: each try checks everything).
+constexpr int k_resolve_tries = 4;
+
+}  // namespace
+}  // namespace scales
+
+Result<ResolvedScales> resolve_scales(const ResolveOptions& options) {
+  JC_TRY(env::check_startup());
+  for (int attempt = 1;; ++attempt) {
+    std::string config_sha256;
+    auto resolved = scales::resolve_once(options, config_sha256);
+    if (resolved) {
+      scales::log_resolution(*resolved);
+      return resolved;
+    }
+    if (config_sha256.empty() || attempt == scales::k_resolve_tries) return resolved;
+    const auto now = read_checkpoint_config(options.checkpoint_dir);
+    if (!now || now->sha256 == config_sha256) return resolved;
+    log_debug("scales: " + now->path.string() + " changed while the checkpoint was being resolved (" +
+              resolved.error().message + "); resolving again");
+  }
 }
 
 Result<ValidatedScaleFile> validate_scales_file(const ValidateOptions& options) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +41,14 @@ class Compiler {
   // that share a version number but generate different code get different keys.
   // Computed once per Compiler object (or taken from its memo, see NvrtcOptions).
   virtual Result<std::string> fingerprint() const = 0;
+  // The fingerprint an earlier jitcache keyed this very build's kernels with, where it
+  // differs from fingerprint(): before fingerprints were derived from build-id notes,
+  // NVRTC's was the digest of a test compile's PTX (what compile_fingerprint still does for
+  // a library without the note). A kernel cache miss looks the kernel up under that key
+  // too and carries a hit over instead of compiling again. Loads the compiler (a miss is
+  // about to compile anyway), once per object; std::nullopt when there is no such
+  // fingerprint or it cannot be told (no compiler here, or not the build keyed with).
+  virtual std::optional<std::string> earlier_fingerprint() const { return std::nullopt; }
   // The normalized options used for a spec (part of the cache key).
   virtual std::vector<std::string> options(const KernelSpec& spec) const = 0;
   // Compiles. A compile error returns ErrorCode::compile with the options and the full

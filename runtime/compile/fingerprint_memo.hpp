@@ -5,6 +5,10 @@
 // compile (tens of milliseconds), or loading libNVVM and nvJitLink for their versions
 // (15 ms warm here, up to 870 ms cold).
 //
+// An entry "nvrtc earlier of <fingerprint>" holds the fingerprint an earlier jitcache gave
+// that NVRTC build (Compiler::earlier_fingerprint: a test compile's digest), so that only
+// the first process to miss on a cache compiles it.
+//
 // It also remembers, per tool, the build this cache was last keyed with ("last_keyed").
 // That is what a process that finds no such compiler at all keys its lookups with, so that
 // a node given a filled cache but no compiler still hits (a miss cannot be compiled

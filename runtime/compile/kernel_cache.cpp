@@ -113,7 +113,13 @@ Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, B
                                                        OnMiss on_miss) {
   const GeneratedSource source = generate(spec);
   const cache::Facts facts = JC_TRY(kernel_facts(source, m_compiler));
-  auto fetched = fetch(source, facts, text, on_miss);
+  auto fetched = fetch(source, facts, text, OnMiss::report);
+  if (fetched && !*fetched) {
+    // A miss: the kernel may be stored under the key an earlier jitcache gave this build.
+    if (auto carried = carry_over(source, facts, text)) return carried;
+    if (on_miss == OnMiss::report) return fetched;
+    fetched = fetch(source, facts, text, on_miss);
+  }
   if (fetched || fetched.error().code != ErrorCode::invalid_input) return fetched;
   // The blob verified against its digest but is not a usable artifact (a foreign or
   // buggy writer): drop the entry and compile once more.
@@ -122,6 +128,46 @@ Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, B
   only.key_prefix = facts.key().to_hex();
   JC_TRY(m_store.remove(only, cache::DryRun::no));
   return fetch(source, facts, text, on_miss);
+}
+
+std::optional<KernelFetch> KernelCache::carry_over(const GeneratedSource& source, const cache::Facts& facts,
+                                                   BundleText text) {
+  const std::optional<std::string> earlier = m_compiler.earlier_fingerprint();
+  if (!earlier) return std::nullopt;
+  cache::Facts old = facts;
+  old.set("compiler_fingerprint", *earlier);
+  const cache::CacheKey old_key = old.key();
+  auto hit = m_store.get(old_key, cache::CountMiss::no);
+  if (!hit || !*hit) return std::nullopt;
+  const cache::SharedBytes bytes = (*hit)->bytes;
+  const std::string label = source.spec.label();
+  // The checks an entry from another tier gets: it parses, and its recorded and embedded
+  // facts agree with the new key's. Whatever is wrong with it, it is not carried over.
+  Status usable = check_bundle_facts(facts, *bytes);
+  if (usable) {
+    auto artifact = parse_bundle(*bytes, text);
+    usable = artifact ? check_artifact_facts(*artifact, source) : Status(std::unexpected(artifact.error()));
+  }
+  if (!usable) {
+    log_warning("not carrying " + label + " over from its earlier key " + old_key.to_hex() + ": " +
+                usable.error().message);
+    return std::nullopt;
+  }
+  // Stored under the current key, then served from there like any hit. A store that cannot
+  // take it (read-only, memory-only) serves the earlier entry's bytes as they are.
+  if (auto stored = m_store.put(facts.key(), facts, *bytes, 0.0); !stored) {
+    log_debug("carried " + label + " over without storing it: " + stored.error().message);
+    auto artifact = parse_bundle(*bytes, text);
+    if (!artifact) return std::nullopt;
+    return KernelFetch{std::make_shared<const CompiledArtifact>(std::move(*artifact)), facts.key(),
+                       cache::source_of((*hit)->tier), bytes};
+  }
+  log_info("carried " + label + " over from the key an earlier jitcache gave this NVRTC build (" + old_key.to_hex() +
+           ", fingerprint " + *earlier + ") to " + facts.key().to_hex() + ": not compiled again");
+  auto served = fetch(source, facts, text, OnMiss::report);
+  if (!served || !*served) return std::nullopt;
+  (*served)->source = cache::source_of((*hit)->tier);  // where it was found, not the copy just made
+  return std::move(*served);
 }
 
 Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& source,

@@ -78,6 +78,11 @@ class NvrtcCompiler final : public Compiler {
     return f->fingerprint;
   }
 
+  std::optional<std::string> earlier_fingerprint() const override {
+    std::call_once(m_earlier_once, [this] { m_earlier = computed_earlier_fingerprint(); });
+    return m_earlier;
+  }
+
   std::vector<std::string> options(const KernelSpec& spec) const override {
     // IEEE-exact numerics are part of the contract with the host executor: no FMA
     // contraction, correctly rounded division and square root, denormals kept.
@@ -250,6 +255,36 @@ class NvrtcCompiler final : public Compiler {
     return written.has_value();
   }
 
+  // The test compile's digest of the build this compiler keys with, from the memo (an entry
+  // "nvrtc earlier of <fingerprint>", so that only the first process to miss on a cache
+  // pays the compile) or by compiling with the NVRTC loaded, when it is that build.
+  std::optional<std::string> computed_earlier_fingerprint() const {
+    const auto& keyed = facts();
+    if (!keyed) return std::nullopt;
+    const std::filesystem::path& memo = m_options.fingerprint_memo;
+    const std::string identity = "nvrtc earlier of " + keyed->fingerprint;
+    const auto differs = [&](std::string digest) -> std::optional<std::string> {
+      if (digest == keyed->fingerprint) return std::nullopt;  // keyed by the test compile already
+      return digest;
+    };
+    if (!memo.empty())
+      if (const auto known = read_memo(memo, identity); known && known->version == keyed->version)
+        return differs(known->fingerprint);
+    if (!check_loaded_build()) return std::nullopt;  // not this build, or no NVRTC here
+    const auto nvrtc = nvrtc_library();
+    if (!nvrtc) return std::nullopt;
+    auto digest = compile_fingerprint(**nvrtc);
+    if (!digest) return std::nullopt;
+    if (!memo.empty()) {
+      try {
+        note_memo_write(write_memo(memo, identity, MemoValue{keyed->version, *digest}));
+      } catch (const std::exception& e) {
+        log_debug("compiler fingerprint memo not written: " + std::string(e.what()));
+      }
+    }
+    return differs(std::move(*digest));
+  }
+
   // For an NVRTC without a build-id note: PTX of a tiny fixed program for a fixed virtual
   // target, plus the architectures it supports, which distinguishes builds that report the
   // same version.
@@ -277,6 +312,8 @@ class NvrtcCompiler final : public Compiler {
   }
 
   NvrtcOptions m_options;
+  mutable std::once_flag m_earlier_once;
+  mutable std::optional<std::string> m_earlier;
   mutable std::once_flag m_facts_once;
   mutable Result<NvrtcFacts> m_facts = NvrtcFacts{};
 };

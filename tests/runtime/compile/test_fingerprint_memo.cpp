@@ -200,8 +200,32 @@ TEST_F(FingerprintMemoTest, TheRuntimeKeepsItsMemoInTheCacheRoot) {
                                      std::nullopt, std::nullopt, std::nullopt}));
   const auto doc = read_json(dir() / "cache" / k_fingerprint_memo_name);
   ASSERT_TRUE(doc.is_object());
-  ASSERT_EQ(doc["entries"].size(), 1u);
-  EXPECT_EQ(doc["entries"].begin().value()["fingerprint"], true_fingerprint());
+  // The build's entry, and (the prepare compiled) the fingerprint an earlier jitcache
+  // keyed it with, so that the next process to miss need not compile it again.
+  const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
+  ASSERT_TRUE(located);
+  const auto build_id = read_build_id(located->path);
+  ASSERT_TRUE(build_id);
+  EXPECT_EQ(doc["entries"]["nvrtc build-id " + *build_id]["fingerprint"], true_fingerprint()) << doc.dump(2);
+  const auto earlier = make_nvrtc_compiler()->earlier_fingerprint();
+  ASSERT_TRUE(earlier);
+  EXPECT_EQ(doc["entries"]["nvrtc earlier of " + true_fingerprint()]["fingerprint"], *earlier) << doc.dump(2);
+  EXPECT_EQ(doc["entries"].size(), 2u) << doc.dump(2);
+}
+
+// The earlier fingerprint comes from the memo when it has it: a planted value is returned
+// (proof that nothing was compiled), and an entry of another version is a miss.
+TEST_F(FingerprintMemoTest, TheEarlierFingerprintIsTakenFromTheMemo) {
+  const std::string key = identity();
+  const std::string version = read_json(memo())["entries"][key]["version"];
+  const std::string planted(32, 'e');
+  ASSERT_TRUE(write_memo(memo(), "nvrtc earlier of " + true_fingerprint(), MemoValue{version, planted}));
+  EXPECT_EQ(make_nvrtc_compiler(NvrtcOptions{memo()})->earlier_fingerprint(), planted);
+  ASSERT_TRUE(write_memo(memo(), "nvrtc earlier of " + true_fingerprint(), MemoValue{"99.9", planted}));
+  const auto computed = make_nvrtc_compiler(NvrtcOptions{memo()})->earlier_fingerprint();
+  EXPECT_NE(computed, planted);
+  EXPECT_EQ(computed, make_nvrtc_compiler()->earlier_fingerprint());
+  EXPECT_EQ(read_memo(memo(), "nvrtc earlier of " + true_fingerprint())->version, version);  // repaired
 }
 
 // The memo keeps the build this cache was last keyed with (for a process that finds no

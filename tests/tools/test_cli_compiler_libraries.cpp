@@ -158,7 +158,7 @@ std::optional<CliOutcome> run_without_compilers(const fs::path& scratch, const f
   };
   fs::create_directories(scratch / "empty");
   std::string command = "unshare --mount -- sh -c 'mount --make-rprivate / && for d in /usr/local/cuda*; do "
-                        "[ -d \"$d\" ] && mount --bind \"$0\" \"$d\"; done; ls /usr/local/cuda/lib64/libnvrtc* "
+                        "[ -d \"$d\" ] && mount --bind \"$0\" \"$d\"; done; ls /usr/local/cuda*/lib*/libnvrtc* "
                         ">/dev/null 2>&1 && exit 97; shift; exec \"$@\"' " +
                         quoted((scratch / "empty").string()) +
                         " sh env -u JITCACHE_NVRTC -u JITCACHE_NVJITLINK -u JITCACHE_NVVM -u VIRTUAL_ENV "
@@ -179,9 +179,10 @@ std::optional<CliOutcome> run_without_compilers(const fs::path& scratch, const f
 
 // No NVRTC anywhere (a node given a filled cache but no compiler): a cache hit still works,
 // keyed with the NVRTC the memo says this cache was last keyed with, and says so in a
-// warning (the same for libNVVM and nvJitLink, for kernels from outside); a miss is an error naming every place searched and the package to install. A
-// cache whose memo does not know the build cannot key anything; a compiler named by
-// JITCACHE_NVRTC is never stood in for.
+// warning (the same for libNVVM and nvJitLink, for kernels from outside); a miss is an
+// error naming every place searched and the package to install. A cache whose memo does
+// not know the build cannot key anything; a compiler named by JITCACHE_NVRTC is never
+// stood in for.
 TEST_F(CliCompilerLibrariesTest, WithNoNvrtcAnywhereAHitStillWorksAndAMissSaysWhatToInstall) {
   const std::vector<std::string> warm = {"warm", "--checkpoint", k_checkpoint.string(), "--arch", "sm_90",
                                          "--jobs", "2", "--json"};

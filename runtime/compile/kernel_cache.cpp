@@ -143,31 +143,27 @@ std::optional<KernelFetch> KernelCache::carry_over(const GeneratedSource& source
   const std::string label = source.spec.label();
   // The checks an entry from another tier gets: it parses, and its recorded and embedded
   // facts agree with the new key's. Whatever is wrong with it, it is not carried over.
-  Status usable = check_bundle_facts(facts, *bytes);
-  if (usable) {
-    auto artifact = parse_bundle(*bytes, text);
-    usable = artifact ? check_artifact_facts(*artifact, source) : Status(std::unexpected(artifact.error()));
-  }
+  auto artifact = parse_bundle(*bytes, text);
+  Status usable = artifact ? check_bundle_facts(facts, *bytes) : Status(std::unexpected(artifact.error()));
+  if (usable) usable = check_artifact_facts(*artifact, source);
   if (!usable) {
     log_warning("not carrying " + label + " over from its earlier key " + old_key.to_hex() + ": " +
                 usable.error().message);
     return std::nullopt;
   }
-  // Stored under the current key, then served from there like any hit. A store that cannot
-  // take it (read-only, memory-only) serves the earlier entry's bytes as they are.
-  if (auto stored = m_store.put(facts.key(), facts, *bytes, 0.0); !stored) {
+  // Stored under the current key, so that the next lookup is a plain hit. A store that
+  // cannot take it (read-only, memory-only) serves the earlier entry's bytes as they are.
+  const cache::CacheKey key = facts.key();
+  auto shared = std::make_shared<const CompiledArtifact>(std::move(*artifact));
+  if (auto stored = m_store.put(key, facts, *bytes, 0.0); !stored) {
     log_debug("carried " + label + " over without storing it: " + stored.error().message);
-    auto artifact = parse_bundle(*bytes, text);
-    if (!artifact) return std::nullopt;
-    return KernelFetch{std::make_shared<const CompiledArtifact>(std::move(*artifact)), facts.key(),
-                       cache::source_of((*hit)->tier), bytes};
+  } else {
+    log_info("carried " + label + " over from the key an earlier jitcache gave this NVRTC build (" +
+             old_key.to_hex() + ", fingerprint " + *earlier + ") to " + key.to_hex() + ": not compiled again");
+    m_store.attach(key, bytes, std::make_shared<const ParsedArtifact>(shared, text));
   }
-  log_info("carried " + label + " over from the key an earlier jitcache gave this NVRTC build (" + old_key.to_hex() +
-           ", fingerprint " + *earlier + ") to " + facts.key().to_hex() + ": not compiled again");
-  auto served = fetch(source, facts, text, OnMiss::report);
-  if (!served || !*served) return std::nullopt;
-  (*served)->source = cache::source_of((*hit)->tier);  // where it was found, not the copy just made
-  return std::move(*served);
+  // Its source is where it was found, not the copy just made.
+  return KernelFetch{shared, key, cache::source_of((*hit)->tier), bytes};
 }
 
 Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& source,

@@ -9,38 +9,47 @@ from typing import NamedTuple, Optional
 import torch
 
 from .errors import InvalidArgumentError
-from .formats import FORMATS, LATENT_DIM, RECORD_BYTES, ROPE_DIM, has_rope, record_format, row_width
+from .formats import (
+    LATENT_DIM,
+    RECORD_BYTES,
+    RECORDS,
+    ROPE_DIM,
+    has_rope,
+    record_name,
+    row_width,
+)
 
 _STATUS_DTYPES = (torch.int32, torch.uint32)
 
 
 class Layout(NamedTuple):
-    """A record format as the ops see it."""
+    """A record as the ops see it."""
 
-    format: str
+    format: str  # the record name (jitcache.formats.RECORDS): "b12x-368-per-token" too
     record_bytes: int
     row_width: int  # values per gathered row: 576, or 512 without RoPE
     has_rope: bool  # whether the writer reads k_pe
 
 
-LAYOUTS = {name: Layout(name, RECORD_BYTES[name], row_width(name), has_rope(name)) for name in FORMATS}
+LAYOUTS = {name: Layout(name, RECORD_BYTES[name], row_width(name), has_rope(name)) for name in RECORDS}
 
 
-def op_layout(model_format: str, given: Optional[str]) -> Layout:
-    """The layout a call runs with: its model's format. ``format``, when the caller gives it,
-    states which records the cache holds and must name the model's format."""
-    if given is None or given == model_format:
-        return LAYOUTS[model_format]
+def op_layout(model_record: str, given: Optional[str]) -> Layout:
+    """The layout a call runs with: its model's record (Model.record). ``format``, when the
+    caller gives it, states which records the cache holds and must name the model's record:
+    "b12x-368" (or "fp8") the per-layer ones, "b12x-368-per-token" the per-token ones, which
+    read as noise for each other."""
+    if given is None or given == model_record:
+        return LAYOUTS[model_record]
     try:
-        name = record_format(given)
+        name = record_name(given)
     except ValueError as error:
         raise ValueError(str(error)) from None
-    if name != model_format:
+    if name != model_record:
         raise ValueError(
-            f"format: the call says {given!r}, but the model writes and reads {model_format} records"
+            f"format: the call says {given!r}, but the model writes and reads {model_record} records"
         )
     return LAYOUTS[name]
-
 
 
 def _shape(t: torch.Tensor) -> list[int]:

@@ -26,6 +26,7 @@ from .formats import (
     has_rope,
     latent_scales,
     record_format,
+    record_latent_scale,
     row_width,
 )
 
@@ -70,6 +71,7 @@ def _latent_choice(name: str, latent_scale: Optional[str], scale: float) -> int:
 
 def _call(format: Optional[str], rope: Optional[str], latent_scale: Optional[str], scale: float):
     name = record_format(format, rope)
+    latent_scale = record_latent_scale(format, latent_scale)  # "b12x-368-per-token" fixes it
     value = float(scale)
     return name, _lib.FORMATS[name], _latent_choice(name, latent_scale, value), value
 
@@ -139,7 +141,8 @@ def quantize(
     the first two; default b12x-432). ``scale`` is the layer's s_l: exactly 1.0 runs the
     identity writer, anything else the dynamic one. ``latent_scale="per-token"`` writes each
     token's own scale into its record instead (b12x-368, and b12x-304, whose default it
-    is); ``scale`` must then stay 1.0."""
+    is); ``scale`` must then stay 1.0. The record name "b12x-368-per-token" is b12x-368
+    with ``latent_scale="per-token"``."""
     name, fmt, latent, value = _call(format, rope, latent_scale, scale)
     record_bytes = RECORD_BYTES[name]
     kv = _bf16_rows(kv_c, LATENT_DIM, "kv_c")

@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 
 from . import _lib, _log
 from .errors import InvalidArgumentError
-from .formats import ROPE_ALIASES, record_format
+from .formats import ROPE_ALIASES, record_format, record_name
 
 __all__ = [
     "Model",
@@ -344,6 +344,13 @@ class Model:
         """"per-token" when every layer keeps each token's own scale, else "per-layer"."""
         modes = {k.latent_scale for k in self.kernels}
         return "per-token" if modes == {"per-token"} else "per-layer"
+
+    @property
+    def record(self) -> str:
+        """The record name (jitcache.formats.RECORDS) of the format and latent scale: the
+        format's name, or "b12x-368-per-token" for b12x-368 with per-token scales. The
+        torch ops' ``format`` argument must give it."""
+        return record_name(self.format, self.latent_scale)
 
     @property
     def record_bytes(self) -> int:

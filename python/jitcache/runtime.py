@@ -16,7 +16,7 @@ from typing import Any, Optional, Union
 
 from . import _lib, _log
 from .errors import InvalidArgumentError
-from .formats import record_format
+from .formats import record_format, record_latent_scale
 from .model import (
     KernelInfo,
     LayerInfo,
@@ -58,14 +58,17 @@ def _rope_enum(rope: str) -> int:
         raise InvalidArgumentError(f"rope: expected 'bf16' or 'fp8', got {rope!r}") from None
 
 
-def _format_name(format: Optional[str], rope: Optional[str]) -> str:
-    """host.record_format's answer, its ValueError as the library's InvalidArgumentError."""
+def _format_name(
+    format: Optional[str], rope: Optional[str], latent_scale: Optional[str] = None
+) -> tuple[str, Optional[str]]:
+    """host.record_format's answer and the latent scale the call means (a record name such as
+    "b12x-368-per-token" fixes it), ValueError as the library's InvalidArgumentError."""
     if rope is not None:
         _rope_enum(rope)
     if format is not None and not isinstance(format, str):
         raise InvalidArgumentError(f"format: expected a format name, got {type(format).__name__}")
     try:
-        return record_format(format, rope)
+        return record_format(format, rope), record_latent_scale(format, latent_scale)
     except ValueError as error:
         raise InvalidArgumentError(str(error)) from None
 
@@ -378,17 +381,19 @@ class Runtime:
         """Resolves the scales, gets (compiling the misses) and binds every kernel variant.
 
         ``format``: the record the engine reads (jitcache.host.FORMATS; ``rope`` "bf16" /
-        "fp8" is the older spelling of the first two; default b12x-432).
+        "fp8" is the older spelling of the first two; default b12x-432), or a record name
+        (jitcache.formats.RECORDS): "b12x-368-per-token" is b12x-368 with
+        ``latent_scale="per-token"``, and refuses another ``latent_scale``.
         ``latent_scale="per-token"``: every layer keeps each token's own scale in its record
         (b12x-368; b12x-304 has nothing else) and the checkpoint's scales are not applied;
         None: each layer's scale picks its kernel."""
         handle = self._live()
-        name = _format_name(format, rope)
+        name, latent = _format_name(format, rope, latent_scale)
         options = _lib.PrepareOptions()
         _lib_.jitcache_prepare_options_init(byref(options))
         options.checkpoint = _lib.encode_path("checkpoint", checkpoint)
         options.format = _lib.FORMATS[name]
-        options.latent_scale = _latent_enum(latent_scale)
+        options.latent_scale = _latent_enum(latent)
         options.target = _optional_text("target", target)
         options.scales_override = _lib.encode_path("scales_override", scales_override)
         options.revision = _optional_text("revision", revision)

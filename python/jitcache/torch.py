@@ -13,8 +13,10 @@ through an integer id (:func:`model_id`)::
 The record format is the model's (:attr:`jitcache.Model.format`): the cache's last
 dimension is its record size, a gathered row has its row width (576, or 512 for b12x-304,
 which has no RoPE; its writer takes ``k_pe=None``). ``format``, when given, states which
-records the caller's cache holds and must name the model's format; the fake
-implementations check shapes with it. The variant (identity, dynamic or per-token) and the
+records the caller's cache holds and must name the model's record
+(:attr:`jitcache.Model.record`): a b12x-368 model with per-token scales takes
+"b12x-368-per-token" and refuses "b12x-368", the per-layer records, and the other way round
+(each reads the other as noise); the fake implementations check shapes with it. The variant (identity, dynamic or per-token) and the
 scale come from the layer's binding in the model, never from the scale's value. CPU
 tensors run the host executor (bit-identical to the device); CUDA tensors enqueue the
 prepared kernel on ``torch.cuda.current_stream()`` without allocating, synchronising or
@@ -109,7 +111,7 @@ class _Entry:
 
     def __init__(self, model: Model, ident: int) -> None:
         self.ref = weakref.ref(model)
-        self.layout: Layout = LAYOUTS[model.format]
+        self.layout: Layout = LAYOUTS[model.record]
         self.record_bytes = self.layout.record_bytes
         self.num_layers = int(model.num_layers)
         self.id = ident
@@ -441,7 +443,8 @@ def write(
 ) -> None:
     """Quantizes kv_c [N, 512] and k_pe [N, 64] (bf16; None for a format without RoPE) into
     ``kv_cache`` (uint8 records) at ``slot_mapping`` (int64 [N]; a negative slot is skipped)
-    with the layer's writer. ``format``, when given, must be the model's."""
+    with the layer's writer. ``format``, when given, must name the model's record
+    (:attr:`jitcache.Model.record`)."""
     _tensor("kv_c", kv_c)
     if k_pe is not None:
         _tensor("k_pe", k_pe)

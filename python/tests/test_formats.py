@@ -46,6 +46,52 @@ def test_format_names_sizes_and_aliases() -> None:
         formats.record_format("flashmla-352", rope="bf16")
 
 
+def test_record_names() -> None:
+    """A record is a format and its latent scale: every format's own name, and
+    b12x-368-per-token for the per-token b12x-368 records."""
+    assert formats.RECORDS == {
+        "b12x-432": ("b12x-432", "per-layer"),
+        "b12x-368": ("b12x-368", "per-layer"),
+        "b12x-368-per-token": ("b12x-368", "per-token"),
+        "b12x-304": ("b12x-304", "per-token"),
+        "flashmla-352": ("flashmla-352", "per-layer"),
+    }
+    assert host.RECORD_BYTES["b12x-368-per-token"] == 368
+    assert formats.record_format("b12x-368-per-token") == "b12x-368"
+    assert formats.record_format("b12x-368-per-token", rope="fp8") == "b12x-368"
+    assert formats.latent_scales("b12x-368-per-token") == ("per-token",)
+    assert formats.row_width("b12x-368-per-token") == 576
+    for name, (fmt, latent) in formats.RECORDS.items():
+        assert formats.record_name(fmt, latent) == name
+        assert formats.record_name(name) == name
+    assert formats.record_name("fp8", "per-token") == formats.record_name("b12x-368", "per-token")
+    assert formats.record_name("b12x-368", "dynamic") == formats.record_name("fp8") == "b12x-368"
+    assert formats.record_latent_scale("b12x-368-per-token") == "per-token"
+    assert formats.record_latent_scale("b12x-368", "per-token") == "per-token"
+    assert formats.record_latent_scale("b12x-368") is None
+    for name in ("b12x-432", "flashmla-352"):
+        with pytest.raises(ValueError, match=f"latent_scale: {name} has no per-token records"):
+            formats.record_name(name, "per-token")
+    with pytest.raises(ValueError, match="latent_scale: b12x-304 has no per-layer records"):
+        formats.record_name("b12x-304", "per-layer")
+    with pytest.raises(ValueError, match="latent_scale: 'per-layer', but format 'b12x-368-per-token' names per-token"):
+        formats.record_name("b12x-368-per-token", "per-layer")
+    with pytest.raises(ValueError, match="'b12x-368-per-token' and rope 'bf16' name different records"):
+        formats.record_format("b12x-368-per-token", rope="bf16")
+
+
+def test_host_takes_the_per_token_record_name(seed: int) -> None:
+    kv_c, k_pe = rows(seed)
+    per_token = host.quantize(kv_c, k_pe, format="b12x-368", latent_scale="per-token")
+    assert np.array_equal(host.quantize(kv_c, k_pe, format="b12x-368-per-token"), per_token)
+    assert np.array_equal(host.quantize(kv_c, k_pe, format="b12x-368-per-token", latent_scale="per-token"), per_token)
+    assert np.array_equal(host.dequantize(per_token, format="b12x-368-per-token"),
+                          host.dequantize(per_token, format="b12x-368", latent_scale="per-token"))
+    for latent in ("identity", "dynamic", "per-layer"):
+        with pytest.raises(ValueError, match=f"latent_scale: '{latent}', but format 'b12x-368-per-token' names per-token"):
+            host.quantize(kv_c, k_pe, format="b12x-368-per-token", latent_scale=latent)
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_latent_scales_are_the_librarys(name: str) -> None:
     """formats.latent_scales (Python's copy of the table) is what the library accepts."""
@@ -163,6 +209,14 @@ def test_prepare_per_token_and_refusals(runtime, glm5_mini: Path) -> None:
         assert kernels == {("writer", "per-token"), ("gather", "per-token")}
     with runtime.prepare(glm5_mini, "fp8", TARGET) as old_style:
         assert old_style.format == "b12x-368" and old_style.latent_scale == "per-layer"
+        assert old_style.record == "b12x-368"
+    with runtime.prepare(glm5_mini, target=TARGET, format="b12x-368-per-token") as named:
+        assert (named.format, named.latent_scale, named.record) == ("b12x-368", "per-token", "b12x-368-per-token")
+        assert {k.latent_scale for k in named.kernels} == {"per-token"}
+        assert {k.format for k in named.kernels} == {"b12x-368"}
+    with pytest.raises(jitcache.InvalidArgumentError,
+                       match="latent_scale: 'per-layer', but format 'b12x-368-per-token' names per-token records"):
+        runtime.prepare(glm5_mini, target=TARGET, format="b12x-368-per-token", latent_scale="per-layer")
     with pytest.raises(jitcache.InvalidArgumentError, match="flashmla-352 has no per-token records"):
         runtime.prepare(glm5_mini, target=TARGET, format="flashmla-352", latent_scale="per-token")
     with pytest.raises(jitcache.InvalidArgumentError, match="latent_scale: expected 'per-token'"):

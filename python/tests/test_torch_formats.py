@@ -23,6 +23,9 @@ def models(tmp_path_factory: pytest.TempPathFactory, glm5_mini: Path):
     path.mkdir(mode=0o700)
     with jitcache.Runtime(cache_dir=path, device="none") as rt:
         prepared = {name: rt.prepare(glm5_mini, target=TARGET, format=name) for name in host.FORMATS}
+        # the per-token b12x-368 model, in the older spelling (format and latent_scale)
+        prepared["b12x-368-per-token"] = rt.prepare(
+            glm5_mini, target=TARGET, format="b12x-368", latent_scale="per-token")
     yield prepared
     for model in prepared.values():
         model.close()
@@ -97,6 +100,65 @@ def test_format_argument_must_name_the_models_format(models, seed: int) -> None:
     jt.write(fp8, 0, kv_c, k_pe, slots, jt.new_cache(fp8, 1, 2), format="fp8")
     with pytest.raises(ValueError, match=r"kv_cache: expected shape \[num_slots, 368\] .* for b12x-368 records"):
         jt.write(fp8, 0, kv_c, k_pe, slots, cache)
+
+
+def test_per_token_368_records_have_their_own_name(models, seed: int) -> None:
+    """b12x-368 records written with per-token scales and with the per-layer scale read as
+    noise for each other, so they are two records: a per-token model takes
+    format="b12x-368-per-token" and refuses "b12x-368" (the per-layer records), and the
+    other way round. The issue's case: a cache written by the per-token model and gathered
+    by the per-layer model of the same checkpoint, both calls saying "b12x-368"."""
+    per_layer, per_token = models["b12x-368"], models["b12x-368-per-token"]
+    assert (per_layer.format, per_layer.latent_scale, per_layer.record) == ("b12x-368", "per-layer", "b12x-368")
+    assert (per_token.format, per_token.latent_scale, per_token.record) == (
+        "b12x-368", "per-token", "b12x-368-per-token")
+    assert [models[n].record for n in ("b12x-432", "b12x-304", "flashmla-352")] == [
+        "b12x-432", "b12x-304", "flashmla-352"]
+    n, layer = 16, 3
+    kv_c, k_pe = tokens(seed, n)
+    slots, rows = torch.arange(n, dtype=torch.int64), torch.arange(n, dtype=torch.int32)
+    out = torch.empty(n, 576, dtype=torch.bfloat16)
+    cache = jt.new_cache(per_token, 1, n)
+    says = "format: the call says '{}', but the model writes and reads {} records"
+    with pytest.raises(ValueError, match=says.format("b12x-368", "b12x-368-per-token")):
+        jt.write(per_token, layer, kv_c, k_pe, slots, cache, format="b12x-368")
+    assert not cache.any()  # refused before anything was written
+    jt.write(per_token, layer, kv_c, k_pe, slots, cache, format="b12x-368-per-token")
+    with pytest.raises(ValueError, match=says.format("b12x-368", "b12x-368-per-token")):
+        jt.gather(per_token, layer, cache, rows, out, format="b12x-368")
+    with pytest.raises(ValueError, match=says.format("b12x-368-per-token", "b12x-368")):
+        jt.gather(per_layer, layer, cache, rows, out, format="b12x-368-per-token")
+    with pytest.raises(ValueError, match=says.format("fp8", "b12x-368-per-token")):
+        torch.ops.jitcache.nvfp4_mla_gather(cache, rows, out, jt.model_id(per_token), layer, format="fp8")
+    jt.gather(per_token, layer, cache, rows, out, format="b12x-368-per-token")
+    records = cache.view(-1, 368).numpy()
+    assert np.array_equal(records, host.quantize(bits(kv_c), bits(k_pe), format="b12x-368-per-token"))
+    want = host.dequantize(records, format="b12x-368-per-token")
+    assert np.array_equal(bits(out), (want.view(np.uint32) >> 16).astype(np.uint16))
+
+    # the per-layer records keep their names, "b12x-368" and "fp8"
+    scale = per_layer.layer(layer).scale
+    for name in ("b12x-368", "fp8"):
+        plain = jt.new_cache(per_layer, 1, n)
+        jt.write(per_layer, layer, kv_c, k_pe, slots, plain, format=name)
+        assert np.array_equal(plain.view(-1, 368).numpy(), host.quantize(bits(kv_c), bits(k_pe), scale, format=name))
+        jt.gather(per_layer, layer, plain, rows, out, format=name)
+    with pytest.raises(ValueError, match=says.format("b12x-368-per-token", "b12x-368")):
+        jt.write(per_layer, layer, kv_c, k_pe, slots, plain, format="b12x-368-per-token")
+    # b12x-304 has per-token records only, under its own name
+    flash = models["b12x-304"]
+    jt.write(flash, layer, kv_c, None, slots, jt.new_cache(flash, 1, n), format="b12x-304")
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mid = jt.model_id(per_token)
+    with FakeTensorMode():
+        fake_kv_c, fake_pe = torch.empty(3, 512, dtype=torch.bfloat16), torch.empty(3, 64, dtype=torch.bfloat16)
+        fake_slots, fake_cache = torch.empty(3, dtype=torch.int64), torch.empty(4, 16, 368, dtype=torch.uint8)
+        torch.ops.jitcache.nvfp4_mla_write(
+            fake_kv_c, fake_pe, fake_slots, fake_cache, mid, 0, format="b12x-368-per-token")
+        with pytest.raises(ValueError, match=says.format("b12x-368", "b12x-368-per-token")):
+            torch.ops.jitcache.nvfp4_mla_write(fake_kv_c, fake_pe, fake_slots, fake_cache, mid, 0, format="b12x-368")
 
 
 def test_fake_tensors_use_the_formats_sizes(models) -> None:

@@ -21,7 +21,8 @@ For an attention backend:
 - :func:`record_format` names the record the attention backend reads for
   ``kv_cache_dtype="nvfp4_ds_mla"`` (docs/record-formats.md): upstream vLLM's
   ``FlashMLASparseBackend`` reads flashmla-352, the serving fork's ``B12X_MLA_SPARSE``
-  backend b12x's records; :func:`check_kv_cache` refuses a cache of another record size.
+  backend b12x's records (b12x-368-per-token for b12x-368 with per-token scales);
+  :func:`check_kv_cache` refuses a cache of another record size.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ import logging
 import os
 import re
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from .formats import RECORD_BYTES, has_rope
+from .formats import RECORD_BYTES, RECORDS, has_rope
 from .runtime import Model, ResolvedScales, Runtime, resolve_scales
 
 if TYPE_CHECKING:
@@ -117,6 +119,7 @@ NOT_REGISTERED: tuple[str, ...] = (
     "JITCACHE_VERIFY_SPEC",
     "JITCACHE_TOOL_WORKER",
     "JITCACHE_TOOL_TIMEOUT_MS",
+    "JITCACHE_TOOL_WORKERS",
     "JITCACHE_NVRTC",
     "JITCACHE_NVJITLINK",
     "JITCACHE_NVVM",
@@ -161,44 +164,91 @@ def _backend_name(backend: object) -> str:
     raise TypeError(f"backend: expected an attention backend class or its name, got {type(backend).__name__}")
 
 
+def _field(config: object, name: str) -> Any:
+    """A config field: a dict's key (config.json as json.load gives it) or an attribute."""
+    if isinstance(config, Mapping):
+        return config.get(name)
+    return getattr(config, name, None)
+
+
+def _model_fields(hf_config: object) -> tuple[Optional[str], Optional[int]]:
+    """(model_type, qk_rope_head_dim) of a config, a dict of one or a model type; a config
+    with a ``text_config`` (a multimodal wrapper) is read there, its model type falling back
+    to the outer one."""
+    if hf_config is None or isinstance(hf_config, str):
+        return hf_config, None
+    outer_type = _field(hf_config, "model_type")
+    text = _field(hf_config, "text_config")
+    inner = hf_config if text is None else text
+    return _field(inner, "model_type") or outer_type, _field(inner, "qk_rope_head_dim")
+
+
 def record_format(
     kv_cache_dtype: str,
     backend: object,
     hf_config: object = None,
     *,
     rope: Optional[str] = None,
+    latent_scale: Optional[str] = None,
 ) -> str:
-    """The jitcache record format (jitcache.formats.FORMATS) of vLLM's ``kv_cache_dtype``
-    under ``backend`` (an attention backend class, e.g. ``FlashMLASparseBackend``, or its
-    ``get_name()``).
+    """The jitcache record (jitcache.formats.RECORDS) of vLLM's ``kv_cache_dtype`` under
+    ``backend`` (an attention backend class, e.g. ``FlashMLASparseBackend``, or its
+    ``get_name()``): the ``format`` to give :func:`prepare_model`, :func:`check_kv_cache`
+    and the jitcache.torch ops.
 
-    - ``FLASHMLA_SPARSE`` (upstream vLLM 0.33, SM100): flashmla-352.
+    - ``FLASHMLA_SPARSE`` (upstream vLLM 0.33, SM100): flashmla-352, whose RoPE is unscaled
+      fp8 of its own and whose latent scale is per-layer (``rope`` and a per-token
+      ``latent_scale`` are refused).
     - ``B12X_MLA_SPARSE`` (the serving fork): from the model, ``hf_config`` (the Hugging
-      Face config, or its ``model_type``): GLM-5.3 Flash (``glm5_next``, or any model with
-      ``qk_rope_head_dim`` 0) b12x-304; ``glm_moe_dsa`` with ``rope="fp8"`` b12x-368;
-      any other model b12x-432 (bf16 RoPE; ``rope="fp8"`` is refused for it).
+      Face config, a dict of its config.json, or its ``model_type``; read in its
+      ``text_config`` when it has one): GLM-5.3 Flash (``glm5_next``, or any model with
+      ``qk_rope_head_dim`` 0) b12x-304, which has no RoPE (``rope`` refused) and per-token
+      scales only; ``glm_moe_dsa`` with ``rope="fp8"`` b12x-368, or b12x-368-per-token with
+      ``latent_scale="per-token"``; any other model b12x-432 (bf16 RoPE, per-layer scales;
+      ``rope="fp8"`` and per-token are refused for it).
 
-    ValueError for another cache dtype or backend, naming what is supported."""
+    ``latent_scale``: "per-token" or "per-layer"; None: the record's default (per-layer,
+    per-token for b12x-304). ValueError for another cache dtype or backend, naming what is
+    supported, and for a combination that has no record, naming it."""
     if kv_cache_dtype != KV_CACHE_DTYPE:
         raise ValueError(
             f"kv_cache_dtype: jitcache writes {KV_CACHE_DTYPE!r} records, got {kv_cache_dtype!r}"
         )
     name = _backend_name(backend)
-    if name == FLASHMLA_SPARSE:
-        return "flashmla-352"
-    if name != B12X_MLA_SPARSE:
+    if name not in (FLASHMLA_SPARSE, B12X_MLA_SPARSE):
         raise ValueError(
             f"backend: {name} is not a backend jitcache knows the {KV_CACHE_DTYPE} record of "
             f"(known: {FLASHMLA_SPARSE}, {B12X_MLA_SPARSE})"
         )
     if rope not in (None, "bf16", "fp8"):
         raise ValueError(f"rope: expected 'bf16' or 'fp8', got {rope!r}")
-    if isinstance(hf_config, str) or hf_config is None:
-        model_type, rope_dim = hf_config, None
-    else:
-        model_type = getattr(hf_config, "model_type", None)
-        rope_dim = getattr(hf_config, "qk_rope_head_dim", None)
+    if latent_scale not in (None, "per-layer", "per-token"):
+        raise ValueError(f"latent_scale: expected 'per-layer' or 'per-token', got {latent_scale!r}")
+    per_token = latent_scale == "per-token"
+    if name == FLASHMLA_SPARSE:
+        if rope is not None:
+            raise ValueError(
+                f"rope: {FLASHMLA_SPARSE} reads flashmla-352 records, whose RoPE is unscaled fp8 "
+                f"of their own (no choice to make), got rope={rope!r}"
+            )
+        if per_token:
+            raise ValueError(
+                f"latent_scale: {FLASHMLA_SPARSE} reads flashmla-352 records, which have no "
+                f"per-token scales, got latent_scale={latent_scale!r}"
+            )
+        return "flashmla-352"
+    model_type, rope_dim = _model_fields(hf_config)
     if model_type in _GLM_NEXT or rope_dim == 0:
+        if rope is not None:
+            raise ValueError(
+                f"rope: the model ({model_type!r}, qk_rope_head_dim {rope_dim!r}) is served with "
+                f"b12x-304 records, which hold no RoPE, got rope={rope!r}"
+            )
+        if latent_scale == "per-layer":
+            raise ValueError(
+                f"latent_scale: the model ({model_type!r}) is served with b12x-304 records, "
+                f"which have per-token scales only, got latent_scale={latent_scale!r}"
+            )
         return "b12x-304"
     if rope == "fp8":
         if model_type != _GLM_MOE_DSA:
@@ -206,15 +256,23 @@ def record_format(
                 f"rope: fp8 RoPE records (b12x-368) are served for {_GLM_MOE_DSA} models only, "
                 f"and the model type is {model_type!r}"
             )
-        return "b12x-368"
+        return "b12x-368-per-token" if per_token else "b12x-368"
+    if per_token:
+        raise ValueError(
+            f"latent_scale: per-token records are b12x-368 (rope='fp8', {_GLM_MOE_DSA}) and "
+            f"b12x-304; the model ({model_type!r}, rope={rope!r}) is served with b12x-432 "
+            f"records, which have none"
+        )
     return "b12x-432"
 
 
 def check_kv_cache(kv_cache: "torch.Tensor", format: str) -> None:
     """Refuses a KV cache that is not uint8 or whose last dimension is not ``format``'s
-    record size, naming both sizes."""
+    record size (``format`` a name of jitcache.formats.RECORDS), naming both sizes."""
     import torch
 
+    if not isinstance(format, str) or format not in RECORD_BYTES:
+        raise ValueError(f"format: expected one of {', '.join(RECORDS)}, got {format!r}")
     if kv_cache.dtype != torch.uint8:
         raise TypeError(f"kv_cache: expected dtype torch.uint8 (records), got {kv_cache.dtype}")
     expected = RECORD_BYTES[format]

@@ -115,9 +115,71 @@ def test_b12x_backend_by_model() -> None:
         jv.record_format("nvfp4_ds_mla", b12x, glm52, rope="e4m3")
 
 
+def test_b12x_backend_reads_config_dicts_and_text_config(repo_root: Path) -> None:
+    """hf_config as json.load gives config.json, and a model nested in text_config: the
+    model's fields are read there (GLM-5.3 Flash is b12x-304, not b12x-432)."""
+    b12x = jv.B12X_MLA_SPARSE
+    glm52 = json.loads((repo_root / "examples" / "glm5-mini" / "config.json").read_text())
+    assert glm52["model_type"] == "glm_moe_dsa" and glm52["qk_rope_head_dim"] == 64
+    assert jv.record_format("nvfp4_ds_mla", b12x, glm52) == "b12x-432"
+    assert jv.record_format("nvfp4_ds_mla", b12x, glm52, rope="fp8") == "b12x-368"
+    flash = dict(glm52, model_type="glm5_next", qk_rope_head_dim=0)
+    assert jv.record_format("nvfp4_ds_mla", b12x, flash) == "b12x-304"
+    assert jv.record_format("nvfp4_ds_mla", b12x, {"qk_rope_head_dim": 0}) == "b12x-304"
+    with pytest.raises(ValueError, match="rope: fp8 RoPE records .* glm_moe_dsa models only.*'deepseek_v32'"):
+        jv.record_format("nvfp4_ds_mla", b12x, dict(glm52, model_type="deepseek_v32"), rope="fp8")
+    # a wrapper whose text model is GLM-5.3 Flash, as an object and as a dict
+    nested = types.SimpleNamespace(
+        model_type="glm5_next_vl", text_config=types.SimpleNamespace(model_type="glm5_next", qk_rope_head_dim=0))
+    assert jv.record_format("nvfp4_ds_mla", b12x, nested) == "b12x-304"
+    assert jv.record_format("nvfp4_ds_mla", b12x, {"model_type": "x", "text_config": flash}) == "b12x-304"
+    no_type = types.SimpleNamespace(model_type="glm5_next", text_config=types.SimpleNamespace(hidden_size=6144))
+    assert jv.record_format("nvfp4_ds_mla", b12x, no_type) == "b12x-304"  # the outer model type
+    # the text model's RoPE width decides, not the wrapper's, and the outer type is a fallback
+    wrapped = {"model_type": "glm_moe_dsa", "qk_rope_head_dim": 0, "text_config": {"qk_rope_head_dim": 64}}
+    assert jv.record_format("nvfp4_ds_mla", b12x, wrapped, rope="fp8") == "b12x-368"
+
+
+def test_record_format_refuses_what_has_no_record() -> None:
+    b12x, flashmla = jv.B12X_MLA_SPARSE, jv.FLASHMLA_SPARSE
+    glm52 = {"model_type": "glm_moe_dsa", "qk_rope_head_dim": 64}
+    flash = types.SimpleNamespace(model_type="glm5_next", qk_rope_head_dim=0)
+    for rope in ("fp8", "bf16"):  # flashmla-352's RoPE is unscaled fp8 of its own
+        with pytest.raises(ValueError, match=f"rope: FLASHMLA_SPARSE reads flashmla-352 records.*rope='{rope}'"):
+            jv.record_format("nvfp4_ds_mla", flashmla, glm52, rope=rope)
+        # b12x-304 holds no RoPE at all
+        with pytest.raises(ValueError, match=f"rope: .*'glm5_next'.* b12x-304 records, which hold no RoPE.*'{rope}'"):
+            jv.record_format("nvfp4_ds_mla", b12x, flash, rope=rope)
+        with pytest.raises(ValueError, match=f"rope: .*qk_rope_head_dim 0.* b12x-304 .*'{rope}'"):
+            jv.record_format("nvfp4_ds_mla", b12x, {"qk_rope_head_dim": 0}, rope=rope)
+        with pytest.raises(ValueError, match="rope: .*b12x-304"):
+            jv.record_format("nvfp4_ds_mla", b12x, "glm5_next_mtp", rope=rope)
+    with pytest.raises(ValueError, match="latent_scale: FLASHMLA_SPARSE reads flashmla-352 records, which have no per-token"):
+        jv.record_format("nvfp4_ds_mla", flashmla, glm52, latent_scale="per-token")
+    with pytest.raises(ValueError, match="latent_scale: .*b12x-432 records, which have none"):
+        jv.record_format("nvfp4_ds_mla", b12x, glm52, latent_scale="per-token")
+    with pytest.raises(ValueError, match="latent_scale: .*b12x-432 records, which have none"):
+        jv.record_format("nvfp4_ds_mla", b12x, glm52, rope="bf16", latent_scale="per-token")
+    with pytest.raises(ValueError, match="latent_scale: .*b12x-304 records, which have per-token scales only"):
+        jv.record_format("nvfp4_ds_mla", b12x, flash, latent_scale="per-layer")
+    with pytest.raises(ValueError, match="latent_scale: expected 'per-layer' or 'per-token', got 'dynamic'"):
+        jv.record_format("nvfp4_ds_mla", b12x, glm52, latent_scale="dynamic")
+    # what has a record
+    assert jv.record_format("nvfp4_ds_mla", flashmla, glm52, latent_scale="per-layer") == "flashmla-352"
+    assert jv.record_format("nvfp4_ds_mla", b12x, flash, latent_scale="per-token") == "b12x-304"
+    assert jv.record_format("nvfp4_ds_mla", b12x, glm52, rope="fp8", latent_scale="per-layer") == "b12x-368"
+    assert jv.record_format("nvfp4_ds_mla", b12x, glm52, rope="fp8", latent_scale="per-token") == "b12x-368-per-token"
+    assert jv.record_format("nvfp4_ds_mla", b12x, "glm_moe_dsa", rope="fp8", latent_scale="per-token") == (
+        "b12x-368-per-token")
+
+
 def test_check_kv_cache() -> None:
-    for name in host.FORMATS:
+    for name in jitcache.formats.RECORDS:
         jv.check_kv_cache(torch.zeros(2, 16, host.RECORD_BYTES[name], dtype=torch.uint8), name)
+    with pytest.raises(ValueError, match=r"last dimension is 432 bytes .* but b12x-368-per-token records are 368 bytes"):
+        jv.check_kv_cache(torch.zeros(2, 16, 432, dtype=torch.uint8), "b12x-368-per-token")
+    with pytest.raises(ValueError, match="format: expected one of b12x-432, .*, got 'nvfp4_ds_mla'"):
+        jv.check_kv_cache(torch.zeros(2, 16, 432, dtype=torch.uint8), "nvfp4_ds_mla")
     with pytest.raises(ValueError, match=r"last dimension is 368 bytes .* but b12x-304 records are 304 bytes"):
         jv.check_kv_cache(torch.zeros(2, 16, 368, dtype=torch.uint8), "b12x-304")
     with pytest.raises(TypeError, match="kv_cache: expected dtype torch.uint8"):

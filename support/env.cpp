@@ -95,6 +95,10 @@ const EnvVar jitcache_tool_worker{"JITCACHE_TOOL_WORKER", EnvType::path, "",
 const EnvVar jitcache_tool_timeout_ms{"JITCACHE_TOOL_TIMEOUT_MS", EnvType::milliseconds, "300000",
                                       "Longest compile of a kernel from outside in the tool worker; a worker "
                                       "that takes longer is killed and the compile fails."};
+const EnvVar jitcache_tool_workers{"JITCACHE_TOOL_WORKERS", EnvType::count, "",
+                                   "Most tool workers alive at once (busy and idle); further compiles of "
+                                   "kernels from outside wait for one (default: the CPUs this process may "
+                                   "run on)."};
 
 // The compiler libraries, opened at their first use (runtime/compile/toolkit_search.hpp
 // gives the whole search). Set, the file named is the only candidate.
@@ -133,7 +137,7 @@ const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &j
                                     &jitcache_remote_breaker_ms, &jitcache_remote_lease_ms,
                                     &jitcache_remote_wait_ms, &jitcache_remote_max_entry_bytes,
                                     &jitcache_verify_spec, &jitcache_tool_worker,
-                                    &jitcache_tool_timeout_ms, &jitcache_nvrtc, &jitcache_nvjitlink,
+                                    &jitcache_tool_timeout_ms, &jitcache_tool_workers, &jitcache_nvrtc, &jitcache_nvjitlink,
                                     &jitcache_nvvm, &virtual_env, &conda_prefix, &pythonhome, &cuda_home,
                                     &cuda_path, &ld_library_path};
 
@@ -159,6 +163,7 @@ const char* to_string(EnvType type) {
     case EnvType::log_level: return "log level";
     case EnvType::milliseconds: return "milliseconds";
     case EnvType::bytes: return "bytes";
+    case EnvType::count: return "count";
     case EnvType::fraction: return "fraction";
   }
   return "?";
@@ -205,7 +210,9 @@ Result<std::uint64_t> get_uint(const EnvVar& var) {
   }
   if (!ok || n > k_max)
     return make_error(ErrorCode::invalid_input, std::string(var.name) + "=" + text::escape_control(text) +
-                                                    ": expected a whole number of " + to_string(var.type) +
+                                                    ": expected a whole number" +
+                                                    (var.type == EnvType::count ? std::string()
+                                                                                : " of " + std::string(to_string(var.type))) +
                                                     " (decimal digits)");
   return n;
 }
@@ -241,6 +248,7 @@ Status check_value(const EnvVar& var) {
       return {};
     case EnvType::milliseconds:
     case EnvType::bytes:
+    case EnvType::count:
       if (auto parsed = get_uint(var); !parsed) return std::unexpected(parsed.error());
       return {};
     case EnvType::fraction:

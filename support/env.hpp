@@ -14,7 +14,7 @@
 
 namespace jitcache::env {
 
-enum class EnvType { path, string, boolean, log_level, milliseconds, bytes, fraction };
+enum class EnvType { path, string, boolean, log_level, milliseconds, bytes, count, fraction };
 
 struct EnvVar {
   std::string_view name;
@@ -41,6 +41,7 @@ extern const EnvVar home;
 extern const EnvVar jitcache_lineinfo;
 extern const EnvVar jitcache_tool_worker;
 extern const EnvVar jitcache_tool_timeout_ms;
+extern const EnvVar jitcache_tool_workers;
 extern const EnvVar jitcache_nvrtc;
 extern const EnvVar jitcache_nvjitlink;
 extern const EnvVar jitcache_nvvm;

@@ -2,6 +2,7 @@
 // ones, one request's exchange under a deadline, and turning a worker's end into an error.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -108,6 +110,10 @@ Result<Worker> spawn_worker(const std::filesystem::path& path) {
   posix_spawn_file_actions_adddup2(&actions, output_end.get(), 1);
   posix_spawn_file_actions_adddup2(&actions, output_end.get(), 2);
   posix_spawn_file_actions_adddup2(&actions, theirs.get(), 3);
+  // posix_spawn closes only close-on-exec descriptors: without this the worker would hold
+  // every inheritable one of the host (a pipe's write end among them, which then never
+  // reaches its end while the worker lives).
+  posix_spawn_file_actions_addclosefrom_np(&actions, 4);
   // The host's signal mask and ignored signals are not the worker's business.
   sigset_t none, all;
   sigemptyset(&none);
@@ -156,31 +162,67 @@ bool looks_alive(const Worker& w) {
   return ::poll(&p, 1, 0) == 0;
 }
 
+// The number of CPUs this process may run on: the default cap of live workers.
+unsigned usable_cpus() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// Live workers (busy and idle together) are at most the cap; a request that finds none
+// idle and the cap reached waits for one to come back or end.
 class Pool {
  public:
-  std::optional<Worker> take(const std::filesystem::path& path) {
-    std::lock_guard lock(m_mutex);
-    while (!m_idle.empty()) {
-      Worker w = std::move(m_idle.back());
-      m_idle.pop_back();
-      // A forked child's copy of its parent's worker: closing the copies is all it may do.
-      if (w.owner != ::getpid()) continue;
-      if (w.path == path && looks_alive(w)) return w;
-      discard(std::move(w));
+  // A worker for `path`: an idle one, or a new one once fewer than `cap` live.
+  Result<Worker> acquire(const std::filesystem::path& path, std::size_t cap) {
+    std::unique_lock lock(m_mutex);
+    forget_parent();
+    for (;;) {
+      while (!m_idle.empty()) {
+        Worker w = std::move(m_idle.back());
+        m_idle.pop_back();
+        if (w.path == path && looks_alive(w)) return w;
+        --m_live;
+        discard(std::move(w));
+      }
+      if (m_live < cap) break;
+      m_returned.wait(lock);
     }
-    return std::nullopt;
+    ++m_live;
+    lock.unlock();
+    auto spawned = spawn_worker(path);
+    if (!spawned) ended();
+    return spawned;
   }
+  // A worker that answered: kept idle while there is room, else ended.
   void give_back(Worker w) {
+    {
+      std::lock_guard lock(m_mutex);
+      forget_parent();
+      if (w.owner == ::getpid() && m_idle.size() < k_max_idle_workers) {
+        w.output_tail.clear();
+        m_idle.push_back(std::move(w));
+        m_returned.notify_one();
+        return;
+      }
+    }
+    const bool ours = w.owner == ::getpid();
+    discard(std::move(w));
+    if (ours) ended();
+  }
+  // A worker that is gone (reaped) or was never spawned.
+  void ended() {
     std::lock_guard lock(m_mutex);
-    if (m_idle.size() >= k_max_idle_workers || w.owner != ::getpid()) return discard(std::move(w));
-    w.output_tail.clear();
-    m_idle.push_back(std::move(w));
+    if (m_live > 0) --m_live;
+    m_returned.notify_one();
   }
   void drop_all() {
     std::lock_guard lock(m_mutex);
-    for (auto& w : m_idle)
-      if (w.owner == ::getpid()) discard(std::move(w));
+    forget_parent();
+    for (auto& w : m_idle) discard(std::move(w));
+    m_live -= std::min(m_live, m_idle.size());
     m_idle.clear();
+    m_returned.notify_all();
   }
   static void discard(Worker w) {
     if (w.owner != ::getpid()) return;
@@ -189,8 +231,20 @@ class Pool {
   }
 
  private:
+  // A forked child starts with its parent's pool: the workers are not its own (closing the
+  // copies is all it may do) and neither are the parent's busy ones it counted.
+  void forget_parent() {
+    if (m_pid == ::getpid()) return;
+    m_pid = ::getpid();
+    m_idle.clear();
+    m_live = 0;
+  }
+
   std::mutex m_mutex;
+  std::condition_variable m_returned;
   std::vector<Worker> m_idle;
+  std::size_t m_live = 0;  // spawned by this process and not yet ended, idle ones included
+  pid_t m_pid = ::getpid();
 };
 
 // Never destroyed: at the process's end the workers see their socket close and exit.
@@ -290,15 +344,24 @@ Result<SourceOutput> exchange(Worker& w, const SourceInput& input, std::chrono::
 
 }  // namespace
 
+Result<std::size_t> tool_worker_cap() {
+  if (!env::get(env::jitcache_tool_workers)) return usable_cpus();
+  const std::uint64_t n = JC_TRY(env::get_uint(env::jitcache_tool_workers));
+  if (n == 0)
+    return make_error(ErrorCode::invalid_input,
+                      std::string(env::jitcache_tool_workers.name) + "=0: expected at least 1 worker");
+  return static_cast<std::size_t>(n);
+}
+
 Result<SourceOutput> compile_in_worker(const SourceInput& input) {
   const auto path = JC_TRY(find_tool_worker());
   const auto timeout = JC_TRY(tool_timeout());
-  std::optional<Worker> taken = pool().take(path);
-  if (!taken) taken = JC_TRY(spawn_worker(path));
-  Worker& w = *taken;
+  const auto cap = JC_TRY(tool_worker_cap());
+  Worker w = JC_TRY(pool().acquire(path, cap));
   bool dead = true;
   auto result = exchange(w, input, timeout, dead);
-  if (!dead) pool().give_back(std::move(w));
+  if (dead) pool().ended();
+  else pool().give_back(std::move(w));
   return result;
 }
 

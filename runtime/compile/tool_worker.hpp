@@ -6,9 +6,12 @@
 //
 // The worker is spawned with posix_spawn (safe in a multithreaded host) and talks over an
 // AF_UNIX socketpair; its stdout and stderr go to a separate pipe, so a tool's printing can
-// never corrupt the protocol. Idle workers are kept in a small per-process pool: libNVVM
-// and nvJitLink load once per worker, and a steady compile pays only the message
-// exchange. A worker that failed in any way is killed, reaped and never reused.
+// never corrupt the protocol. The worker inherits no other descriptor of the caller. Idle
+// workers are kept in a small per-process pool: libNVVM and nvJitLink load once per
+// worker, and a steady compile pays only the message exchange. At most
+// JITCACHE_TOOL_WORKERS workers live at once (default: the CPUs this process may use);
+// further requests wait for one. A worker that failed in any way is killed, reaped and
+// never reused.
 //
 // The protocol: frames of a 4-byte little-endian length and a CBOR document. The caller
 // sends one request (a SourceInput); the worker answers with any number of stage frames
@@ -46,6 +49,11 @@ Result<std::filesystem::path> find_tool_worker();
 // How long one request may take in the worker (JITCACHE_TOOL_TIMEOUT_MS, default 300 s);
 // an invalid value is an ErrorCode::invalid_input naming the variable.
 Result<std::chrono::milliseconds> tool_timeout();
+
+// The most workers that live at once (JITCACHE_TOOL_WORKERS, default the CPUs this process
+// may run on); 0 or a value that is not a number is an ErrorCode::invalid_input naming the
+// variable.
+Result<std::size_t> tool_worker_cap();
 
 // compile_source_in_process(input), run in a worker from the pool.
 Result<SourceOutput> compile_in_worker(const SourceInput& input);

@@ -3,16 +3,22 @@
 // naming the tool, the stage and how the worker ended, and this process lives on. Fake
 // workers are shell scripts set through JITCACHE_TOOL_WORKER; the real one meets a
 // corrupted NVVM bitcode on which libNVVM calls exit(1).
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <tuple>
+#include <vector>
 
 #include "build_id_copy.hpp"
 #include "runtime/compile/nvrtc_library.hpp"
@@ -184,6 +190,92 @@ TEST_F(ToolWorker, TheRealWorkerIsReusedAndSurvivesItsCallersBadInput) {
   auto second = compile_source(ptx_input());
   ASSERT_FALSE(second);
   EXPECT_EQ(first.error().message, second.error().message);
+}
+
+// This process's children that are alive now, from /proc.
+std::vector<pid_t> live_children() {
+  std::vector<pid_t> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so read after its last ')'.
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    pid_t ppid = -1;
+    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2) continue;
+    if (ppid == ::getpid() && state != 'Z') found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+// posix_spawn closes only close-on-exec descriptors. A pipe of the caller's without it must
+// not be held open by the pooled worker: its reader would never see the end.
+TEST_F(ToolWorker, TheWorkerHoldsNoneOfTheCallersDescriptors) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);  // inheritable on purpose
+  const int read_end = fds[0];
+  ASSERT_FALSE(compile_source(ptx_input()));  // nvJitLink refuses it; the worker stays idle
+  const auto workers = live_children();
+  ASSERT_EQ(workers.size(), 1u);
+  struct stat pipe_stat {};
+  ASSERT_EQ(::fstat(read_end, &pipe_stat), 0);
+  const std::string pipe_link = "pipe:[" + std::to_string(pipe_stat.st_ino) + "]";
+  std::vector<std::string> held;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(workers[0]) + "/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(entry.path(), ec);
+    const int fd = std::stoi(entry.path().filename().string());
+    if (fd > 3 || target == pipe_link) held.push_back(std::to_string(fd) + " -> " + target.string());
+  }
+  ::close(fds[1]);
+  EXPECT_TRUE(held.empty()) << "the worker holds: " << ::testing::PrintToString(held);
+  ASSERT_EQ(::fcntl(read_end, F_SETFL, O_NONBLOCK), 0);
+  char byte;
+  EXPECT_EQ(::read(read_end, &byte, 1), 0) << "no end of the pipe while the worker lives";
+  EXPECT_EQ(live_children().size(), 1u) << "the worker ended";
+  ::close(read_end);
+}
+
+// More concurrent compiles than JITCACHE_TOOL_WORKERS: the others wait, and every one is
+// answered.
+TEST_F(ToolWorker, NoMoreWorkersLiveThanTheCap) {
+  fake("sleep 0.3; exit 1");  // each compile: one worker for 0.3 s, then a compile error
+  m_env.set("JITCACHE_TOOL_WORKERS", "2");
+  std::atomic<bool> done{false};
+  std::size_t peak = 0;
+  std::thread watcher([&] {
+    while (!done) {
+      peak = std::max(peak, live_children().size());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  std::vector<std::thread> callers;
+  std::atomic<int> failed{0};
+  for (int i = 0; i < 6; ++i)
+    callers.emplace_back([&] {
+      auto r = compile_source(ptx_input());
+      if (!r && r.error().code == ErrorCode::compile && has(r.error().message, "exited with status 1")) ++failed;
+    });
+  for (auto& t : callers) t.join();
+  done = true;
+  watcher.join();
+  EXPECT_EQ(failed, 6);
+  EXPECT_EQ(peak, 2u);
+}
+
+TEST_F(ToolWorker, ABadWorkerCapIsRefusedNamingTheVariable) {
+  for (const char* value : {"0", "many", "-1", "100000000000000000000"}) {
+    m_env.set("JITCACHE_TOOL_WORKERS", value);
+    auto r = compile_source(ptx_input());
+    ASSERT_FALSE(r) << value;
+    EXPECT_EQ(r.error().code, ErrorCode::invalid_input) << value;
+    EXPECT_TRUE(has(r.error().message, "JITCACHE_TOOL_WORKERS")) << r.error().to_string();
+  }
 }
 
 // The worker is another program: its own search (which tells the Python environment by the

@@ -29,7 +29,7 @@ constexpr int k_exit_findings = 1;
 constexpr int k_exit_usage = 2;
 
 struct GlobalOptions {
-  std::string cache_dir;  // --cache-dir; empty: resolved from the environment
+  std::optional<std::string> cache_dir;  // --cache-dir; absent: resolved from the environment; never empty
   std::string log_level;  // --log-level; empty: environment or default
   std::string remote;     // --remote; empty: JITCACHE_REMOTE
 };

@@ -61,6 +61,15 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", context.global.log_level, "debug|info|warning|error|off")
       ->check(CLI::IsMember({"debug", "info", "warning", "error", "off"}, CLI::ignore_case));
   app.parse_complete_callback([&context] {
+    // An empty --cache-dir is a script's unset variable, not a wish for the default cache:
+    // `--cache-dir "" clear --all` must not empty JITCACHE_DIR's.
+    if (context.global.cache_dir && context.global.cache_dir->empty()) {
+      context.startup_error = jitcache::Error{jitcache::ErrorCode::invalid_argument,
+                                              "--cache-dir is empty; leave the option out for the default cache "
+                                              "directory (JITCACHE_DIR, $XDG_CACHE_HOME/jitcache, ~/.cache/jitcache)",
+                                              ""};
+      throw CLI::Success();
+    }
     // --log-level beats JITCACHE_LOG_LEVEL, which beats the default (info).
     std::string level = context.global.log_level;
     if (level.empty()) level = jitcache::env::get(jitcache::env::jitcache_log_level).value_or("");

@@ -194,8 +194,9 @@ typedef struct jitcache_runtime_options {
   size_t struct_size;         /* sizeof(jitcache_runtime_options); set by _init. A larger
                                  size (a newer header) is accepted up to 4096 when every
                                  byte this library does not know is zero. */
-  const char* cache_dir;      /* NULL or "": JITCACHE_DIR, $XDG_CACHE_HOME/jitcache,
-                                 ~/.cache/jitcache. Copied; need not outlive the call. */
+  const char* cache_dir;      /* NULL: JITCACHE_DIR, $XDG_CACHE_HOME/jitcache,
+                                 ~/.cache/jitcache; "": JITCACHE_ERROR_INVALID_ARGUMENT
+                                 naming cache_dir. Copied; need not outlive the call. */
   uint32_t jobs;              /* parallel compiles, 0 to 1024; 0: one per core */
   jitcache_device_use device; /* default JITCACHE_DEVICE_AUTO */
   int32_t device_ordinal;     /* 0 to 1023; default 0 */

@@ -68,8 +68,9 @@ enum class DeviceUse {
 };
 
 struct RuntimeOptions {
-  // Empty: the default resolution (JITCACHE_DIR, $XDG_CACHE_HOME/jitcache, ~/.cache/jitcache).
-  std::filesystem::path cache_dir;
+  // Absent: the default resolution (JITCACHE_DIR, $XDG_CACHE_HOME/jitcache, ~/.cache/jitcache).
+  // An empty path is ErrorCode::invalid_argument, whatever the cache requirement.
+  std::optional<std::filesystem::path> cache_dir;
   std::uint64_t cache_max_bytes = 0;  // 0: the store's default cap
   unsigned jobs = 0;                  // parallel compiles; 0: one per core
   LogSink log_sink;                   // set as the process's sink when given

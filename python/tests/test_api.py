@@ -224,6 +224,17 @@ def test_runtime_arguments(cache_dir: Path) -> None:
             rt.prepare("unused")
 
 
+def test_an_empty_cache_dir_is_refused_not_the_default(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cache_dir="" is a caller's empty variable: the library refuses it, naming it, even
+    when the cache is optional (no memory-only start); None is the default directory."""
+    monkeypatch.setenv("JITCACHE_DIR", str(cache_dir))
+    for require_cache in (None, False):
+        with pytest.raises(jitcache.InvalidArgumentError, match="cache_dir"):
+            jitcache.Runtime(cache_dir="", device="none", require_cache=require_cache)
+    with jitcache.Runtime(cache_dir=None, device="none") as rt:
+        assert os.path.realpath(rt.cache_dir) == os.path.realpath(cache_dir)
+
+
 def test_nul_in_a_path_or_text_argument_is_refused(glm5_mini: Path, cache_dir: Path) -> None:
     """ctypes passes a str or bytes with a NUL as a C string cut at the NUL: "ckpt\\0x" would
     resolve "ckpt" without a word. Every path and text argument refuses it, naming itself."""

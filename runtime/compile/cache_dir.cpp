@@ -3,6 +3,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "jitcache/log.hpp"
@@ -42,10 +43,18 @@ std::optional<std::filesystem::path> home_from_passwd() {
 }  // namespace
 
 Result<CacheDir> resolve_cache_dir(const std::optional<std::filesystem::path>& explicit_dir) {
-  if (explicit_dir && !explicit_dir->empty())
-    return CacheDir{make_absolute(*explicit_dir), CacheDirSource::argument};
+  if (explicit_dir && explicit_dir->empty())
+    return make_error(ErrorCode::invalid_argument,
+                      "the cache directory given (--cache-dir, cache_dir) is an empty path; leave it out for the "
+                      "default (JITCACHE_DIR, $XDG_CACHE_HOME/jitcache, ~/.cache/jitcache)");
+  if (explicit_dir) return CacheDir{make_absolute(*explicit_dir), CacheDirSource::argument};
   if (auto dir = env::get(env::jitcache_dir))
     return CacheDir{make_absolute(*dir), CacheDirSource::jitcache_dir};
+  if (std::getenv(std::string(env::jitcache_dir.name).c_str()) != nullptr)
+    return make_error(ErrorCode::invalid_argument,
+                      std::string(env::jitcache_dir.name) +
+                          " is set to an empty value; unset it for the default ($XDG_CACHE_HOME/jitcache, "
+                          "~/.cache/jitcache)");
   if (auto xdg = env::get(env::xdg_cache_home)) {
     if (std::filesystem::path(*xdg).is_absolute())
       return CacheDir{std::filesystem::path(*xdg).lexically_normal() / "jitcache", CacheDirSource::xdg_cache_home};

@@ -22,7 +22,11 @@ struct CacheDir {
   CacheDirSource source;
 };
 
-// An empty `explicit_dir` counts as absent. Fails only when no rule gives a directory.
+// Absent `explicit_dir` (std::nullopt): the rules after it. An empty one given, or
+// JITCACHE_DIR set to nothing but blanks, is ErrorCode::invalid_argument naming it (a
+// script's unset variable must not pick the default cache); otherwise fails only when no
+// rule gives a directory (ErrorCode::unavailable). XDG_CACHE_HOME empty is unset, as the
+// XDG spec says.
 Result<CacheDir> resolve_cache_dir(const std::optional<std::filesystem::path>& explicit_dir = std::nullopt);
 
 }  // namespace jitcache::runtime

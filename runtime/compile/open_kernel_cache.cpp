@@ -34,9 +34,9 @@ Result<OpenedKernelCache> open_kernel_cache(const KernelCacheOptions& options) {
   opened.remote = open_remote(options);
   cache::StoreOptions store_options = options.store;
   if (opened.remote) store_options.extra_tiers.push_back(opened.remote);
-  std::optional<std::filesystem::path> explicit_dir;
-  if (!options.cache_dir.empty()) explicit_dir = options.cache_dir;
-  auto dir = runtime::resolve_cache_dir(explicit_dir);
+  auto dir = runtime::resolve_cache_dir(options.cache_dir);
+  // An empty path given (or JITCACHE_DIR="") is a mistake to fix, never a memory-only start.
+  if (!dir && dir.error().code == ErrorCode::invalid_argument) return std::unexpected(dir.error());
   Result<std::unique_ptr<cache::Store>> store =
       dir ? cache::Store::open(dir->path, store_options)
           : Result<std::unique_ptr<cache::Store>>(std::unexpected(dir.error()));

@@ -29,9 +29,10 @@ enum class UnusableCache { fail, memory_only };
 enum class RemoteUse { from_environment, off };
 
 struct KernelCacheOptions {
-  // An explicit directory (--cache-dir, the API's cache_dir); empty: the other rules of
-  // resolve_cache_dir (JITCACHE_DIR, XDG_CACHE_HOME, HOME).
-  std::filesystem::path cache_dir;
+  // An explicit directory (--cache-dir, the API's cache_dir); absent: the other rules of
+  // resolve_cache_dir (JITCACHE_DIR, XDG_CACHE_HOME, HOME). Given empty: an error, also
+  // with UnusableCache::memory_only (the caller's mistake, not an unusable directory).
+  std::optional<std::filesystem::path> cache_dir;
   cache::StoreOptions store;
   UnusableCache unusable = UnusableCache::fail;
   RemoteUse remote = RemoteUse::from_environment;

@@ -164,5 +164,46 @@ TEST_F(CliExitCodeTest, KvCompileAndEnvCommands) {
   });
 }
 
+// An empty --cache-dir (a script's unset variable) or JITCACHE_DIR="" is a usage error for
+// every command, never the default cache: `--cache-dir "" clear --all` empties nothing.
+TEST_F(CliExitCodeTest, AnEmptyCacheDirIsAUsageErrorForEveryCommand) {
+  const fs::path env_cache = dir() / "env-cache";
+  const std::vector<std::string> drop{"JITCACHE_", "VLLM_NVFP4_MLA_", "XDG_CACHE_HOME="};
+  ASSERT_EQ(testing::run_cli(dir(), {"--cache-dir", env_cache.string(), "stats"}, {}, drop).code, 0);
+  const std::string ckpt = m_ckpt.string();
+  const std::vector<std::vector<std::string>> commands{
+      {"stats"},
+      {"verify"},
+      {"clear", "--all"},
+      {"gc", "--max-size", "1M"},
+      {"inspect"},
+      {"audit"},
+      {"warm", "--checkpoint", ckpt, "--arch", "sm_90"},
+      {"export", "--checkpoint", ckpt, "--arch", "sm_90", "--out", path("e.jcexport")},
+      {"import", path("garbage.jcexport")},
+      {"compile", "--source", path("k.cu"), "--entry", "k", "--arch", "sm_90"},
+      {"remote", "status"},
+  };
+  for (std::vector<std::string> args : commands) {
+    std::string shown;
+    for (const std::string& a : args) shown += a + " ";
+    args.insert(args.begin(), {"--cache-dir", ""});
+    const CliOutcome o = testing::run_cli(dir(), args, {"JITCACHE_DIR=" + env_cache.string()}, drop);
+    EXPECT_EQ(o.code, 2) << shown << "\n" << o.out << o.err;
+    EXPECT_NE(o.err.find("jitcache: error: --cache-dir"), std::string::npos) << shown << "\n" << o.err;
+  }
+  // HOME is a scratch directory: without the rule the default cache would be the user's.
+  std::vector<std::string> drop_home = drop;
+  drop_home.push_back("HOME=");
+  for (const char* value : {"", "  "}) {
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"stats"}, {"clear", "--all"}}) {
+      const CliOutcome o = testing::run_cli(
+          dir(), args, {std::string("JITCACHE_DIR=") + value, "HOME=" + (dir() / "home").string()}, drop_home);
+      EXPECT_EQ(o.code, 2) << args[0] << " with JITCACHE_DIR='" << value << "'\n" << o.out << o.err;
+      EXPECT_NE(o.err.find("JITCACHE_DIR"), std::string::npos) << o.err;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace jitcache

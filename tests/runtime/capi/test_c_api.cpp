@@ -785,6 +785,25 @@ TEST_F(CApiTest, ANewlineInTheCheckpointPathStaysInsideOneLogLine) {
   EXPECT_TRUE(resolver_line);
 }
 
+// NULL is the default cache directory; "" is a caller's empty variable, refused whatever
+// the cache requirement (a memory-only fallback must not hide it).
+TEST_F(CApiTest, AnEmptyCacheDirIsRefusedNamingIt) {
+  jitcache::testing::ScopedEnv env("JITCACHE_DIR", (dir() / "env-cache").string());
+  for (const jitcache_cache_requirement requirement : {JITCACHE_CACHE_FROM_ENVIRONMENT, JITCACHE_CACHE_OPTIONAL}) {
+    jitcache_runtime_options options;
+    jitcache_runtime_options_init(&options);
+    options.cache_dir = "";
+    options.device = JITCACHE_DEVICE_NONE;
+    options.cache_requirement = requirement;
+    jitcache_runtime* rt = nullptr;
+    EXPECT_EQ(jitcache_runtime_open(&options, &rt), JITCACHE_ERROR_INVALID_ARGUMENT) << last_error();
+    EXPECT_EQ(rt, nullptr);
+    EXPECT_NE(last_error().find("cache_dir"), std::string::npos) << last_error();
+    if (rt != nullptr) jitcache_runtime_close(rt);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir() / "env-cache"));
+}
+
 // Issue 10 items 7 and 11: the environment is checked at open; its errors are
 // INVALID_INPUT (INVALID_ARGUMENT is for handles, enums and layers).
 TEST_F(CApiTest, EnvironmentErrorsAtOpenAreInvalidInput) {

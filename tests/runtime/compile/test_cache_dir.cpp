@@ -62,13 +62,36 @@ TEST_F(CacheDirTest, HomeIsTheFallback) {
   EXPECT_EQ(dir->source, CacheDirSource::home);
 }
 
-TEST_F(CacheDirTest, EmptyOrBlankValuesCountAsUnset) {
-  set("JITCACHE_DIR", "   ");
+// XDG_CACHE_HOME empty is unset, as the XDG spec says; JITCACHE_DIR empty is a script's
+// unset variable and must not pick the default cache.
+TEST_F(CacheDirTest, EmptyXdgCacheHomeCountsAsUnset) {
   set("XDG_CACHE_HOME", "");
   set("HOME", "/home/u");
-  auto dir = resolve_cache_dir(std::filesystem::path());
+  auto dir = resolve_cache_dir();
   ASSERT_OK(dir);
   EXPECT_EQ(dir->path, "/home/u/.cache/jitcache");
+}
+
+TEST_F(CacheDirTest, AnEmptyOrBlankJitcacheDirIsAnErrorNamingIt) {
+  set("HOME", "/home/u");
+  for (const char* value : {"", "   "}) {
+    set("JITCACHE_DIR", value);
+    auto dir = resolve_cache_dir();
+    ASSERT_FALSE(dir) << "'" << value << "' resolved to " << dir->path;
+    EXPECT_EQ(dir.error().code, ErrorCode::invalid_argument);
+    EXPECT_NE(dir.error().message.find("JITCACHE_DIR"), std::string::npos) << dir.error().to_string();
+  }
+}
+
+TEST_F(CacheDirTest, AnEmptyExplicitPathIsAnErrorNotTheDefault) {
+  set("JITCACHE_DIR", "/srv/env-cache");
+  auto dir = resolve_cache_dir(std::filesystem::path());
+  ASSERT_FALSE(dir) << "resolved to " << dir->path;
+  EXPECT_EQ(dir.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(dir.error().message.find("cache_dir"), std::string::npos) << dir.error().to_string();
+  auto absent = resolve_cache_dir(std::nullopt);
+  ASSERT_OK(absent);
+  EXPECT_EQ(absent->path, "/srv/env-cache");
 }
 
 TEST_F(CacheDirTest, RelativeXdgCacheHomeIsIgnored) {

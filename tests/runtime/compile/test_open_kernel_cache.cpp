@@ -51,7 +51,7 @@ TEST_F(OpenKernelCacheTest, AnUnusableDirectoryIsAnErrorByDefault) {
   options.cache_dir = unusable_dir();
   auto opened = open_kernel_cache(options);
   ASSERT_FALSE(opened);
-  EXPECT_NE(opened.error().message.find(options.cache_dir.string()), std::string::npos)
+  EXPECT_NE(opened.error().message.find(options.cache_dir->string()), std::string::npos)
       << opened.error().to_string();
 }
 
@@ -62,13 +62,29 @@ TEST_F(OpenKernelCacheTest, AnUnusableDirectoryCanFallBackToMemoryOnly) {
   auto opened = open_kernel_cache(options);
   ASSERT_OK(opened);
   ASSERT_TRUE(opened->unusable);
-  EXPECT_NE(opened->unusable->message.find(options.cache_dir.string()), std::string::npos);
+  EXPECT_NE(opened->unusable->message.find(options.cache_dir->string()), std::string::npos);
   EXPECT_EQ(opened->dir, options.cache_dir) << "the directory that was refused";
   EXPECT_EQ(opened->store->mode(), cache::StoreMode::memory_only);
   ASSERT_TRUE(opened->compiler && opened->kernels);
   // A refused directory is not written to: no fingerprint memo lands in it.
   ASSERT_OK(opened->compiler->fingerprint());
-  EXPECT_FALSE(fs::exists(options.cache_dir / k_fingerprint_memo_name));
+  EXPECT_FALSE(fs::exists(*options.cache_dir / k_fingerprint_memo_name));
+}
+
+// An empty path given is the caller's mistake: even a caller that accepts a memory-only
+// store (the runtime of an engine) gets the error, and no directory is opened.
+TEST_F(OpenKernelCacheTest, AnEmptyDirectoryIsAnErrorEvenForMemoryOnly) {
+  jitcache::testing::ScopedEnv env("JITCACHE_DIR", (dir() / "env-cache").string());
+  for (const UnusableCache unusable : {UnusableCache::fail, UnusableCache::memory_only}) {
+    KernelCacheOptions options;
+    options.cache_dir = fs::path();
+    options.unusable = unusable;
+    auto opened = open_kernel_cache(options);
+    ASSERT_FALSE(opened) << "opened " << opened->dir;
+    EXPECT_EQ(opened.error().code, ErrorCode::invalid_argument);
+    EXPECT_NE(opened.error().message.find("cache_dir"), std::string::npos) << opened.error().to_string();
+  }
+  EXPECT_FALSE(fs::exists(dir() / "env-cache"));
 }
 
 }  // namespace

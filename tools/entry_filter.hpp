@@ -37,9 +37,21 @@ struct FilterArgs {
   }
 };
 
+// A target the kernels are built for (kernel_templates/variant_dimensions.hpp), as warm and
+// compile take it: a filter on any other can only match nothing, so it is a usage error.
+inline CLI::Validator supported_target() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        auto target = parse_target(text);
+        return target ? std::string() : target.error().message;
+      },
+      "TARGET");
+}
+
 inline void add_filter_options(CLI::App* command, FilterArgs& args) {
   command->add_option("--kernel", args.kernel, "Only entries whose fact 'kernel' is K");
-  command->add_option("--arch", args.arch, "Only entries whose fact 'target' is A (exact: sm_120a != sm_120)");
+  command->add_option("--arch", args.arch, "Only entries whose fact 'target' is A (exact: sm_120a != sm_120)")
+      ->check(supported_target());
   command->add_option("--latent-scale", args.latent_scale, "Only entries built for this latent-scale mode: " +
                                                                k_latent_scales.joined(", "))
       ->check(CLI::IsMember(k_latent_scales.names()));

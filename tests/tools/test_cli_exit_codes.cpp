@@ -164,6 +164,21 @@ TEST_F(CliExitCodeTest, KvCompileAndEnvCommands) {
   });
 }
 
+TEST_F(CliExitCodeTest, EveryArchFilterIsCheckedAgainstTheSupportedTargets) {
+  const std::string ckpt = m_ckpt.string();
+  check({
+      {{"inspect", "--arch", "sm_91"}, 2, "unknown target 'sm_91' (supported: sm_90,"},
+      {{"clear", "--arch", "sm_91"}, 2, "unknown target 'sm_91' (supported: sm_90,"},
+      {{"remote", "push", "--arch", "sm_91"}, 2, "unknown target 'sm_91' (supported: sm_90,"},
+      {{"warm", "--checkpoint", ckpt, "--arch", "sm_91"}, 2, "unknown target 'sm_91'"},
+      {{"export", "--checkpoint", ckpt, "--arch", "sm_91", "--out", path("x.jcexport")}, 2, "unknown target 'sm_91'"},
+      {{"audit", "--checkpoint", ckpt, "--arch", "sm_91"}, 2, "sm_91"},
+      {{"compile", "--arch", "sm_91"}, 2, "unknown target 'sm_91'"},
+      {{"inspect", "--arch", "sm_90"}, 0, ""},
+      {{"clear", "--arch", "sm_120a"}, 0, ""},
+  });
+}
+
 // An empty --cache-dir (a script's unset variable) or JITCACHE_DIR="" is a usage error for
 // every command, never the default cache: `--cache-dir "" clear --all` empties nothing.
 TEST_F(CliExitCodeTest, AnEmptyCacheDirIsAUsageErrorForEveryCommand) {

@@ -1,15 +1,7 @@
 // Shared plumbing of the jitcache CLI: the global options every subcommand sees, the
 // registration hook each cmd_*.cpp uses, and the exit codes, one table for every command
-// (README.md, "Exit codes"; tests/tools/test_cli_exit_codes.cpp holds each command to it):
-//   0  success; audit, verify, env: nothing found; scales validate: valid; scales diff:
-//      within the tolerance
-//   1  refused or found: the command read what it was given and refuses it (invalid or
-//      unsafe data in a file it was named or led to, a source that does not compile, an
-//      output it may not replace: not a regular file, one of its inputs, a file a checkpoint
-//      it reads pins by sha256), or it found problems (findings, a difference)
-//   2  usage or environment: options (unknown, missing, conflicting, a bad value), a
-//      missing file, an I/O error, the cache directory, the remote, the fleet key; for
-//      audit and scales diff, whose 1 means findings, anything that keeps them from running
+// (k_exit_code_table below, which `jitcache --help` prints; README.md, "Exit codes";
+// tests/tools/test_cli_exit_codes.cpp holds each command to it).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -27,6 +19,20 @@ namespace jitcache::cli {
 constexpr int k_exit_ok = 0;
 constexpr int k_exit_findings = 1;
 constexpr int k_exit_usage = 2;
+
+// The one text of the exit codes (the footer of `jitcache --help`).
+inline constexpr const char* k_exit_code_table =
+    "Exit codes:\n"
+    "  0  success; audit, verify, env: nothing found; scales validate: valid; scales diff:\n"
+    "     within the tolerance\n"
+    "  1  refused or found: the command read what it was given and refuses it (invalid or\n"
+    "     unsafe data in a file it was named or led to, a source that does not compile, an\n"
+    "     output it may not replace: not a regular file, one of its inputs, a file a checkpoint\n"
+    "     it reads pins by sha256), or it found problems (findings, a difference)\n"
+    "  2  usage or environment: options (unknown, missing, conflicting, a bad value), a\n"
+    "     missing file, an I/O error, the cache directory, the remote, the fleet key, the\n"
+    "     compilers and the tool worker and their settings (JITCACHE_TOOL_*); for audit and\n"
+    "     scales diff, whose 1 means findings, anything that keeps them from running\n";
 
 struct GlobalOptions {
   std::optional<std::string> cache_dir;  // --cache-dir; absent: resolved from the environment; never empty

@@ -13,6 +13,7 @@
 #include "jitcache/runtime.hpp"
 #include "runtime/compiled_kernel_json.hpp"
 #include "runtime/compile/compiler.hpp"
+#include "runtime/compile/tool_worker.hpp"
 #include "support/atomic_file.hpp"
 #include "support/regular_file.hpp"
 #include "tools/cli.hpp"
@@ -103,6 +104,11 @@ int run_compile_source(const CompileArgs& args, const GlobalOptions& global) {
     request.headers.emplace_back(name, std::move(*body));
   }
 
+  // The tool worker's settings are the environment's: checked before any work, exit 2 (the
+  // library calls a bad value invalid input, which the table would make a refused source).
+  if (auto timeout = tool_timeout(); !timeout) return report(timeout.error(), k_exit_usage);
+  if (auto cap = tool_worker_cap(); !cap) return report(cap.error(), k_exit_usage);
+
   RuntimeOptions options;
   options.cache_dir = global.cache_dir;
   options.remote = global.remote;
@@ -164,6 +170,9 @@ int run_compile(const CompileArgs& args, const GlobalOptions& global) {
   for (const Target& target : targets) {
     for (const KernelSpec& spec : all_variants(target)) {
       auto artifact = compiler->compile(generate(spec));
+      // No compiler (or one that cannot be used) is the environment's problem, for every
+      // variant alike: exit 2 at the first, not a report of each as a refused kernel.
+      if (!artifact && artifact.error().code != ErrorCode::compile) return report(artifact.error(), k_exit_usage);
       if (!artifact) {
         ++failures;
         std::fprintf(stderr, "jitcache: error: %s\n", artifact.error().to_string().c_str());

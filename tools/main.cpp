@@ -51,6 +51,11 @@ int main(int argc, char** argv) {
   CLI::App app{"jitcache: JIT compiler and persistent kernel cache for NVFP4 MLA KV-cache kernels"};
   app.require_subcommand(1);
   app.set_version_flag("--version", JITCACHE_VERSION_STRING);
+  app.footer(k_exit_code_table);
+  // Option errors in the CLI's one format, like every other error.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("jitcache: error: ") + e.what() + "\nRun with --help for more information.\n";
+  });
   Context context;
   app.add_option("--cache-dir", context.global.cache_dir,
                  "Cache directory (else JITCACHE_DIR, else $XDG_CACHE_HOME/jitcache, else "

@@ -256,6 +256,7 @@ Pool& pool() {
 struct Exchange {
   std::string tool, stage;  // the last stage note
   std::string what;         // "axpy.ll for sm_90"
+  bool heard = false;       // a frame came from the worker
 };
 
 Error worker_failed(Worker& w, const Exchange& ex, const std::string& how) {
@@ -263,6 +264,17 @@ Error worker_failed(Worker& w, const Exchange& ex, const std::string& how) {
     pollfd p{w.output.get(), POLLIN, 0};
     if (::poll(&p, 1, 50) <= 0) break;
   }
+  // The worker says which stage it is in before it calls a tool: one that ended or spoke
+  // garbage before its first word never reached a tool, and is no working worker (another
+  // program named by JITCACHE_TOOL_WORKER, a broken install): the environment, not the source.
+  if (!ex.heard)
+    return Error{ErrorCode::unavailable,
+                 "the tool worker " + w.path.string() + " (pid " + std::to_string(w.pid) + ") " + how +
+                     " before its first message, compiling " + ex.what + ": it is not a working " +
+                     k_tool_worker_name + " (" + std::string(env::jitcache_tool_worker.name) +
+                     " names the worker; unset, the one beside the library is used)",
+                 "what it wrote to stdout and stderr (last " + std::to_string(k_output_tail_bytes / 1024) +
+                     " KiB):\n" + (w.output_tail.empty() ? std::string("(nothing)\n") : w.output_tail)};
   return Error{ErrorCode::compile,
                ex.tool + " (in " + k_tool_worker_name + ", pid " + std::to_string(w.pid) + ") " + how + " at " +
                    ex.stage + ", compiling " + ex.what,
@@ -327,6 +339,7 @@ Result<SourceOutput> exchange(Worker& w, const SourceInput& input, std::chrono::
       if (!*frame) break;
       auto reply = tool_protocol::decode_reply(**frame);
       if (!reply) return std::unexpected(kill_worker(w, ex, "sent a garbled reply: " + reply.error().message));
+      ex.heard = true;
       if (reply->is_stage) {
         ex.tool = reply->tool;
         ex.stage = reply->stage;

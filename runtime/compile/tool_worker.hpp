@@ -2,7 +2,9 @@
 // child process, `jitcache-tool-worker`, so that a tool that calls exit(), aborts, takes a
 // signal or hangs ends that child, never the caller. The caller gets ErrorCode::compile
 // naming the tool, the stage it was in, how the worker ended (exit status or signal name)
-// and whatever the worker wrote to stdout and stderr.
+// and whatever the worker wrote to stdout and stderr. A worker that fails before its first
+// message never reached a tool: that is ErrorCode::unavailable (JITCACHE_TOOL_WORKER names
+// another program, a broken install), the environment's problem, not the source's.
 //
 // The worker is spawned with posix_spawn (safe in a multithreaded host) and talks over an
 // AF_UNIX socketpair; its stdout and stderr go to a separate pipe, so a tool's printing can

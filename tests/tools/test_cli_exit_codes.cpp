@@ -164,10 +164,29 @@ TEST_F(CliExitCodeTest, KvCompileAndEnvCommands) {
   });
 }
 
+// The compilers and the tool worker are the environment: exit 2, never 1 (which would say
+// the source was refused).
+TEST_F(CliExitCodeTest, CompileExitsTwoForProblemsOfTheEnvironment) {
+  const std::vector<std::string> source{"compile", "--source", path("k.cu"), "--entry", "k", "--arch", "sm_90"};
+  std::vector<Row> rows;
+  for (const char* value : {"abc", "0", "-1", "100000000000000000000"})
+    rows.push_back({source, 2, "JITCACHE_TOOL_TIMEOUT_MS", {std::string("JITCACHE_TOOL_TIMEOUT_MS=") + value}});
+  for (const char* value : {"0", "some"})
+    rows.push_back({source, 2, "JITCACHE_TOOL_WORKERS", {std::string("JITCACHE_TOOL_WORKERS=") + value}});
+  rows.push_back({source, 2, "JITCACHE_TOOL_WORKER", {"JITCACHE_TOOL_WORKER=/bin/true"}});
+  rows.push_back({source, 2, "JITCACHE_TOOL_WORKER", {"JITCACHE_TOOL_WORKER=" + path("absent-worker")}});
+  // No compiler: JITCACHE_NVRTC names the only candidate, and it is not there.
+  const std::string no_nvrtc = "JITCACHE_NVRTC=" + path("absent/libnvrtc.so.12");
+  rows.push_back({{"compile", "--arch", "sm_90"}, 2, "absent/libnvrtc.so.12", {no_nvrtc}});
+  rows.push_back({{"compile", "--arch", "sm_90", "--json"}, 2, "absent/libnvrtc.so.12", {no_nvrtc}});
+  rows.push_back({source, 2, "absent/libnvrtc.so.12", {no_nvrtc}});
+  check(rows);
+}
+
 TEST_F(CliExitCodeTest, EveryArchFilterIsCheckedAgainstTheSupportedTargets) {
   const std::string ckpt = m_ckpt.string();
   check({
-      {{"inspect", "--arch", "sm_91"}, 2, "unknown target 'sm_91' (supported: sm_90,"},
+      {{"inspect", "--arch", "sm_91"}, 2, "jitcache: error: --arch: unknown target 'sm_91' (supported: sm_90,"},
       {{"clear", "--arch", "sm_91"}, 2, "unknown target 'sm_91' (supported: sm_90,"},
       {{"remote", "push", "--arch", "sm_91"}, 2, "unknown target 'sm_91' (supported: sm_90,"},
       {{"warm", "--checkpoint", ckpt, "--arch", "sm_91"}, 2, "unknown target 'sm_91'"},
@@ -177,6 +196,13 @@ TEST_F(CliExitCodeTest, EveryArchFilterIsCheckedAgainstTheSupportedTargets) {
       {{"inspect", "--arch", "sm_90"}, 0, ""},
       {{"clear", "--arch", "sm_120a"}, 0, ""},
   });
+}
+
+TEST_F(CliExitCodeTest, HelpListsTheExitCodes) {
+  const CliOutcome o = run_clean({"--help"}, {});
+  EXPECT_EQ(o.code, 0);
+  for (const char* row : {"Exit codes:", "  0  success", "  1  refused or found", "  2  usage or environment"})
+    EXPECT_NE(o.out.find(row), std::string::npos) << row << "\n" << o.out;
 }
 
 // An empty --cache-dir (a script's unset variable) or JITCACHE_DIR="" is a usage error for

@@ -61,10 +61,18 @@ class ToolWorker : public testing::TempDirTest {
     drop_idle_tool_workers();
     TempDirTest::TearDown();
   }
-  // A fake worker: a shell script with `body`, set as JITCACHE_TOOL_WORKER.
-  void fake(const std::string& body) {
+  // A fake worker: a shell script with `body`, set as JITCACHE_TOOL_WORKER. Unless `tool` is
+  // empty it first says, as the real worker does, that it calls `tool`: what fails after
+  // that is the tool's failure (a worker that never spoke is no worker at all).
+  void fake(const std::string& body, const std::string& tool = "nvJitLink") {
     const auto path = dir() / "fake-worker";
-    std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+    const auto stage = dir() / "stage-frame";
+    tool_protocol::Bytes frame;
+    tool_protocol::append_frame(frame, tool_protocol::encode_stage(tool, "its first call"));
+    std::ofstream(stage, std::ios::binary).write(reinterpret_cast<const char*>(frame.data()),
+                                                 static_cast<std::streamsize>(frame.size()));
+    std::ofstream(path) << "#!/bin/sh\n"
+                        << (tool.empty() ? "" : "cat '" + stage.string() + "' >&3\n") << body << "\n";
     std::filesystem::permissions(path, std::filesystem::perms::owner_all);
     m_env.set("JITCACHE_TOOL_WORKER", path.string());
   }
@@ -152,6 +160,25 @@ TEST_F(ToolWorker, AHostThatIgnoresSigchldStillGetsAnError) {
   EXPECT_TRUE(has(e.message, "nvJitLink")) << e.to_string();
 }
 
+// A program that is not the worker (it ends, or answers garbage, before its first word)
+// never reached a tool: unavailable, naming the variable, not a compile error of the source.
+TEST_F(ToolWorker, AProgramThatIsNotTheWorkerIsUnavailableNotACompileError) {
+  for (const std::string body : {"exit 0", "exit 1", "printf '\\003\\000\\000\\000\\377\\377\\377' >&3; exec sleep 30",
+                                 "exec cat <&3 >&3"}) {
+    fake(body, "");
+    auto r = compile_source(ptx_input());
+    ASSERT_FALSE(r) << body;
+    EXPECT_EQ(r.error().code, ErrorCode::unavailable) << body << ": " << r.error().to_string();
+    EXPECT_TRUE(has(r.error().message, "JITCACHE_TOOL_WORKER")) << r.error().to_string();
+    EXPECT_TRUE(has(r.error().message, "not a working jitcache-tool-worker")) << r.error().to_string();
+    drop_idle_tool_workers();
+  }
+  m_env.set("JITCACHE_TOOL_WORKER", "/bin/true");
+  auto r = compile_source(ptx_input());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::unavailable) << r.error().to_string();
+}
+
 TEST_F(ToolWorker, AMissingWorkerIsUnavailableNamingTheVariable) {
   m_env.set("JITCACHE_TOOL_WORKER", (dir() / "no-such-worker").string());
   auto r = compile_source(ptx_input());
@@ -171,7 +198,7 @@ TEST_F(ToolWorker, ABadTimeoutIsRefusedNamingTheVariable) {
 }
 
 TEST_F(ToolWorker, TrustedInputCompilesInThisProcess) {
-  fake("exit 1");  // would fail any compile that went to a worker
+  fake("exit 1", "NVRTC");  // would fail any compile that went to a worker
   SourceInput in;
   in.kind = SourceKind::cuda;
   in.text = golden("axpy.cu");

@@ -37,18 +37,11 @@ class Compiler {
   virtual std::string name() const = 0;
   // Exact version, e.g. "13.0".
   virtual std::string version() const = 0;
-  // A digest of what this compiler build emits for a fixed empty program: two builds
-  // that share a version number but generate different code get different keys.
-  // Computed once per Compiler object (or taken from its memo, see NvrtcOptions).
+  // What this compiler build is: for NVRTC a digest of its version and of the bytes of its
+  // library files (nvrtc_library.hpp), so two builds that share a version number, or a copy
+  // patched under the same GNU build-id, get different keys. Computed once per Compiler
+  // object (or taken from its memo, see NvrtcOptions).
   virtual Result<std::string> fingerprint() const = 0;
-  // The fingerprint an earlier jitcache keyed this very build's kernels with, where it
-  // differs from fingerprint(): before fingerprints were derived from build-id notes,
-  // NVRTC's was the digest of a test compile's PTX (what compile_fingerprint still does for
-  // a library without the note). A kernel cache miss looks the kernel up under that key
-  // too and carries a hit over instead of compiling again. Loads the compiler (a miss is
-  // about to compile anyway), once per object; std::nullopt when there is no such
-  // fingerprint or it cannot be told (no compiler here, or not the build keyed with).
-  virtual std::optional<std::string> earlier_fingerprint() const { return std::nullopt; }
   // The normalized options used for a spec (part of the cache key).
   virtual std::vector<std::string> options(const KernelSpec& spec) const = 0;
   // Compiles. A compile error returns ErrorCode::compile with the options and the full
@@ -60,15 +53,11 @@ class Compiler {
 inline constexpr const char* k_fingerprint_memo_name = "compiler-fingerprints.json";
 
 struct NvrtcOptions {
-  // Remembers the fingerprint of each libnvrtc build this cache has seen, keyed by the
-  // loaded library's identity (path, size, mtime, inode, version, and the same for the
-  // libnvrtc-builtins beside it), so that a fresh process skips the fingerprint compile
-  // (tens of milliseconds, most of a warm prepare). Empty: no memo. Any problem reading
-  // it is a miss; a failure to write it is logged at debug level and ignored.
-  //
-  // Format: a JSON object {"format": "jitcache_compiler_fingerprints_v1",
-  // "entries": {"<identity>": "<32 hex digits>", ...}} of at most 16 entries, replaced
-  // whole by an atomic rename, mode 0600.
+  // Remembers the fingerprint of each libnvrtc file this cache has seen, keyed by the
+  // file's device, inode, size and times (and its builtins'), so that a fresh process does
+  // not hash NVRTC's ~100 MB again (fingerprint_memo.hpp has the format). Empty: no memo.
+  // Any problem reading it is a miss; a failure to write it is logged at debug level and
+  // ignored.
   std::filesystem::path fingerprint_memo;
 };
 

@@ -2,8 +2,11 @@
 
 #include <elf.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -79,6 +82,69 @@ std::optional<std::string> read_build_id(const std::filesystem::path& file) {
     std::vector<unsigned char> notes(phdr.p_filesz);
     if (!read_at(fd, notes.data(), notes.size(), static_cast<off_t>(phdr.p_offset))) continue;
     if (auto id = find_in_notes(notes)) return id;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// The ELF machine of the libraries this build can load.
+constexpr Elf64_Half k_host_machine =
+#if defined(__x86_64__)
+    EM_X86_64;
+#elif defined(__aarch64__)
+    EM_AARCH64;
+#elif defined(__powerpc64__)
+    EM_PPC64;
+#else
+    EM_NONE;
+#endif
+
+bool within(std::uint64_t offset, std::uint64_t size, std::uint64_t file_size) {
+  return offset <= file_size && size <= file_size - offset;
+}
+
+}  // namespace
+
+std::optional<std::string> elf_library_problem(const std::filesystem::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return std::string("cannot be opened: ") + std::strerror(errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return std::string("cannot be stat'ed: ") + std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return std::string("is not a regular file");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  Elf64_Ehdr ehdr;
+  if (size < sizeof ehdr || !read_at(fd, &ehdr, sizeof ehdr, 0))
+    return "is " + std::to_string(size) + " bytes, too short for an ELF header";
+  if (std::memcmp(ehdr.e_ident, ELFMAG, SELFMAG) != 0) return std::string("is not an ELF file");
+  if (ehdr.e_ident[EI_CLASS] != ELFCLASS64 || ehdr.e_ident[EI_DATA] != ELFDATA2LSB)
+    return std::string("is not a 64-bit little-endian ELF file");
+  if (ehdr.e_type != ET_DYN) return "is not a shared library (ELF type " + std::to_string(ehdr.e_type) + ")";
+  if (k_host_machine != EM_NONE && ehdr.e_machine != k_host_machine)
+    return "is built for another machine (ELF machine " + std::to_string(ehdr.e_machine) + ", this one is " +
+           std::to_string(k_host_machine) + ")";
+  if (ehdr.e_phentsize != sizeof(Elf64_Phdr) || ehdr.e_phnum == 0 || ehdr.e_phnum > k_max_program_headers)
+    return std::string("has no usable program header table");
+  const std::uint64_t cut = size;
+  const auto truncated = [&](const std::string& what, std::uint64_t end) {
+    return "is truncated: " + what + " ends at byte " + std::to_string(end) + ", the file has " +
+           std::to_string(cut) + " (an interrupted install? reinstall it)";
+  };
+  const std::uint64_t ph_bytes = std::uint64_t{ehdr.e_phnum} * sizeof(Elf64_Phdr);
+  if (!within(ehdr.e_phoff, ph_bytes, size)) return truncated("the program header table", ehdr.e_phoff + ph_bytes);
+  std::vector<Elf64_Phdr> phdrs(ehdr.e_phnum);
+  if (!read_at(fd, phdrs.data(), ph_bytes, static_cast<off_t>(ehdr.e_phoff)))
+    return std::string("cannot read its program headers");
+  for (std::size_t i = 0; i < phdrs.size(); ++i)
+    if (!within(phdrs[i].p_offset, phdrs[i].p_filesz, size))
+      return truncated("segment " + std::to_string(i), phdrs[i].p_offset + phdrs[i].p_filesz);
+  if (ehdr.e_shnum != 0) {
+    const std::uint64_t sh_bytes = std::uint64_t{ehdr.e_shnum} * ehdr.e_shentsize;
+    if (!within(ehdr.e_shoff, sh_bytes, size)) return truncated("the section header table", ehdr.e_shoff + sh_bytes);
   }
   return std::nullopt;
 }

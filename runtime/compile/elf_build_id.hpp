@@ -16,3 +16,15 @@ namespace jitcache {
 std::optional<std::string> read_build_id(const std::filesystem::path& file);
 
 }  // namespace jitcache
+
+namespace jitcache {
+
+// Why `file` is not a whole shared library of this machine's kind, or std::nullopt when it
+// is: a regular file, a 64-bit little-endian ELF shared object for the machine this build
+// runs on, whose program headers, every segment they name and the section header table
+// all lie within the file. A library cut short (a pip install interrupted) passes dlopen's
+// own checks and dies with SIGBUS at its first use of a page past the end: this is asked
+// before any compiler library is opened in the caller's process.
+std::optional<std::string> elf_library_problem(const std::filesystem::path& file);
+
+}  // namespace jitcache

@@ -114,12 +114,7 @@ Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, B
   const GeneratedSource source = generate(spec);
   const cache::Facts facts = JC_TRY(kernel_facts(source, m_compiler));
   auto fetched = fetch(source, facts, text, OnMiss::report);
-  if (fetched && !*fetched) {
-    // A miss: the kernel may be stored under the key an earlier jitcache gave this build.
-    if (auto carried = carry_over(source, facts, text)) return carried;
-    if (on_miss == OnMiss::report) return fetched;
-    fetched = fetch(source, facts, text, on_miss);
-  }
+  if (fetched && !*fetched && on_miss == OnMiss::compile) fetched = fetch(source, facts, text, on_miss);
   if (fetched || fetched.error().code != ErrorCode::invalid_input) return fetched;
   // The blob verified against its digest but is not a usable artifact (a foreign or
   // buggy writer): drop the entry and compile once more.
@@ -128,42 +123,6 @@ Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, B
   only.key_prefix = facts.key().to_hex();
   JC_TRY(m_store.remove(only, cache::DryRun::no));
   return fetch(source, facts, text, on_miss);
-}
-
-std::optional<KernelFetch> KernelCache::carry_over(const GeneratedSource& source, const cache::Facts& facts,
-                                                   BundleText text) {
-  const std::optional<std::string> earlier = m_compiler.earlier_fingerprint();
-  if (!earlier) return std::nullopt;
-  cache::Facts old = facts;
-  old.set("compiler_fingerprint", *earlier);
-  const cache::CacheKey old_key = old.key();
-  auto hit = m_store.get(old_key, cache::CountMiss::no);
-  if (!hit || !*hit) return std::nullopt;
-  const cache::SharedBytes bytes = (*hit)->bytes;
-  const std::string label = source.spec.label();
-  // The checks an entry from another tier gets: it parses, and its recorded and embedded
-  // facts agree with the new key's. Whatever is wrong with it, it is not carried over.
-  auto artifact = parse_bundle(*bytes, text);
-  Status usable = artifact ? check_bundle_facts(facts, *bytes) : Status(std::unexpected(artifact.error()));
-  if (usable) usable = check_artifact_facts(*artifact, source);
-  if (!usable) {
-    log_warning("not carrying " + label + " over from its earlier key " + old_key.to_hex() + ": " +
-                usable.error().message);
-    return std::nullopt;
-  }
-  // Stored under the current key, so that the next lookup is a plain hit. A store that
-  // cannot take it (read-only, memory-only) serves the earlier entry's bytes as they are.
-  const cache::CacheKey key = facts.key();
-  auto shared = std::make_shared<const CompiledArtifact>(std::move(*artifact));
-  if (auto stored = m_store.put(key, facts, *bytes, 0.0); !stored) {
-    log_debug("carried " + label + " over without storing it: " + stored.error().message);
-  } else {
-    log_info("carried " + label + " over from the key an earlier jitcache gave this NVRTC build (" +
-             old_key.to_hex() + ", fingerprint " + *earlier + ") to " + key.to_hex() + ": not compiled again");
-    m_store.attach(key, bytes, std::make_shared<const ParsedArtifact>(shared, text));
-  }
-  // Its source is where it was found, not the copy just made.
-  return KernelFetch{shared, key, cache::source_of((*hit)->tier), bytes};
 }
 
 Result<std::optional<KernelFetch>> KernelCache::fetch(const GeneratedSource& source,

@@ -52,11 +52,11 @@ class KernelCache {
  public:
   KernelCache(cache::Store& store, const Compiler& compiler) : m_store(store), m_compiler(compiler) {}
 
-  // The artifact for `spec`; compiles on a miss (unless the kernel is stored under the key
-  // an earlier jitcache gave this compiler build: then it is carried over to the current
-  // key, see carry_over). A stored bundle that does not parse, or
-  // whose embedded facts disagree with the request, is removed (from every tier) and
-  // compiled again. With
+  // The artifact for `spec`; compiles on a miss. A kernel stored under another compiler
+  // fingerprint (an earlier derivation of it, or another build) is never served for this
+  // one: nothing but the bytes of this compiler vouches for what it would produce. A stored
+  // bundle that does not parse, or whose embedded facts disagree with the request, is
+  // removed (from every tier) and compiled again. With
   // BundleText::skip the artifact's PTX and log are left empty (loading needs neither).
   Result<KernelFetch> get(const KernelSpec& spec, BundleText text = BundleText::load);
 
@@ -68,10 +68,6 @@ class KernelCache {
   Result<std::optional<KernelFetch>> lookup(const KernelSpec& spec, BundleText text, OnMiss on_miss);
   Result<std::optional<KernelFetch>> fetch(const GeneratedSource& source, const cache::Facts& facts,
                                            BundleText text, OnMiss on_miss);
-  // On a miss: the kernel stored under the key an earlier jitcache gave this compiler
-  // build (Compiler::earlier_fingerprint), checked like an entry from another tier, stored
-  // under the current key and served from there; std::nullopt when there is none.
-  std::optional<KernelFetch> carry_over(const GeneratedSource& source, const cache::Facts& facts, BundleText text);
 
   cache::Store& m_store;
   const Compiler& m_compiler;

@@ -8,11 +8,11 @@
 #include "cache/hash.hpp"
 #include "jitcache/log.hpp"
 #include "runtime/compile/compiler.hpp"
-#include "runtime/compile/elf_build_id.hpp"
 #include "runtime/compile/fingerprint_memo.hpp"
 #include "runtime/compile/nvjitlink_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
 #include "runtime/compile/toolkit_search.hpp"
+#include "runtime/compile/toolkit_trust.hpp"
 #include "support/env.hpp"
 
 namespace jitcache {
@@ -66,13 +66,12 @@ Result<cache::Facts> spec_level_facts(const KernelRequest& request, const ToolFa
 }
 
 // The memo's name for the file a toolkit library would be loaded from, when a path
-// candidate names one (the first that exists, as the loader takes the first that loads):
-// its build-id, wherever it lies, or for a file without that note the file itself (path,
-// size, times and inode). A library found only by its soname cannot be told without
-// loading it.
+// candidate names one (the first that exists and may be used, as the loader takes the
+// first that loads): the file's device, inode, size and times, which change whenever its
+// bytes do, so that the entry's fingerprint (a digest of those bytes) is computed once. A
+// library found only by its soname cannot be told without loading it.
 std::optional<std::string> library_identity(const std::string& tool, const std::filesystem::path& file) {
-  if (const auto id = read_build_id(file)) return tool + " build-id " + *id;
-  if (const auto described = describe_file(file)) return tool + " file " + *described;
+  if (const auto identity = file_stat_identity(file)) return tool + " content " + *identity;
   return std::nullopt;
 }
 

@@ -3,7 +3,7 @@
 #include <array>
 
 #include "jitcache/log.hpp"
-#include "runtime/compile/elf_build_id.hpp"
+#include "runtime/compile/toolkit_trust.hpp"
 #include "runtime/compile/toolkit_search.hpp"
 
 namespace jitcache {
@@ -61,10 +61,10 @@ Result<NvJitLinkLibrary> load_nvjitlink(const std::vector<std::string>& candidat
   if (const nvjitlink::Result rc = version(&jl.major, &jl.minor); rc != nvjitlink::k_success)
     return make_error(ErrorCode::unavailable,
                       lib.file.string() + ": nvJitLinkVersion failed: " + nvjitlink::result_name(rc));
-  // The build, wherever it was found; a file without a build-id note by its path and times.
-  const auto build_id = read_build_id(lib.file);
+  // What its bytes are, wherever it was found (toolkit_trust.hpp).
+  const auto digest = file_content_digest(lib.file);
   jl.identity = "nvjitlink " + jl.version() + "; " +
-                (build_id ? "build-id " + *build_id
+                (digest ? "content xxh3-128 " + *digest
                           : describe_file(lib.file).value_or(lib.file.string() + " (not stat-able)"));
   return jl;
 }

@@ -11,13 +11,13 @@
 
 #include "jitcache/log.hpp"
 #include "runtime/compile/compiler.hpp"
-#include "runtime/compile/elf_build_id.hpp"
 #include "runtime/compile/fingerprint_memo.hpp"
 #include "runtime/compile/mla_family.hpp"
 #include "runtime/compile/nvrtc_library.hpp"
 #include "runtime/compile/source_compiler.hpp"
 #include "runtime/compile/toolkit_library.hpp"
 #include "runtime/compile/toolkit_search.hpp"
+#include "runtime/compile/toolkit_trust.hpp"
 #include "support/env.hpp"
 #include "support/fork_guard.hpp"
 
@@ -52,12 +52,16 @@ struct NvrtcFacts {
   std::string fingerprint;
 };
 
-// The memo's name for the NVRTC file `file`: its build-id, or for a file without that note
-// the file itself (path, size, times, inode).
-std::optional<std::string> memo_identity(const std::filesystem::path& file) {
-  if (const auto id = read_build_id(file)) return "nvrtc build-id " + *id;
-  if (const auto described = describe_file(file)) return "nvrtc file " + *described;
-  return std::nullopt;
+// The memo's name for the NVRTC file `file` of `version` (told by its builtins' name, when
+// the files tell it): the device, inode, size and times of libnvrtc and of the builtins it
+// loads, which change whenever their bytes do, so the fingerprint of those bytes is hashed
+// once per machine (toolkit_trust.hpp).
+std::optional<std::string> memo_identity(const std::filesystem::path& file, const std::optional<std::string>& version) {
+  const auto nvrtc = file_stat_identity(file);
+  if (!nvrtc) return std::nullopt;
+  std::string builtins = "unknown";
+  if (version) builtins = file_stat_identity(nvrtc_builtins_file(file, *version)).value_or("none");
+  return "nvrtc content " + *nvrtc + "; builtins " + builtins;
 }
 
 class NvrtcCompiler final : public Compiler {
@@ -76,11 +80,6 @@ class NvrtcCompiler final : public Compiler {
     const auto& f = facts();
     if (!f) return std::unexpected(f.error());
     return f->fingerprint;
-  }
-
-  std::optional<std::string> earlier_fingerprint() const override {
-    std::call_once(m_earlier_once, [this] { m_earlier = computed_earlier_fingerprint(); });
-    return m_earlier;
   }
 
   std::vector<std::string> options(const KernelSpec& spec) const override {
@@ -196,45 +195,39 @@ class NvrtcCompiler final : public Compiler {
     return NvrtcFacts{last->second.version, last->second.fingerprint};
   }
 
-  // The memo is keyed by what the file that would be loaded holds, read without loading
-  // it: its build-id (or for a file without the note, the file itself). An entry has the
-  // version; a build-id entry's fingerprint is checked against the builtins' note, which
-  // the memo's key does not hold. `remembered`: the memo was written with these facts.
+  // The memo is keyed by the file that would be loaded, read without loading it: an entry
+  // for its device, inode, size and times (and its builtins') holds the version and the
+  // digest of its bytes. `remembered`: the memo was written with these facts.
   Result<NvrtcFacts> found_facts(const MemoContents& known, bool& remembered) const {
     const std::filesystem::path& memo = m_options.fingerprint_memo;
     const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
     std::optional<std::string> identity;
-    if (!memo.empty() && located) {
-      try {
-        identity = memo_identity(located->path);
-        if (identity)
-          if (const auto entry = known.entries.find(*identity);
-              entry != known.entries.end() && !entry->second.version.empty()) {
-            const bool by_build = identity->starts_with("nvrtc build-id ");
-            if (!by_build || nvrtc_file_fingerprint(located->path, entry->second.version) == entry->second.fingerprint)
-              return NvrtcFacts{entry->second.version, entry->second.fingerprint};
-          }
-      } catch (const std::exception& e) {
-        log_debug("compiler fingerprint memo " + memo.string() + " not used: " + e.what());
-        identity.reset();
-      }
-    }
-    // A build with a note needs no loading either: its version is told by its builtins' name.
-    if (located)
-      if (const auto version = nvrtc_version_from_files(located->path))
-        if (auto by_build = nvrtc_file_fingerprint(located->path, *version)) {
-          NvrtcFacts facts{*version, std::move(*by_build)};
-          remembered = remember(identity, facts);
+    std::optional<std::string> version;
+    if (located) {
+      // A build's version is told by its builtins' name, so the memo needs no loading.
+      version = nvrtc_version_from_files(located->path);
+      identity = memo_identity(located->path, version);
+      if (!memo.empty() && identity)
+        if (const auto entry = known.entries.find(*identity);
+            entry != known.entries.end() && !entry->second.version.empty() && version == entry->second.version)
+          return NvrtcFacts{entry->second.version, entry->second.fingerprint};
+      if (version)
+        if (auto digest = nvrtc_file_fingerprint(located->path, *version)) {
+          NvrtcFacts facts{*version, std::move(*digest)};
+          remembered = !memo.empty() && remember(identity, facts);
           return facts;
         }
+    }
     const NvrtcLibrary* nvrtc = JC_TRY(nvrtc_library());
     NvrtcFacts facts{nvrtc->version(), {}};
-    if (auto by_build = nvrtc_file_fingerprint(nvrtc->library.file, facts.version))
-      facts.fingerprint = std::move(*by_build);
-    else
-      facts.fingerprint = JC_TRY(compile_fingerprint(*nvrtc));
+    auto digest = nvrtc_file_fingerprint(nvrtc->library.file, facts.version);
+    if (!digest)
+      return make_error(ErrorCode::unavailable, "cannot read the NVRTC " + nvrtc->library.file.string() +
+                                                    " whole to fingerprint it: nothing is keyed with it");
+    facts.fingerprint = std::move(*digest);
     // Remembered only for the file a later process will find first, which is the one loaded.
-    if (located && located->path == nvrtc->library.file) remembered = remember(identity, facts);
+    if (!memo.empty() && located && located->path == nvrtc->library.file)
+      remembered = remember(memo_identity(located->path, facts.version), facts);
     return facts;
   }
 
@@ -255,65 +248,7 @@ class NvrtcCompiler final : public Compiler {
     return written.has_value();
   }
 
-  // The test compile's digest of the build this compiler keys with, from the memo (an entry
-  // "nvrtc earlier of <fingerprint>", so that only the first process to miss on a cache
-  // pays the compile) or by compiling with the NVRTC loaded, when it is that build.
-  std::optional<std::string> computed_earlier_fingerprint() const {
-    const auto& keyed = facts();
-    if (!keyed) return std::nullopt;
-    const std::filesystem::path& memo = m_options.fingerprint_memo;
-    const std::string identity = "nvrtc earlier of " + keyed->fingerprint;
-    const auto differs = [&](std::string digest) -> std::optional<std::string> {
-      if (digest == keyed->fingerprint) return std::nullopt;  // keyed by the test compile already
-      return digest;
-    };
-    if (!memo.empty())
-      if (const auto known = read_memo(memo, identity); known && known->version == keyed->version)
-        return differs(known->fingerprint);
-    if (!check_loaded_build()) return std::nullopt;  // not this build, or no NVRTC here
-    const auto nvrtc = nvrtc_library();
-    if (!nvrtc) return std::nullopt;
-    auto digest = compile_fingerprint(**nvrtc);
-    if (!digest) return std::nullopt;
-    if (!memo.empty()) {
-      try {
-        note_memo_write(write_memo(memo, identity, MemoValue{keyed->version, *digest}));
-      } catch (const std::exception& e) {
-        log_debug("compiler fingerprint memo not written: " + std::string(e.what()));
-      }
-    }
-    return differs(std::move(*digest));
-  }
-
-  // For an NVRTC without a build-id note: PTX of a tiny fixed program for a fixed virtual
-  // target, plus the architectures it supports, which distinguishes builds that report the
-  // same version.
-  static Result<std::string> compile_fingerprint(const NvrtcLibrary& nvrtc) {
-    const char* source = "extern \"C\" __global__ void jc_fingerprint(float* p, float s) { p[0] = __fdiv_rn(p[1], s); }\n";
-    const ToolSection section;  // NVRTC's own locks, held while it compiles (fork_guard.hpp)
-    nvrtcProgram raw = nullptr;
-    if (nvrtc.create_program(&raw, source, "fingerprint.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS)
-      return make_error(ErrorCode::compile, "NVRTC could not create the fingerprint program");
-    Program program(nvrtc, raw);
-    const char* opts[] = {"--gpu-architecture=compute_90"};
-    if (nvrtc.compile_program(program.get(), 1, opts) != NVRTC_SUCCESS)
-      return make_error(ErrorCode::compile, "NVRTC could not compile the fingerprint program");
-    std::size_t size = 0;
-    nvrtc.get_ptx_size(program.get(), &size);
-    std::string text(size, '\0');
-    nvrtc.get_ptx(program.get(), text.data());
-    int count = 0;
-    if (nvrtc.get_num_supported_archs(&count) == NVRTC_SUCCESS && count > 0) {
-      std::vector<int> archs(static_cast<std::size_t>(count));
-      nvrtc.get_supported_archs(archs.data());
-      for (int a : archs) text += " sm" + std::to_string(a);
-    }
-    return fingerprint_digest(text);
-  }
-
   NvrtcOptions m_options;
-  mutable std::once_flag m_earlier_once;
-  mutable std::optional<std::string> m_earlier;
   mutable std::once_flag m_facts_once;
   mutable Result<NvrtcFacts> m_facts = NvrtcFacts{};
 };

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "jitcache/log.hpp"
-#include "runtime/compile/elf_build_id.hpp"
+#include "runtime/compile/toolkit_trust.hpp"
 
 namespace jitcache {
 
@@ -27,6 +27,7 @@ void preload_builtins(const NvrtcLibrary& nvrtc) {
                 " beside it; NVRTC will look for it through the loader's search");
     return;
   }
+  if (!usable_library(builtins, "beside NVRTC " + nvrtc.library.file.string())) return;
   // Kept for the life of the process, like NVRTC itself.
   if (::dlopen(builtins.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
     const char* why = ::dlerror();
@@ -113,16 +114,16 @@ std::optional<std::string> nvrtc_version_from_files(const std::filesystem::path&
   return *versions.begin();
 }
 
-std::string nvrtc_build_fingerprint(const std::string& version, const std::string& nvrtc_build_id,
-                                    const std::optional<std::string>& builtins_build_id) {
-  return fingerprint_digest("nvrtc " + version + "; build-id " + nvrtc_build_id + "; builtins build-id " +
-                            builtins_build_id.value_or("none"));
+std::string nvrtc_content_fingerprint(const std::string& version, const std::string& nvrtc_digest,
+                                      const std::optional<std::string>& builtins_digest) {
+  return fingerprint_digest("nvrtc " + version + "; content xxh3-128 " + nvrtc_digest + "; builtins content xxh3-128 " +
+                            builtins_digest.value_or("none"));
 }
 
 std::optional<std::string> nvrtc_file_fingerprint(const std::filesystem::path& library, const std::string& version) {
-  const auto id = read_build_id(library);
-  if (!id) return std::nullopt;
-  return nvrtc_build_fingerprint(version, *id, read_build_id(nvrtc_builtins_file(library, version)));
+  const auto digest = file_content_digest(library);
+  if (!digest) return std::nullopt;
+  return nvrtc_content_fingerprint(version, *digest, file_content_digest(nvrtc_builtins_file(library, version)));
 }
 
 }  // namespace jitcache

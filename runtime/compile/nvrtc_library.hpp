@@ -3,12 +3,13 @@
 // runs on a machine whose only NVRTC is NVIDIA's pip package. nvrtc.h is still used, for
 // the types; every function jitcache calls is resolved here by its exported name.
 //
-// Its fingerprint (the compiler_fingerprint fact of every kernel key) follows the build,
-// not the place it was found: where libnvrtc has a GNU build-id note, it is a digest of
-// the version, that build-id and the build-id of the libnvrtc-builtins it loads (which
-// shapes its output), read from the files in microseconds; the same build in a toolkit
-// and in a pip package gives one key, two builds two keys. Only a library without the
-// note is fingerprinted by compiling a tiny program (nvrtc_compiler.cpp).
+// Its fingerprint (the compiler_fingerprint fact of every kernel key) is what its bytes
+// are, not the place it was found nor what it claims: a digest of the version and of the
+// whole contents of libnvrtc and of the libnvrtc-builtins it loads (which shapes its
+// output), toolkit_trust.hpp. The same build in a toolkit and in a pip package gives one
+// key; another build, or a copy patched under an intact GNU build-id note, another key.
+// Hashing ~100 MB takes tens of milliseconds once per machine: the cache root's memo keeps
+// the result by the files' device, inode, size and times (nvrtc_compiler.cpp).
 #pragma once
 
 #include <nvrtc.h>
@@ -62,14 +63,14 @@ std::filesystem::path nvrtc_builtins_file(const std::filesystem::path& library, 
 // such file there names it. std::nullopt when there is none, or several versions.
 std::optional<std::string> nvrtc_version_from_files(const std::filesystem::path& library);
 
-// The build-derived fingerprint of an NVRTC of `version` whose file has build-id
-// `nvrtc_build_id`, loading builtins with `builtins_build_id` (std::nullopt: that file is
-// absent or has no note, which is part of what is hashed).
-std::string nvrtc_build_fingerprint(const std::string& version, const std::string& nvrtc_build_id,
-                                    const std::optional<std::string>& builtins_build_id);
+// The fingerprint of an NVRTC of `version` whose file's contents digest to `nvrtc_digest`,
+// loading builtins whose contents digest to `builtins_digest` (std::nullopt: that file is
+// absent, which is part of what is hashed).
+std::string nvrtc_content_fingerprint(const std::string& version, const std::string& nvrtc_digest,
+                                      const std::optional<std::string>& builtins_digest);
 
-// The build fingerprint of the NVRTC file `library` of `version`, read from the files;
-// std::nullopt when libnvrtc has no build-id note (then only a test compile can tell it).
+// The fingerprint of the NVRTC file `library` of `version`, from the files' bytes;
+// std::nullopt when libnvrtc cannot be read whole.
 std::optional<std::string> nvrtc_file_fingerprint(const std::filesystem::path& library, const std::string& version);
 
 }  // namespace jitcache

@@ -3,7 +3,7 @@
 #include <array>
 
 #include "jitcache/log.hpp"
-#include "runtime/compile/elf_build_id.hpp"
+#include "runtime/compile/toolkit_trust.hpp"
 #include "runtime/compile/toolkit_search.hpp"
 
 namespace jitcache {
@@ -62,10 +62,10 @@ Result<NvvmLibrary> load_nvvm(const std::vector<std::string>& candidates) {
   if (const Fn rc = ir_version(&nvvm.ir_major, &nvvm.ir_minor, &nvvm.debug_major, &nvvm.debug_minor);
       rc != nvvm::k_success)
     return make_error(ErrorCode::unavailable, lib.file.string() + ": nvvmIRVersion failed: " + nvvm::result_name(rc));
-  // The build, wherever it was found; a file without a build-id note by its path and times.
-  const auto build_id = read_build_id(lib.file);
+  // What its bytes are, wherever it was found (toolkit_trust.hpp).
+  const auto digest = file_content_digest(lib.file);
   nvvm.identity = "libnvvm " + nvvm.version() + "; " +
-                  (build_id ? "build-id " + *build_id
+                  (digest ? "content xxh3-128 " + *digest
                             : describe_file(lib.file).value_or(lib.file.string() + " (not stat-able)"));
   return nvvm;
 }

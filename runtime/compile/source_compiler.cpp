@@ -6,7 +6,7 @@
 
 #include "kernel_templates/kernel_spec.hpp"
 #include "runtime/compile/cubin_elf.hpp"
-#include "runtime/compile/elf_build_id.hpp"
+#include "runtime/compile/toolkit_trust.hpp"
 #include "runtime/compile/nvjitlink_library.hpp"
 #include "runtime/compile/nvrtc_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
@@ -355,8 +355,8 @@ std::optional<std::string> tool_build(const std::string& tool, const std::filesy
                                       const std::string& version) {
   if (tool == "nvrtc") {
     if (const auto built = nvrtc_file_fingerprint(file, version)) return "nvrtc " + version + " build " + *built;
-  } else if (const auto id = read_build_id(file)) {
-    return tool + " build-id " + *id;
+  } else if (const auto digest = file_content_digest(file)) {
+    return tool + " content xxh3-128 " + *digest;
   }
   return describe_file(file);
 }

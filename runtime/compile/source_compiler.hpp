@@ -89,10 +89,10 @@ struct SourceOutput {
 };
 
 // What tells one build of `tool` ("nvrtc", "libnvvm", "nvjitlink") of `version` in `file`
-// from another, as the keys do: "nvrtc 13.0 build <fingerprint>" (nvrtc_file_fingerprint:
-// its build-id and its builtins'), "<tool> build-id <hex>", or for a file without a build-id
-// note the file itself (describe_file: path, size, times, inode). std::nullopt when the file
-// cannot be stat'ed.
+// from another, as the keys do: by what its bytes are, "nvrtc 13.0 build <fingerprint>"
+// (nvrtc_file_fingerprint: its contents' and its builtins'), "<tool> content xxh3-128
+// <digest>", or for a file that cannot be read whole the file itself (describe_file: path,
+// size, times, inode). std::nullopt when the file cannot be stat'ed.
 std::optional<std::string> tool_build(const std::string& tool, const std::filesystem::path& file,
                                       const std::string& version);
 

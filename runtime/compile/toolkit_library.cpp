@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "runtime/compile/toolkit_search.hpp"
+#include "runtime/compile/toolkit_trust.hpp"
 
 namespace jitcache {
 
@@ -27,15 +28,25 @@ Result<ToolkitLibrary> open_toolkit_library(const std::string& what, const std::
     std::error_code ec;
     tried += (tried.empty() ? "" : ", ") + candidate;
     if (is_path && !std::filesystem::exists(candidate, ec)) continue;
+    // Checked before the loader sees it (a truncated file maps and then dies with SIGBUS),
+    // and opened by its real path, the file that was checked.
+    std::string opened = candidate;
+    if (is_path) {
+      if (!usable_library(candidate, what)) {
+        last_complaint = candidate + ": " + library_refusal(candidate).value_or("refused");
+        continue;
+      }
+      if (auto canonical = std::filesystem::canonical(candidate, ec); !ec) opened = canonical.string();
+    }
     // RTLD_LOCAL: the libraries' symbols stay out of the global namespace, where they
     // could bind another copy of the toolkit that an engine's Python wheels load.
-    void* handle = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    void* handle = ::dlopen(opened.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* complaint = ::dlerror();
       last_complaint = complaint != nullptr ? complaint : "unknown dlopen error";
       continue;
     }
-    ToolkitLibrary library{handle, candidate, candidate};
+    ToolkitLibrary library{handle, opened, candidate};
     // The file the loader actually mapped: for a soname, where its search found it.
     char origin[4096] = {};
     if (!is_path && ::dlinfo(handle, RTLD_DI_ORIGIN, origin) == 0) {
@@ -43,6 +54,13 @@ Result<ToolkitLibrary> open_toolkit_library(const std::string& what, const std::
       library.file = std::filesystem::path(origin) / base;
     }
     if (auto canonical = std::filesystem::canonical(library.file, ec); !ec) library.file = canonical;
+    // The loader's own search can be told only once it has mapped a file: one that another
+    // user could replace is not used (and is not given a key).
+    if (!is_path && !usable_library(library.file, what + " found by the loader's search")) {
+      last_complaint = library.file.string() + ": " + library_refusal(library.file).value_or("refused");
+      ::dlclose(handle);
+      continue;
+    }
     return library;
   }
   return make_error(ErrorCode::unavailable,

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include "runtime/compile/toolkit_trust.hpp"
 #include "support/env.hpp"
 
 namespace jitcache {
@@ -255,6 +256,9 @@ std::optional<ToolkitCandidate> locate_toolkit_file(ToolkitTool tool) {
     std::error_code ec;
     const fs::path file = fs::canonical(candidate.path, ec);
     if (ec) continue;
+    // A file cut short, or one another user could replace, is passed over with a warning:
+    // the search goes on, as the loader would (open_toolkit_library skips it the same way).
+    if (!usable_library(file, candidate.origin)) continue;
     return ToolkitCandidate{file.string(), candidate.origin};
   }
   return std::nullopt;

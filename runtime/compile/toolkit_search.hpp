@@ -24,7 +24,12 @@
 //      newest first), in lib64/ and lib/ (libNVVM also nvvm/lib64/);
 //   5. the soname's own search: the directories of LD_LIBRARY_PATH as files (so that they
 //      can be told without loading), then the bare soname for the loader (ld.so.cache).
-// Finding a file costs a few stat calls and loads nothing.
+// A file is passed over, with one warning naming it and why, when it is not a whole shared
+// library of this machine (cut short by an interrupted install: loading it would kill the
+// process with SIGBUS) or when a user other than the caller and root could replace it or
+// its directory (toolkit_trust.hpp); the search goes on to the next candidate. The tool's
+// own variable is held to the same rule.
+// Finding a file costs a few stat calls and a read of its ELF headers, and loads nothing.
 #pragma once
 
 #include <filesystem>
@@ -54,8 +59,9 @@ const char* tool_env_name(ToolkitTool tool);       // "JITCACHE_NVRTC", ...
 // Every candidate, in the order above, without duplicates.
 std::vector<ToolkitCandidate> toolkit_candidates(ToolkitTool tool);
 
-// The first candidate that is an existing file (canonical path), as the loader would take
-// it; std::nullopt when only the soname is left (which cannot be told without loading).
+// The first candidate that is an existing file fit to be used (canonical path), as the
+// loader would take it; std::nullopt when only the soname is left (which cannot be told
+// without loading).
 std::optional<ToolkitCandidate> locate_toolkit_file(ToolkitTool tool);
 
 // "NVRTC is not available: looked in ... ; install it with `pip install ...`", for the

@@ -378,125 +378,55 @@ TEST_F(KernelCacheTest, AMemoryHitServesTheParsedArtifactItWasGiven) {
   EXPECT_EQ(compiler.compiles, 2);
 }
 
-// NVRTC with the fingerprints a test gives it (the real compiler underneath, so the
-// bundles are real, with facts embedded in their cubins): `now` as fingerprint(), `then`
-// as earlier_fingerprint(). Counts compiles.
+// NVRTC with the fingerprint a test gives it (the real compiler underneath, so the bundles
+// are real, with facts embedded in their cubins). Counts compiles.
 class RekeyedNvrtc final : public Compiler {
  public:
-  RekeyedNvrtc(std::string now, std::optional<std::string> then) : m_now(std::move(now)), m_then(std::move(then)) {}
+  explicit RekeyedNvrtc(std::string now) : m_now(std::move(now)) {}
   std::string name() const override { return m_real->name(); }
   std::string version() const override { return m_real->version(); }
   Result<std::string> fingerprint() const override { return m_now; }
-  std::optional<std::string> earlier_fingerprint() const override {
-    ++asked_earlier;
-    return m_then;
-  }
   std::vector<std::string> options(const KernelSpec& spec) const override { return m_real->options(spec); }
   Result<CompiledArtifact> compile(const GeneratedSource& source) const override {
     ++compiles;
     return m_real->compile(source);
   }
   mutable std::atomic<int> compiles{0};
-  mutable std::atomic<int> asked_earlier{0};
 
  private:
   std::unique_ptr<Compiler> m_real = make_nvrtc_compiler();
   std::string m_now;
-  std::optional<std::string> m_then;
 };
 
 const std::string k_then(32, 'a'), k_now(32, 'b');
 const KernelSpec k_sm90{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_90"}};
 
-// A cache filled by an earlier jitcache holds its kernels under the key of the fingerprint
-// of then: a miss under today's key finds it there, checks it, stores it under today's key
-// and serves it, without compiling; the next lookup is a plain hit. find() does the same.
-TEST_F(KernelCacheTest, AKernelUnderTheKeyOfAnEarlierFingerprintIsCarriedOverNotCompiled) {
-  std::vector<std::uint8_t> cubin;
+// A kernel keyed with another compiler fingerprint (an earlier jitcache's derivation, or a
+// library that claimed this build's id) is never served for this compiler, nor read: a
+// lookup misses, find() reports the miss, get() compiles under its own key (once), and the
+// other entry stays for the audit to report (superseded) and gc to remove.
+TEST_F(KernelCacheTest, AKernelUnderAnotherFingerprintIsNeitherServedNorRead) {
   {
     auto store = open_store();
-    RekeyedNvrtc earlier(k_then, std::nullopt);
+    RekeyedNvrtc earlier(k_then);
     KernelCache kernels(*store, earlier);
-    auto made = kernels.get(k_sm90);
-    ASSERT_OK(made);
-    cubin = made->artifact->cubin;
-    ASSERT_OK(kernels.get(KernelSpec{KernelKind::gather, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_90"}}));
+    ASSERT_OK(kernels.get(k_sm90));
   }
   auto store = open_store();
-  RekeyedNvrtc today(k_now, k_then);
+  RekeyedNvrtc today(k_now);
   KernelCache kernels(*store, today);
-  auto got = kernels.get(k_sm90);
-  ASSERT_OK(got);
-  EXPECT_EQ(today.compiles, 0);
-  EXPECT_EQ(got->source, cache::Source::disk);
-  EXPECT_EQ(got->artifact->cubin, cubin);
-  EXPECT_EQ(got->key, kernel_facts(generate(k_sm90), today)->key());
-  EXPECT_EQ(store->session_counters().produces, 0u);
-  auto again = kernels.get(k_sm90);
-  ASSERT_OK(again);
-  EXPECT_EQ(again->source, cache::Source::memory);
-  EXPECT_TRUE(*store->contains(kernel_facts(generate(k_sm90), today)->key()));
-  // The earlier entry stays where it was (gc and clear treat it like any other entry).
-  EXPECT_TRUE(*store->contains(kernel_facts(generate(k_sm90), RekeyedNvrtc(k_then, std::nullopt))->key()));
-  // find() carries over as well.
-  auto found = kernels.find(KernelSpec{KernelKind::gather, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_90"}});
+  auto found = kernels.find(k_sm90);
   ASSERT_OK(found);
-  ASSERT_TRUE(found->has_value());
-  EXPECT_NE((*found)->source, cache::Source::produced);
-  EXPECT_EQ(today.compiles, 0);
-}
-
-// Nothing is carried over that is not the requested kernel: an identity writer stored under
-// the earlier key of the dynamic writer is left alone, and the dynamic one is compiled.
-TEST_F(KernelCacheTest, AWrongEntryUnderTheEarlierKeyIsNotCarriedOver) {
-  {
-    auto store = open_store();
-    RekeyedNvrtc earlier(k_then, std::nullopt);
-    KernelSpec identity = k_sm90;
-    identity.latent_scale = LatentScale::identity;
-    auto artifact = earlier.compile(generate(identity));
-    ASSERT_OK(artifact);
-    const auto facts = kernel_facts(generate(k_sm90), earlier);
-    ASSERT_OK(facts);
-    ASSERT_OK(store->put(facts->key(), *facts, serialize_bundle(*artifact), 1.0));
-  }
-  auto store = open_store();
-  RekeyedNvrtc today(k_now, k_then);
-  KernelCache kernels(*store, today);
+  EXPECT_FALSE(found->has_value());
   auto got = kernels.get(k_sm90);
   ASSERT_OK(got);
   EXPECT_EQ(got->source, cache::Source::produced);
   EXPECT_EQ(today.compiles, 1);
-  EXPECT_EQ(got->artifact->facts.at("latent_scale"), "dynamic");
-}
-
-// Without an earlier fingerprint (a compiler whose keys never changed) a miss compiles,
-// and a hit never asks for one.
-TEST_F(KernelCacheTest, NoEarlierFingerprintMeansAPlainMissAndHitsNeverAsk) {
-  auto store = open_store();
-  RekeyedNvrtc today(k_now, std::nullopt);
-  KernelCache kernels(*store, today);
-  auto got = kernels.get(k_sm90);
-  ASSERT_OK(got);
-  EXPECT_EQ(got->source, cache::Source::produced);
-  EXPECT_EQ(today.compiles, 1);
-  const int asked = today.asked_earlier;
-  ASSERT_OK(kernels.get(k_sm90));
-  ASSERT_OK(kernels.find(k_sm90));
-  EXPECT_EQ(today.asked_earlier, asked);
-}
-
-// The real NVRTC's earlier fingerprint is the test compile's digest that keyed its kernels
-// before build-id fingerprints; with a build-id note it differs from today's.
-TEST(KernelFacts, NvrtcsEarlierFingerprintIsTheTestCompileDigest) {
-  const auto nvrtc = make_nvrtc_compiler();
-  const auto now = nvrtc->fingerprint();
-  ASSERT_OK(now);
-  const auto then = nvrtc->earlier_fingerprint();
-  if (!then) GTEST_SKIP() << "this NVRTC has no build-id note: its fingerprint is the test compile's digest";
-  EXPECT_EQ(then->size(), 32u);
-  EXPECT_NE(*then, *now);
-  EXPECT_EQ(make_nvrtc_compiler()->earlier_fingerprint(), then);  // deterministic
+  EXPECT_EQ(got->key, kernel_facts(generate(k_sm90), today)->key());
+  EXPECT_EQ(store->session_counters().produces, 1u);
+  // Nothing of the other entry was read: one miss probe, one miss counted, no hit.
+  EXPECT_EQ(store->session_counters().disk_hits, 0u);
+  EXPECT_TRUE(*store->contains(kernel_facts(generate(k_sm90), RekeyedNvrtc(k_then))->key()));
 }
 
 TEST_F(KernelCacheTest, RealNvrtcArtifactRoundTripsThroughTheStore) {

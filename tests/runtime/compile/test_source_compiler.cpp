@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/compile/toolkit_trust.hpp"
 #include "runtime/compile/cubin_elf.hpp"
 #include "runtime/compile/nvjitlink_library.hpp"
 #include "runtime/compile/nvvm_library.hpp"
@@ -409,10 +410,10 @@ TEST(ToolkitLibraries, VersionsAndFingerprints) {
   const auto dir = nvrtc_library_dir();
   ASSERT_TRUE(dir.has_value());
   EXPECT_TRUE((*jl)->library.file.is_absolute());
-  // The build, not the place: the build-id of the file that was loaded.
-  const auto nvvm_build = read_build_id((*nvvm)->library.file);
+  // The bytes, not the place: the digest of the file that was loaded.
+  const auto nvvm_build = file_content_digest((*nvvm)->library.file);
   ASSERT_TRUE(nvvm_build);
-  EXPECT_NE((*nvvm)->identity.find("; build-id " + *nvvm_build), std::string::npos) << (*nvvm)->identity;
+  EXPECT_NE((*nvvm)->identity.find("; content xxh3-128 " + *nvvm_build), std::string::npos) << (*nvvm)->identity;
   EXPECT_NE((*jl)->identity.find("nvjitlink " + (*jl)->version()), std::string::npos);
   auto f1 = nvvm_fingerprint();
   auto f2 = nvjitlink_fingerprint();

@@ -400,9 +400,9 @@ TEST_F(WorkerCompilerBuild, AnotherBuildIsRefused) {
   EXPECT_TRUE(ok) << ok.error().to_string();
 }
 
-// Two builds of a library are told apart by their build-id notes wherever they lie; a file
-// without a note only by itself (path, size, times, inode).
-TEST_F(WorkerCompilerBuild, ABuildIsItsNotesNotItsPlace) {
+// Two builds of a library are told apart by their bytes wherever they lie (a copy patched
+// under the same build-id note too); a file that is not a library by its bytes as well.
+TEST_F(WorkerCompilerBuild, ABuildIsItsBytesNotItsPlaceNorItsNote) {
   const auto nvrtc = nvrtc_library();
   ASSERT_TRUE(nvrtc) << nvrtc.error().to_string();
   const std::filesystem::path file = (*nvrtc)->library.file;
@@ -419,14 +419,17 @@ TEST_F(WorkerCompilerBuild, ABuildIsItsNotesNotItsPlace) {
   EXPECT_EQ(*same, tool_build("nvrtc", file, version));
   EXPECT_NE(*other, *same);
   EXPECT_TRUE(same->starts_with("nvrtc " + version + " build ")) << *same;
-  // A file without a note is itself: two copies differ.
+  const auto patched = tool_build("nvrtc", copy("patched", testing::Build::patched), version);
+  ASSERT_TRUE(patched);
+  EXPECT_NE(*patched, *same);
+  // Any file is its bytes: two equal files are one build, a changed byte another.
   const std::filesystem::path bare_a = dir() / "bare-a.so", bare_b = dir() / "bare-b.so";
   std::ofstream(bare_a) << "not an ELF file";
-  std::ofstream(bare_b) << "not an ELF file";
+  std::ofstream(bare_b) << "not an ELF file!";
   const auto a = tool_build("nvjitlink", bare_a, "13.0"), b = tool_build("nvjitlink", bare_b, "13.0");
   ASSERT_TRUE(a && b);
   EXPECT_NE(*a, *b);
-  EXPECT_TRUE(has(*a, bare_a.string())) << *a;
+  EXPECT_TRUE(a->starts_with("nvjitlink content xxh3-128 ")) << *a;
   EXPECT_FALSE(tool_build("nvjitlink", dir() / "absent.so", "13.0"));
 }
 

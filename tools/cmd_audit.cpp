@@ -41,6 +41,7 @@ nlohmann::json to_json(const AuditReport& r) {
       finding["spec"] = f.spec;
       finding["entries"] = entries;
     }
+    if (f.kind == FindingKind::superseded) finding["superseded_by"] = f.superseded_by;
     findings.push_back(std::move(finding));
   }
   nlohmann::json out = {{"clean", r.clean()},

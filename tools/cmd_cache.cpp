@@ -388,8 +388,14 @@ struct GcArgs {
 
 int run_gc(const Context& context, const GcArgs& args) {
   int exit_code = k_exit_ok;
-  auto store = open_store(context, exit_code);
-  if (!store) return exit_code;
+  auto opened = open_cache(context, exit_code);
+  if (!opened) return exit_code;
+  Store* store = opened->store.get();
+  // First what can never be served: entries keyed with a compiler build nothing here
+  // vouches for (superseded ones among them), whatever the size.
+  auto unservable = remove_unservable(*store, *opened->compiler, cache::DryRun::no);
+  if (!unservable) return report(unservable.error());
+  for (const std::string& line : *unservable) std::printf("%s\n", line.c_str());
   cache::GcOptions options;
   if (!args.max_size.empty()) {
     auto size = cache::parse_size(args.max_size);

@@ -9,6 +9,7 @@
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/artifact_facts.hpp"
 #include "runtime/compile/cubin_elf.hpp"
+#include "runtime/compile/fingerprint_memo.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/kernel_request.hpp"
 #include "runtime/compile/ptx_analysis.hpp"
@@ -352,6 +353,8 @@ const char* to_string(FindingKind kind) {
     case FindingKind::bad_source_entry: return "bad-source-entry";
     case FindingKind::incomplete_spec: return "incomplete-spec";
     case FindingKind::dangling_spec_record: return "dangling-spec-record";
+    case FindingKind::superseded: return "superseded";
+    case FindingKind::unknown_compiler: return "unknown-compiler";
   }
   return "?";
 }
@@ -360,6 +363,75 @@ const char* to_string(Severity severity) { return severity == Severity::warning 
 
 Severity severity_of(FindingKind kind) {
   return kind == FindingKind::dangling_spec_record ? Severity::warning : Severity::error;
+}
+
+namespace {
+
+// What is left of an entry's facts without the compiler builds: the same kernel from
+// another build has the same.
+std::string facts_without_builds(const cache::Facts& facts) {
+  std::string text;
+  for (const auto& [name, value] : facts.fields()) {
+    if (name == "compiler_fingerprint" || name == "compiler_version") continue;
+    if (name.starts_with("tool.") && (name.ends_with(".fingerprint") || name.ends_with(".version"))) continue;
+    text += name + "=" + value + "\n";
+  }
+  return text;
+}
+
+// The compiler-build rules (audit.hpp) for every entry without another finding.
+void audit_compiler_builds(cache::Store& store, const Compiler& compiler, const std::vector<cache::EntryInfo>& entries,
+                           AuditReport& report) {
+  MemoContents memo;
+  if (!store.root().empty()) memo = read_memo_contents(store.root() / k_fingerprint_memo_name);
+  std::map<std::string, std::set<std::string>> known;
+  for (const char* tool : {"nvrtc", "libnvvm", "nvjitlink"}) known[tool] = known_builds(memo, tool);
+  if (compiler.name() == "nvrtc")
+    if (const auto fingerprint = compiler.fingerprint()) known["nvrtc"].insert(*fingerprint);
+  std::set<std::string> flagged;
+  for (const Finding& f : report.findings) flagged.insert(f.key);
+  std::map<std::string, std::string> trusted;  // facts without builds -> key
+  std::vector<std::pair<const cache::EntryInfo*, std::string>> unknown;  // entry, why
+  for (const cache::EntryInfo& e : entries) {
+    if (flagged.contains(e.key.to_hex())) continue;
+    std::string why;
+    for (const ImportedBuild& build : compiler_builds_of(e.facts))
+      if (!known[build.tool].contains(build.value.fingerprint))
+        why += std::string(why.empty() ? "" : "; ") + build.tool + " " + build.value.version + " fingerprint " +
+               build.value.fingerprint;
+    if (why.empty()) trusted.emplace(facts_without_builds(e.facts), e.key.to_hex());
+    else unknown.emplace_back(&e, std::move(why));
+  }
+  for (const auto& [e, why] : unknown) {
+    Finding f;
+    f.key = e->key.to_hex();
+    f.digest = e->digest.to_hex();
+    const bool source = is_request_facts(e->facts);
+    f.kernel = fact_or(e->facts, source ? "family" : k_kernel_kinds.fact, "?");
+    f.target = fact_or(e->facts, source ? "target" : k_targets.fact, "?");
+    const std::string built = "keyed with a compiler build no compiler file this cache has digested vouches for (" +
+                              why + "): an earlier jitcache's fingerprint, or a library no longer trusted; never served";
+    if (const auto twin = trusted.find(facts_without_builds(e->facts)); twin != trusted.end()) {
+      f.kind = FindingKind::superseded;
+      f.superseded_by = twin->second;
+      f.explanation = built + "; superseded by " + twin->second + ", the same kernel from a known build";
+    } else {
+      f.kind = FindingKind::unknown_compiler;
+      f.explanation = built;
+    }
+    report.findings.push_back(std::move(f));
+  }
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> remove_unservable(cache::Store& store, const Compiler& compiler,
+                                                   cache::DryRun dry_run) {
+  AuditReport report = JC_TRY(audit_cache(store, compiler));
+  std::erase_if(report.findings, [](const Finding& f) {
+    return f.kind != FindingKind::superseded && f.kind != FindingKind::unknown_compiler;
+  });
+  return clear_flagged(store, report, dry_run);
 }
 
 Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, const AuditOptions& options) {
@@ -372,6 +444,7 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
     if (bytes && is_request_facts(e.facts)) clean_source.emplace(e.key.to_hex(), std::move(*bytes));
   }
   audit_source_entries(entries, clean_source, report);
+  audit_compiler_builds(store, compiler, entries, report);
   for (const cache::StoredBlob& blob : JC_TRY(store.orphan_blobs(options.orphan_grace))) {
     Finding f;
     f.kind = FindingKind::orphan_blob;

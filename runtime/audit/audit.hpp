@@ -23,6 +23,19 @@
 //   dangling-spec-record  (warning) a spec record whose bundle is gone: eviction removes a
 //                         bundle apart from its record, and the record still guards the spec
 //
+// Every entry, of either kind, is also held to the compilers it was keyed with: a compiler
+// is what its bytes are (runtime/compile/toolkit_trust.hpp), and a key's fingerprint that
+// no compiler file this cache has digested (nor an import, nor this process's compiler)
+// vouches for was made by an earlier jitcache's derivation or by a library no longer
+// trusted. No lookup keyed by a compiler's bytes reaches such an entry:
+//
+//   superseded        such an entry, when the same kernel keyed with a known build is in
+//                     the cache too (superseded_by names it): an entry an earlier jitcache
+//                     carried over, or compiled again after an upgrade
+//   unknown-compiler  such an entry with no such twin
+//
+// gc removes both kinds first (remove_unservable).
+//
 // Every kind is an error except dangling-spec-record, a warning: reported, but the cache is
 // still clean and clear_flagged() keeps it.
 //
@@ -54,6 +67,8 @@ enum class FindingKind {
   bad_source_entry,
   incomplete_spec,
   dangling_spec_record,
+  superseded,
+  unknown_compiler,
 };
 const char* to_string(FindingKind kind);  // "stale-identity", "legacy-key", ...
 
@@ -77,6 +92,8 @@ struct Finding {
   // incomplete-spec only: the spec facts (spec.<name> -> value) and the bundles built for them.
   std::map<std::string, std::string> spec;
   std::vector<SourceEntryRef> entries;
+  // superseded only: the key of the entry of the same kernel from a known compiler build.
+  std::string superseded_by;
   Severity severity() const { return severity_of(kind); }
 };
 
@@ -164,5 +181,10 @@ std::optional<Finding> audit_artifact(const cache::CacheKey& key, std::uint32_t 
 // per removal.
 Result<std::vector<std::string>> clear_flagged(cache::Store& store, const AuditReport& report,
                                                cache::DryRun dry_run);
+
+// Removes (or, dry run, names) the entries the audit finds superseded or keyed with an
+// unknown compiler: they can never be served. One line per removal.
+Result<std::vector<std::string>> remove_unservable(cache::Store& store, const Compiler& compiler,
+                                                   cache::DryRun dry_run);
 
 }  // namespace jitcache

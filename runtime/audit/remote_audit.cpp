@@ -25,6 +25,8 @@ RemoteFindingKind remote_kind(FindingKind kind) {
     case FindingKind::bad_source_entry: return RemoteFindingKind::rejected;
     case FindingKind::incomplete_spec:       // compares entries: not a finding of one value
     case FindingKind::dangling_spec_record:  // likewise
+    case FindingKind::superseded:            // about the local cache's compiler builds
+    case FindingKind::unknown_compiler:
     case FindingKind::corrupt:
     case FindingKind::missing_blob:
     case FindingKind::orphan_blob: break;

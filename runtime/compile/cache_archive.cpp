@@ -3,13 +3,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "cache/entry.hpp"
+#include "jitcache/log.hpp"
 #include "kernel_templates/generator.hpp"
+#include "runtime/compile/compiler.hpp"
+#include "runtime/compile/fingerprint_memo.hpp"
 #include "runtime/compile/source_cache.hpp"
 #include "support/atomic_file.hpp"
 #include "support/hmac.hpp"
@@ -357,6 +361,37 @@ std::vector<std::string> other_build_fingerprints(std::span<const ArchiveItem* c
   return fingerprints;
 }
 
+namespace {
+
+// The compiler builds the archive's entries were keyed with, into the cache's memo: a node
+// with no compiler (the air-gapped image an export is for) keys its lookups with the build
+// most of them name, and the audit knows each. A memo that cannot be written leaves the
+// entries imported, and is said.
+void record_imported_builds(const std::filesystem::path& memo, const VerifiedArchive& archive) {
+  std::map<std::pair<std::string, std::string>, std::pair<MemoValue, std::size_t>> counted;  // (tool, fp)
+  for (const ArchiveItem& item : archive.items)
+    for (const ImportedBuild& build : compiler_builds_of(item.facts)) {
+      auto& [value, count] = counted[{build.tool, build.value.fingerprint}];
+      value = build.value;
+      ++count;
+    }
+  if (counted.empty()) return;
+  std::vector<ImportedBuild> builds;
+  std::map<std::string, std::pair<MemoValue, std::size_t>> most;  // tool -> its most named build
+  for (const auto& [tool_fp, counted_value] : counted) {
+    builds.push_back({tool_fp.first, counted_value.first});
+    auto& best = most[tool_fp.first];
+    if (counted_value.second > best.second) best = counted_value;
+  }
+  std::vector<ImportedBuild> last;
+  for (const auto& [tool, best] : most) last.push_back({tool, best.first});
+  if (auto written = write_imported_builds(memo, builds, last); !written)
+    log_warning("the compiler builds of the imported entries were not recorded in " + memo.string() + " (" +
+                written.error().message + "): a node without a compiler cannot key lookups for them");
+}
+
+}  // namespace
+
 Result<ImportReport> import_archive(cache::Store& store, const VerifiedArchive& archive) {
   if (store.mode() != cache::StoreMode::read_write)
     return make_error(ErrorCode::unavailable,
@@ -372,6 +407,7 @@ Result<ImportReport> import_archive(cache::Store& store, const VerifiedArchive& 
     JC_TRY(store.put(item.key, item.facts, archive.blob(item), item.compile_ms));
     report.added.push_back(&item);
   }
+  record_imported_builds(store.root() / k_fingerprint_memo_name, archive);
   return report;
 }
 

@@ -11,7 +11,7 @@ namespace jitcache {
 namespace {
 
 constexpr const char* k_memo_format = "jitcache_compiler_fingerprints_v1";
-constexpr std::size_t k_memo_max_entries = 16;
+constexpr std::size_t k_memo_max_entries = 64;
 constexpr std::size_t k_memo_max_bytes = 64 * 1024;
 
 bool is_fingerprint(const nlohmann::json& value) {
@@ -119,6 +119,44 @@ Status write_last_keyed(const std::filesystem::path& file, const std::string& to
   MemoJson memo = read_json(file);
   memo.last_keyed[tool] = versioned_json(value);
   return write_json(file, memo);
+}
+
+Status write_imported_builds(const std::filesystem::path& file, const std::vector<ImportedBuild>& builds,
+                             const std::vector<ImportedBuild>& last) {
+  MemoJson memo = read_json(file);
+  if (memo.entries.size() + builds.size() > k_memo_max_entries) memo.entries = nlohmann::json::object();
+  for (const ImportedBuild& build : builds) {
+    if (!is_tool(build.tool) || build.value.version.empty() || !is_fingerprint(nlohmann::json(build.value.fingerprint)))
+      return make_error(ErrorCode::invalid_argument, "fingerprint memo: not a tool's versioned build: " + build.tool);
+    memo.entries[build.tool + " imported " + build.value.fingerprint] = versioned_json(build.value);
+  }
+  for (const ImportedBuild& build : last)
+    if (is_tool(build.tool) && !build.value.version.empty()) memo.last_keyed[build.tool] = versioned_json(build.value);
+  return write_json(file, memo);
+}
+
+std::vector<ImportedBuild> compiler_builds_of(const cache::Facts& facts) {
+  std::vector<ImportedBuild> builds;
+  const auto add = [&](const std::string& tool, std::string_view version_fact, std::string_view fingerprint_fact) {
+    const auto version = facts.get(version_fact);
+    const auto fingerprint = facts.get(fingerprint_fact);
+    if (version && fingerprint && !version->empty() && is_fingerprint(nlohmann::json(std::string(*fingerprint))))
+      builds.push_back({tool, MemoValue{std::string(*version), std::string(*fingerprint)}});
+  };
+  if (facts.get("compiler") == std::optional<std::string_view>("nvrtc"))
+    add("nvrtc", "compiler_version", "compiler_fingerprint");
+  for (const char* tool : {"nvrtc", "libnvvm", "nvjitlink"})
+    add(tool, "tool." + std::string(tool) + ".version", "tool." + std::string(tool) + ".fingerprint");
+  return builds;
+}
+
+std::set<std::string> known_builds(const MemoContents& memo, const std::string& tool) {
+  std::set<std::string> known;
+  for (const auto& [identity, value] : memo.entries)
+    if (identity.starts_with(tool + " content ") || identity.starts_with(tool + " imported "))
+      known.insert(value.fingerprint);
+  if (const auto last = memo.last_keyed.find(tool); last != memo.last_keyed.end()) known.insert(last->second.fingerprint);
+  return known;
 }
 
 }  // namespace jitcache

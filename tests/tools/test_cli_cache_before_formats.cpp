@@ -1,19 +1,16 @@
-// A cache directory written before the record-format dimension existed must be all hits
-// for this build. tests/data/cache_before_formats/cache was filled by the CLI of an older
-// commit (its README says which and how): the writer and gather kernels, identity and
-// dynamic, for both RoPE layouts on sm_90, keyed `rope=bf16` / `rope=fp8`. Warming the same
-// checkpoint here, by format name or by the old RoPE name, must find those eight entries and
-// compile nothing; audit and verify must find nothing wrong with them.
+// A cache directory written before the record-format dimension existed, by an older jitcache
+// (tests/data/cache_before_formats, its README says which and how): the writer and gather
+// kernels, identity and dynamic, for both RoPE layouts on sm_90, keyed `rope=bf16` /
+// `rope=fp8` and with the compiler fingerprint of then (a digest of a test compile's PTX).
 //
-// The keys hold the NVRTC build's fingerprint. Its derivation changed once since the data
-// was made (a digest of a test compile's PTX then, of the build-id notes of libnvrtc and its
-// builtins now): this build looks a missing kernel up under the key of then as well and
-// carries the entry over to the key of now (KernelCache::carry_over), so the eight entries
-// are found, each under its recorded facts with only compiler_fingerprint replaced. On a
-// machine with another NVRTC build every lookup is rightly a miss: there the tests skip,
-// naming both compilers, instead of failing.
+// A compiler is now what its bytes are: nothing vouches that the recorded entries were built
+// by this machine's NVRTC, so warming the same checkpoint misses them once and compiles
+// under keys that differ from the recorded ones by the compiler's fingerprint alone (the
+// format dimension changed no key); the audit then reports every recorded entry as
+// superseded by its recompiled twin, and gc removes them first.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -74,21 +71,11 @@ class CacheBeforeFormatsTest : public testing::TempDirTest {
     return parse(o);
   }
 
-  // Why the recorded entries cannot be found here, or nothing when they can: this
-  // machine's NVRTC must be the recorded version with, under the derivation of then
-  // (Compiler::earlier_fingerprint), the recorded fingerprint.
-  std::optional<std::string> other_build() const {
-    const auto nvrtc = make_nvrtc_compiler();
-    const auto now = nvrtc->fingerprint();
+  // Why nothing can be compiled here, or nothing when it can.
+  static std::optional<std::string> no_compiler() {
+    const auto now = make_nvrtc_compiler()->fingerprint();
     if (!now) return "no NVRTC here: " + now.error().message;
-    const std::string then = nvrtc->earlier_fingerprint().value_or(*now);
-    if (nvrtc->version() == m_manifest["compiler_version"] && then == m_manifest["compiler_fingerprint"])
-      return std::nullopt;
-    return "this machine's NVRTC is " + nvrtc->version() + " (fingerprint " + then +
-           " as the data's keys derive it), the recorded cache's " +
-           m_manifest["compiler_version"].get<std::string>() + " (fingerprint " +
-           m_manifest["compiler_fingerprint"].get<std::string>() +
-           "): its keys cannot match here; see tests/data/cache_before_formats/README.md to remake it";
+    return std::nullopt;
   }
 
   // The recorded entries' keys of `format` with this machine's fingerprint put in: the keys
@@ -112,92 +99,90 @@ class CacheBeforeFormatsTest : public testing::TempDirTest {
     return keys;
   }
 
-  // Every variant `warmed` needed was found (carried over from a recorded entry, or its
-  // carried copy), none compiled: the keys changed by nothing but the compiler's fingerprint.
-  void expect_all_found(const json& warmed, const std::string& format) const {
+  // Every variant `warmed` needed was compiled (the recorded entries are not served) under
+  // the recorded keys with only the compiler's fingerprint replaced by this machine's.
+  void expect_compiled_under_current_keys(const json& warmed, const std::string& format) const {
     const std::size_t recorded = m_manifest["formats"][format]["keys"].size();
     std::set<std::string> got;
     for (const json& v : warmed["variants"]) {
       got.insert(v["key"].get<std::string>());
-      EXPECT_FALSE(v["compiled"].get<bool>()) << format << ": compiled " << v.dump();
-      EXPECT_TRUE(v["stored"].get<bool>()) << format << ": " << v.dump();
+      EXPECT_TRUE(v["compiled"].get<bool>()) << format << ": served without a compile " << v.dump();
     }
     EXPECT_EQ(got, current_keys(format)) << format << ": the keys changed by more than the compiler's fingerprint";
     EXPECT_EQ(warmed["variants_needed"], recorded) << format;
-    EXPECT_EQ(warmed["already_cached"], recorded) << format;
-    EXPECT_EQ(warmed["compiled"], 0) << format;
-    EXPECT_EQ(warmed["stored"], recorded) << format;
+    EXPECT_EQ(warmed["already_cached"], 0) << format;
+    EXPECT_EQ(warmed["compiled"], recorded) << format;
+  }
+
+  std::set<std::string> recorded_keys() const {
+    std::set<std::string> keys;
+    for (const auto& [format, row] : m_manifest["formats"].items())
+      for (const auto& [variant, key] : row["keys"].items()) keys.insert(key.get<std::string>());
+    return keys;
   }
 
   json m_manifest;
   fs::path m_root;
 };
 
-TEST_F(CacheBeforeFormatsTest, RopeBf16KeysAreAllHitsAsB12x432) {
-  if (const auto why = other_build()) GTEST_SKIP() << *why;
-  for (int round = 0; round < 2; ++round) {  // carried over, then hits under the current keys
-    SCOPED_TRACE(round);
-    const json warmed = warm({"--format", "b12x-432"});
-    ASSERT_FALSE(warmed.is_discarded());
-    expect_all_found(warmed, "b12x-432");
+// Before any warm: every recorded entry is keyed with a compiler nothing here vouches for.
+TEST_F(CacheBeforeFormatsTest, TheRecordedEntriesAreReportedAsKeyedWithAnUnknownCompiler) {
+  const Outcome audit = jitcache({"audit", "--json"});
+  EXPECT_EQ(audit.code, 1) << audit.out << audit.err;
+  const json report = parse(audit);
+  std::set<std::string> flagged;
+  for (const json& f : report["findings"]) {
+    EXPECT_EQ(f["kind"], "unknown-compiler") << f.dump();
+    EXPECT_NE(f["explanation"].get<std::string>().find(m_manifest["compiler_fingerprint"].get<std::string>()),
+              std::string::npos)
+        << f.dump();
+    flagged.insert(f["key"].get<std::string>());
   }
+  EXPECT_EQ(flagged, recorded_keys()) << audit.out;
 }
 
-TEST_F(CacheBeforeFormatsTest, RopeFp8KeysAreAllHitsAsB12x368) {
-  if (const auto why = other_build()) GTEST_SKIP() << *why;
-  for (int round = 0; round < 2; ++round) {
-    SCOPED_TRACE(round);
-    const json warmed = warm({"--format", "b12x-368"});
-    ASSERT_FALSE(warmed.is_discarded());
-    expect_all_found(warmed, "b12x-368");
-  }
-}
-
-// The old spelling still names the same records.
-TEST_F(CacheBeforeFormatsTest, RopeAliasesHitTheSameKeys) {
-  if (const auto why = other_build()) GTEST_SKIP() << *why;
-  for (const std::string format : {"b12x-432", "b12x-368"}) {
-    const std::string alias = m_manifest["formats"][format]["rope_alias"].get<std::string>();
-    const json warmed = warm({"--rope", alias});
-    ASSERT_FALSE(warmed.is_discarded());
-    expect_all_found(warmed, format);
-  }
-}
-
-// After warming every recorded format: each recorded entry carried over once (a copy under
-// its current key), no compile counted, and audit and verify find nothing wrong with the
-// old entries or their copies.
-TEST_F(CacheBeforeFormatsTest, AuditAndVerifyAreCleanAfterWarming) {
-  if (const auto why = other_build()) GTEST_SKIP() << *why;
+// Warming compiles every variant once under the keys of now (hits after that); the audit
+// then reports each recorded entry as superseded by its twin, and gc removes exactly those,
+// whatever the size cap, leaving a clean cache of the new entries.
+TEST_F(CacheBeforeFormatsTest, WarmingCompilesOnceThenTheRecordedEntriesAreSupersededAndGcRemovesThem) {
+  if (const auto why = no_compiler()) GTEST_SKIP() << *why;
   std::size_t recorded = 0;
+  std::map<std::string, std::string> twin;  // recorded key -> its key of now
   for (const auto& [format, row] : m_manifest["formats"].items()) {
     const json warmed = warm({"--format", format});
     ASSERT_FALSE(warmed.is_discarded());
-    expect_all_found(warmed, format);
+    expect_compiled_under_current_keys(warmed, format);
     recorded += row["keys"].size();
+    const std::string alias = row["rope_alias"].get<std::string>();
+    const json again = warm({"--rope", alias});  // the old spelling names the same records
+    ASSERT_FALSE(again.is_discarded());
+    EXPECT_EQ(again["compiled"], 0) << again.dump();
+    EXPECT_EQ(again["already_cached"], row["keys"].size()) << again.dump();
   }
-  const Outcome stats = jitcache({"stats", "--json"});
-  ASSERT_EQ(stats.code, 0) << stats.err;
-  const json counts = parse(stats);
-  EXPECT_EQ(counts["entries"], 2 * recorded);
-  // The data's own counters say each entry was missed and compiled once; the warms above
-  // added neither a miss nor a compile.
-  EXPECT_EQ(counts["misses"], recorded) << stats.out;
-  EXPECT_EQ(counts["compiles"], recorded) << stats.out;
-  EXPECT_GE(counts["hits"]["disk"].get<std::size_t>(), recorded) << stats.out;
-
   const Outcome audit = jitcache({"audit", "--json"});
-  EXPECT_EQ(audit.code, 0) << audit.out << audit.err;
+  EXPECT_EQ(audit.code, 1) << audit.out << audit.err;
   const json report = parse(audit);
-  EXPECT_EQ(report["clean"], true) << audit.out;
-  EXPECT_EQ(report["findings"], json::array()) << audit.out;
   EXPECT_EQ(report["entries"], 2 * recorded);
+  std::set<std::string> superseded, replacements;
+  for (const json& f : report["findings"]) {
+    EXPECT_EQ(f["kind"], "superseded") << f.dump();
+    superseded.insert(f["key"].get<std::string>());
+    replacements.insert(f["superseded_by"].get<std::string>());
+  }
+  EXPECT_EQ(superseded, recorded_keys()) << audit.out;
+  std::set<std::string> now;
+  for (const auto& [format, row] : m_manifest["formats"].items())
+    for (const std::string& key : current_keys(format)) now.insert(key);
+  EXPECT_EQ(replacements, now) << audit.out;
 
+  const Outcome gc = jitcache({"gc"});
+  EXPECT_EQ(gc.code, 0) << gc.out << gc.err;
+  for (const std::string& key : recorded_keys()) EXPECT_NE(gc.out.find(key), std::string::npos) << gc.out;
+  const Outcome after = jitcache({"audit", "--json"});
+  EXPECT_EQ(after.code, 0) << after.out << after.err;
+  EXPECT_EQ(parse(after)["entries"], recorded);
   const Outcome verify = jitcache({"verify"});
   EXPECT_EQ(verify.code, 0) << verify.out << verify.err;
-  EXPECT_NE(verify.out.find("checked " + std::to_string(2 * recorded) + " entries: 0 bad"), std::string::npos)
-      << verify.out;
 }
-
 }  // namespace
 }  // namespace jitcache

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "cli_fixture.hpp"
 #include "runtime/compile/nvrtc_library.hpp"
 #include "runtime/compile/toolkit_library.hpp"
+#include "runtime/compile/toolkit_search.hpp"
 
 namespace jitcache {
 namespace {
@@ -246,6 +248,137 @@ TEST_F(CliCompilerLibrariesTest, WithNoNvrtcAnywhereAHitStillWorksAndAMissSaysWh
   ASSERT_TRUE(unknown);
   EXPECT_NE(unknown->code, 0) << unknown->out;
   EXPECT_TRUE(has(unknown->err, "pip install nvidia-cuda-nvrtc")) << unknown->err;
+}
+
+// An export imported into a fresh cache on a node with no compiler anywhere (the air-gapped
+// image an export is for) serves every kernel it carries: the import records the compiler
+// builds its entries were keyed with, so the no-compiler mode has a build to key with.
+TEST_F(CliCompilerLibrariesTest, AnImportIntoAFreshCacheServesWithNoCompilerAnywhere) {
+  const std::vector<std::string> args = {"--checkpoint", k_checkpoint.string(), "--arch", "sm_90", "--jobs", "2"};
+  std::vector<std::string> exported = {"export", "--out", (dir() / "fleet.jcx").string()};
+  exported.insert(exported.end(), args.begin(), args.end());
+  const CliOutcome made = run_with(exported, {});
+  ASSERT_EQ(made.code, 0) << made.out << made.err;
+
+  const fs::path fresh = dir() / "fresh-cache";
+  const auto imported = run_without_compilers(dir(), fresh, {"import", (dir() / "fleet.jcx").string()});
+  if (!imported) GTEST_SKIP() << "unshare --mount is not permitted on this machine";
+  ASSERT_EQ(imported->code, 0) << imported->out << imported->err;
+  std::vector<std::string> warm = {"warm", "--json"};
+  warm.insert(warm.end(), args.begin(), args.end());
+  const auto served = run_without_compilers(dir(), fresh, warm);
+  ASSERT_TRUE(served);
+  ASSERT_EQ(served->code, 0) << served->out << served->err.substr(0, 4000);
+  const json doc = parse(*served);
+  EXPECT_EQ(doc["compiled"], 0) << served->out;
+  EXPECT_EQ(doc["variants_needed"], 4) << served->out;
+  EXPECT_EQ(doc["already_cached"], 4) << served->out;
+  // The audit knows the imported build: nothing is reported as from an unknown compiler.
+  const auto audit = run_without_compilers(dir(), fresh, {"audit", "--json"});
+  ASSERT_TRUE(audit);
+  EXPECT_EQ(audit->code, 0) << audit->out << audit->err;
+}
+
+// A libnvrtc cut short by an interrupted pip install, found first in the Python
+// environment's package, is passed over with one warning naming it (never loaded: it would
+// kill the process with SIGBUS), and the toolkit's copy compiles: 4 KB, 1 MB, half, and all
+// but the last 4 KB.
+TEST_F(CliCompilerLibrariesTest, ATruncatedLibnvrtcInThePythonEnvironmentIsSkippedNotLoaded) {
+  const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
+  if (!located) GTEST_SKIP() << "no NVRTC file here";
+  const auto size = fs::file_size(located->path);
+  for (const std::uintmax_t keep : {std::uintmax_t{4096}, std::uintmax_t{1} << 20, size / 2, size - 4096}) {
+    SCOPED_TRACE(keep);
+    const fs::path venv = dir() / ("venv-" + std::to_string(keep));
+    const fs::path lib = venv / "lib" / "python3.11" / "site-packages" / "nvidia" /
+                         ("cu" + std::to_string(toolkit_major())) / "lib";
+    fs::create_directories(lib);
+    std::ofstream(venv / "pyvenv.cfg") << "home = /usr/bin\n";
+    const fs::path cut = lib / tool_soname(ToolkitTool::nvrtc);
+    fs::copy_file(located->path, cut);
+    fs::resize_file(cut, keep);
+    const fs::path root = dir() / ("cache-" + std::to_string(keep));
+    const CliOutcome o = testing::run_cli(
+        dir(),
+        {"--cache-dir", root.string(), "compile", "--source", (k_golden / "axpy.cu").string(), "--entry", "axpy",
+         "--arch", "sm_90", "--json"},
+        {"VIRTUAL_ENV=" + venv.string()}, {"JITCACHE_DIR=", "JITCACHE_NVRTC=", "CONDA_PREFIX=", "PYTHONHOME="});
+    ASSERT_EQ(o.code, 0) << o.out << o.err;
+    EXPECT_TRUE(has(o.err, "not using the compiler library " + cut.string())) << o.err;
+    EXPECT_TRUE(has(o.err, "truncated")) << o.err;
+  }
+}
+
+// A libnvrtc patched in one string of its .rodata, its GNU build-id note intact, in a
+// world-writable directory owned by another user and named by VIRTUAL_ENV, is refused with
+// a warning naming it, its owner and mode; the toolkit's NVRTC keys and compiles instead.
+// The patched bytes are another compiler, whatever its note says: keyed by content, its
+// fingerprint differs from the genuine one (in a private directory, named by
+// JITCACHE_NVRTC, it is used, and keys apart from the genuine build).
+TEST_F(CliCompilerLibrariesTest, APatchedLibnvrtcUnderTheGenuineBuildIdIsAnotherCompilerAndAHostileOneIsRefused) {
+  const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
+  if (!located) GTEST_SKIP() << "no NVRTC file here";
+  const auto version = nvrtc_version_from_files(located->path);
+  if (!version) GTEST_SKIP() << "the NVRTC found has no single builtins file beside it";
+  const fs::path private_lib = dir() / "private" / tool_soname(ToolkitTool::nvrtc);
+  testing::copy_library(located->path, private_lib, testing::Build::patched);
+  fs::copy_file(nvrtc_builtins_file(located->path, *version), nvrtc_builtins_file(private_lib, *version));
+  EXPECT_EQ(read_build_id(private_lib), read_build_id(located->path));
+  const auto genuine = nvrtc_file_fingerprint(located->path, *version);
+  const auto patched = nvrtc_file_fingerprint(private_lib, *version);
+  ASSERT_TRUE(genuine && patched);
+  EXPECT_NE(*patched, *genuine);
+
+  const fs::path venv = dir() / "hostile-venv";
+  const fs::path lib = venv / "lib" / "python3.11" / "site-packages" / "nvidia" / ("cu" + std::to_string(toolkit_major())) / "lib";
+  fs::create_directories(lib);
+  std::ofstream(venv / "pyvenv.cfg") << "home = /usr/bin\n";
+  fs::copy_file(private_lib, lib / private_lib.filename());
+  fs::copy_file(nvrtc_builtins_file(private_lib, *version), nvrtc_builtins_file(lib / private_lib.filename(), *version));
+  fs::permissions(lib, fs::perms::all, fs::perm_options::replace);  // 0777
+  if (::geteuid() == 0) {
+    if (::chown(lib.c_str(), 65534, 65534) != 0) GTEST_SKIP() << "cannot give the directory to another user";
+  }
+  const std::vector<std::string> warm = {"warm", "--checkpoint", k_checkpoint.string(), "--arch", "sm_90",
+                                         "--jobs", "2", "--json"};
+  const CliOutcome refused = testing::run_cli(dir(), [&] {
+    std::vector<std::string> full = {"--cache-dir", m_root.string()};
+    full.insert(full.end(), warm.begin(), warm.end());
+    return full;
+  }(), {"VIRTUAL_ENV=" + venv.string()}, {"JITCACHE_DIR=", "JITCACHE_NVRTC=", "CONDA_PREFIX=", "PYTHONHOME="});
+  ASSERT_EQ(refused.code, 0) << refused.out << refused.err;
+  const std::string planted = (fs::canonical(lib) / private_lib.filename()).string();
+  EXPECT_TRUE(has(refused.err, "not using the compiler library " + planted)) << refused.err;
+  EXPECT_TRUE(has(refused.err, "0777")) << refused.err;
+  // Keyed with the genuine build: the same keys as a warm with the toolkit's NVRTC.
+  const CliOutcome again = run_with(warm, {});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(parse(again)["compiled"], 0) << again.out;
+  // Named in a private directory, the patched copy is used, and is another compiler.
+  const CliOutcome other = run_with(warm, {"JITCACHE_NVRTC=" + private_lib.string()});
+  ASSERT_EQ(other.code, 0) << other.err;
+  EXPECT_EQ(parse(other)["compiled"], parse(other)["variants_needed"]) << other.out;
+  // Named in the hostile directory, it is refused: JITCACHE_NVRTC is the only candidate.
+  const CliOutcome named = run_with(warm, {"JITCACHE_NVRTC=" + planted});
+  EXPECT_EQ(named.code, 2) << named.out << named.err;
+  EXPECT_TRUE(has(named.err, planted)) << named.err;
+  // The entries the patched build compiled are never served to the genuine one, and the
+  // audit, run with the genuine NVRTC, knows them (the memo holds the digest of each file
+  // this cache has seen); once that record is gone, nothing vouches for the patched build:
+  // its entries are superseded by the genuine build's of the same kernels.
+  const CliOutcome audit = run_with({"audit", "--json"}, {});
+  EXPECT_EQ(audit.code, 0) << audit.out << audit.err;
+  ASSERT_TRUE(fs::remove(m_root / "compiler-fingerprints.json"));
+  const CliOutcome unknown = run_with({"audit", "--json"}, {});
+  EXPECT_EQ(unknown.code, 1) << unknown.out << unknown.err;
+  std::size_t flagged = 0;
+  const json findings = parse(unknown)["findings"];
+  for (const json& f : findings) {
+    EXPECT_EQ(f["kind"], "superseded") << f.dump();
+    EXPECT_TRUE(has(f["explanation"].get<std::string>(), *patched)) << f.dump();
+    ++flagged;
+  }
+  EXPECT_EQ(flagged, 4u) << unknown.out;
 }
 
 // No NVRTC where it is looked for: a compile is an error naming the places searched and

@@ -1,7 +1,8 @@
 // The NVRTC fingerprint memo (runtime/compile/compiler.hpp, NvrtcOptions::fingerprint_memo): a
-// fresh process takes the version and fingerprint of the libnvrtc it would load from the
-// memo, by the file's build-id, instead of opening NVRTC; anything wrong with the memo is a
-// miss that computes and repairs it.
+// fresh process takes the version and fingerprint (a digest of the files' bytes) of the
+// libnvrtc it would load from the memo, by the file's device, inode, size and times, instead
+// of hashing NVRTC's ~100 MB again; anything wrong with the memo is a miss that computes and
+// repairs it, and a file whose bytes change is another entry.
 #include <sys/stat.h>
 
 #include <fstream>
@@ -10,7 +11,8 @@
 
 #include "jitcache/runtime.hpp"
 #include "runtime/compile/compiler.hpp"
-#include "runtime/compile/elf_build_id.hpp"
+#include "runtime/compile/toolkit_search.hpp"
+#include "runtime/compile/toolkit_trust.hpp"
 #include "runtime/compile/fingerprint_memo.hpp"
 #include "runtime/compile/nvrtc_library.hpp"
 #include "test_support.hpp"
@@ -63,12 +65,13 @@ TEST_F(FingerprintMemoTest, RecordsTheLoadedLibraryAndItsFingerprint) {
   EXPECT_EQ(doc["format"], "jitcache_compiler_fingerprints_v1");
   ASSERT_EQ(doc["entries"].size(), 1u);
   const std::string key = doc["entries"].begin().key();
-  // Under the build-id of the file the search finds, with the version NVRTC reports.
+  // Under the stat identity of the file the search finds (and its builtins'), with the
+  // version NVRTC reports.
   const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
   ASSERT_TRUE(located);
-  const auto build_id = read_build_id(located->path);
-  ASSERT_TRUE(build_id) << located->path << " has no build-id note";
-  EXPECT_EQ(key, "nvrtc build-id " + *build_id);
+  const auto stat_identity = file_stat_identity(located->path);
+  ASSERT_TRUE(stat_identity);
+  EXPECT_TRUE(key.starts_with("nvrtc content " + *stat_identity + "; builtins ")) << key;
   const auto nvrtc = nvrtc_library();
   ASSERT_TRUE(nvrtc) << nvrtc.error().to_string();
   EXPECT_EQ(doc["entries"].begin().value()["version"], (*nvrtc)->version());
@@ -79,30 +82,47 @@ TEST_F(FingerprintMemoTest, RecordsTheLoadedLibraryAndItsFingerprint) {
 
 TEST_F(FingerprintMemoTest, AFreshCompilerTakesTheMemoInsteadOfLoadingNvrtc) {
   const std::string key = identity();
-  // A version this NVRTC does not report: getting it back proves NVRTC was not asked. Its
-  // fingerprint is the one the build's notes give for that version (no builtins of it).
-  const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
-  ASSERT_TRUE(located);
-  const std::string planted = nvrtc_build_fingerprint("99.9", key.substr(std::string("nvrtc build-id ").size()),
-                                                      std::nullopt);
-  ASSERT_NE(planted, true_fingerprint());
-  write_text(memo(), nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"},
-                                    {"entries", {{key, {{"version", "99.9"}, {"fingerprint", planted}}}}}}.dump());
-  const auto compiler = make_nvrtc_compiler(NvrtcOptions{memo()});
-  EXPECT_EQ(compiler->fingerprint().value_or(""), planted);
-  EXPECT_EQ(compiler->version(), "99.9");
-}
-
-// The memo's key is libnvrtc's build-id; the builtins' build-id is checked against the
-// entry's fingerprint, so an entry whose fingerprint the files do not give is a miss.
-TEST_F(FingerprintMemoTest, AnEntryTheBuildsNotesDoNotGiveIsAMiss) {
-  const std::string key = identity();
-  const std::string planted = "0123456789abcdef0123456789abcdef";
+  // A fingerprint the files' bytes do not give: getting it back proves they were not hashed.
   const std::string version = read_json(memo())["entries"][key]["version"];
+  const std::string planted = "0123456789abcdef0123456789abcdef";
   write_text(memo(), nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"},
                                     {"entries", {{key, {{"version", version}, {"fingerprint", planted}}}}}}.dump());
+  const auto compiler = make_nvrtc_compiler(NvrtcOptions{memo()});
+  EXPECT_EQ(compiler->fingerprint().value_or(""), planted);
+  EXPECT_EQ(compiler->version(), version);
+  // An entry of a version the files do not tell is a miss.
+  write_text(memo(), nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"},
+                                    {"entries", {{key, {{"version", "99.9"}, {"fingerprint", planted}}}}}}.dump());
   EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
-  EXPECT_EQ(read_json(memo())["entries"][key]["fingerprint"], true_fingerprint());
+}
+
+// A file whose bytes change is another entry, with another fingerprint: a copy of libnvrtc
+// (named by JITCACHE_NVRTC, its builtins beside it) is fingerprinted, patched in place (one
+// byte of its last page, its build-id note untouched), and fingerprinted again.
+TEST_F(FingerprintMemoTest, ChangingTheFilesBytesChangesItsEntryAndItsFingerprint) {
+  const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
+  ASSERT_TRUE(located);
+  const auto version = nvrtc_version_from_files(located->path);
+  if (!version) GTEST_SKIP() << "the NVRTC found has no single builtins file beside it";
+  const std::filesystem::path lib_dir = dir() / "lib";
+  std::filesystem::create_directory(lib_dir);
+  const std::filesystem::path copy = lib_dir / "libnvrtc.so.13";
+  std::filesystem::copy_file(located->path, copy);
+  std::filesystem::copy_file(nvrtc_builtins_file(located->path, *version), nvrtc_builtins_file(copy, *version));
+  jitcache::testing::ScopedEnv chosen("JITCACHE_NVRTC", copy.string());
+  const std::string first = fingerprint_with_memo(memo());
+  EXPECT_EQ(first, true_fingerprint());  // the same bytes elsewhere: the same compiler
+  {
+    std::fstream f(copy, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-100, std::ios::end);
+    const char c = static_cast<char>(f.get());
+    f.seekp(-100, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  const std::string second = fingerprint_with_memo(memo());
+  EXPECT_NE(second, first);
+  EXPECT_EQ(second, *nvrtc_file_fingerprint(copy, *version));
+  EXPECT_EQ(read_json(memo())["entries"].size(), 2u) << read_json(memo()).dump(2);
 }
 
 TEST_F(FingerprintMemoTest, AnotherLibrarysEntryIsAMiss) {
@@ -174,11 +194,11 @@ TEST_F(FingerprintMemoTest, AFifoIsAMissNotAHang) {
 
 TEST_F(FingerprintMemoTest, EntriesAreBounded) {
   nlohmann::json entries = nlohmann::json::object();
-  for (int i = 0; i < 16; ++i) entries["other library " + std::to_string(i)] = "0123456789abcdef0123456789abcdef";
+  for (int i = 0; i < 64; ++i) entries["other library " + std::to_string(i)] = "0123456789abcdef0123456789abcdef";
   write_text(memo(), nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"}, {"entries", entries}}.dump());
   EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
   const auto doc = read_json(memo());
-  EXPECT_LE(doc["entries"].size(), 16u);
+  EXPECT_LE(doc["entries"].size(), 64u);
   bool ours = false;
   for (const auto& [k, v] : doc["entries"].items())
     ours |= !k.starts_with("other library") && v.is_object() && v["fingerprint"] == true_fingerprint();
@@ -200,32 +220,25 @@ TEST_F(FingerprintMemoTest, TheRuntimeKeepsItsMemoInTheCacheRoot) {
                                      std::nullopt, std::nullopt, std::nullopt}));
   const auto doc = read_json(dir() / "cache" / k_fingerprint_memo_name);
   ASSERT_TRUE(doc.is_object());
-  // The build's entry, and (the prepare compiled) the fingerprint an earlier jitcache
-  // keyed it with, so that the next process to miss need not compile it again.
-  const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
-  ASSERT_TRUE(located);
-  const auto build_id = read_build_id(located->path);
-  ASSERT_TRUE(build_id);
-  EXPECT_EQ(doc["entries"]["nvrtc build-id " + *build_id]["fingerprint"], true_fingerprint()) << doc.dump(2);
-  const auto earlier = make_nvrtc_compiler()->earlier_fingerprint();
-  ASSERT_TRUE(earlier);
-  EXPECT_EQ(doc["entries"]["nvrtc earlier of " + true_fingerprint()]["fingerprint"], *earlier) << doc.dump(2);
-  EXPECT_EQ(doc["entries"].size(), 2u) << doc.dump(2);
+  // The build's one entry, by the file's stat identity; nothing else (a prepare compiles
+  // with the build it keys with, and no earlier fingerprint is asked for).
+  ASSERT_EQ(doc["entries"].size(), 1u) << doc.dump(2);
+  EXPECT_TRUE(doc["entries"].begin().key().starts_with("nvrtc content ")) << doc.dump(2);
+  EXPECT_EQ(doc["entries"].begin().value()["fingerprint"], true_fingerprint()) << doc.dump(2);
 }
 
-// The earlier fingerprint comes from the memo when it has it: a planted value is returned
-// (proof that nothing was compiled), and an entry of another version is a miss.
-TEST_F(FingerprintMemoTest, TheEarlierFingerprintIsTakenFromTheMemo) {
+// Only entries keyed by a file's bytes, or recorded by an import, vouch for a build.
+TEST_F(FingerprintMemoTest, OnlyContentAndImportedEntriesVouchForABuild) {
   const std::string key = identity();
-  const std::string version = read_json(memo())["entries"][key]["version"];
-  const std::string planted(32, 'e');
-  ASSERT_TRUE(write_memo(memo(), "nvrtc earlier of " + true_fingerprint(), MemoValue{version, planted}));
-  EXPECT_EQ(make_nvrtc_compiler(NvrtcOptions{memo()})->earlier_fingerprint(), planted);
-  ASSERT_TRUE(write_memo(memo(), "nvrtc earlier of " + true_fingerprint(), MemoValue{"99.9", planted}));
-  const auto computed = make_nvrtc_compiler(NvrtcOptions{memo()})->earlier_fingerprint();
-  EXPECT_NE(computed, planted);
-  EXPECT_EQ(computed, make_nvrtc_compiler()->earlier_fingerprint());
-  EXPECT_EQ(read_memo(memo(), "nvrtc earlier of " + true_fingerprint())->version, version);  // repaired
+  ASSERT_TRUE(write_memo(memo(), "nvrtc build-id 00ff", MemoValue{"13.0", std::string(32, 'a')}));
+  ASSERT_TRUE(write_memo(memo(), "nvrtc earlier of " + true_fingerprint(), MemoValue{"13.0", std::string(32, 'b')}));
+  ASSERT_TRUE(write_imported_builds(memo(), {{"libnvvm", MemoValue{"2.0", std::string(32, 'c')}}}, {}));
+  const auto contents = read_memo_contents(memo());
+  const auto nvrtc = known_builds(contents, "nvrtc");
+  EXPECT_EQ(nvrtc, (std::set<std::string>{true_fingerprint()}));
+  EXPECT_EQ(known_builds(contents, "libnvvm"), (std::set<std::string>{std::string(32, 'c')}));
+  EXPECT_TRUE(known_builds(contents, "nvjitlink").empty());
+  EXPECT_FALSE(write_imported_builds(memo(), {{"nvcc", MemoValue{"13.0", std::string(32, 'd')}}}, {}));
 }
 
 // The memo keeps the build this cache was last keyed with (for a process that finds no
@@ -303,8 +316,8 @@ TEST_F(FingerprintMemoTest, AMalformedLastKeyedIsIgnoredAndRepaired) {
 // load; NVRTC's entries and theirs never stand in for each other.
 TEST_F(FingerprintMemoTest, ToolkitLibraryEntriesRoundTripBesideNvrtcs) {
   const std::string nvrtc_identity = identity();
-  ASSERT_TRUE(write_memo(memo(), "libnvvm file X", MemoValue{"2.0 (NVVM IR 2.0, debug 3.2)", std::string(32, 'a')}));
-  const auto tool = read_memo(memo(), "libnvvm file X");
+  ASSERT_TRUE(write_memo(memo(), "libnvvm content X", MemoValue{"2.0 (NVVM IR 2.0, debug 3.2)", std::string(32, 'a')}));
+  const auto tool = read_memo(memo(), "libnvvm content X");
   ASSERT_TRUE(tool);
   EXPECT_EQ(tool->version, "2.0 (NVVM IR 2.0, debug 3.2)");
   EXPECT_EQ(tool->fingerprint, std::string(32, 'a'));
@@ -314,7 +327,7 @@ TEST_F(FingerprintMemoTest, ToolkitLibraryEntriesRoundTripBesideNvrtcs) {
   EXPECT_EQ(nvrtc->fingerprint, true_fingerprint());
   // NVRTC still takes its own entry, and only that one.
   EXPECT_EQ(fingerprint_with_memo(memo()), true_fingerprint());
-  EXPECT_FALSE(read_memo(memo(), "libnvvm file Y"));
+  EXPECT_FALSE(read_memo(memo(), "libnvvm content Y"));
   // Entries of a wrong shape are misses.
   auto doc = read_json(memo());
   doc["entries"]["a"] = {{"version", ""}, {"fingerprint", std::string(32, 'a')}};
@@ -323,7 +336,7 @@ TEST_F(FingerprintMemoTest, ToolkitLibraryEntriesRoundTripBesideNvrtcs) {
   doc["entries"]["d"] = 7;
   write_text(memo(), doc.dump());
   for (const char* name : {"a", "b", "c", "d"}) EXPECT_FALSE(read_memo(memo(), name)) << name;
-  EXPECT_TRUE(read_memo(memo(), "libnvvm file X"));
+  EXPECT_TRUE(read_memo(memo(), "libnvvm content X"));
 }
 
 // A runtime remembers libNVVM and nvJitLink in its memo after loading them, under the
@@ -344,7 +357,7 @@ TEST_F(FingerprintMemoTest, TheRuntimeRemembersTheToolkitLibrariesItLoads) {
   ASSERT_TRUE(doc.is_object());
   bool found = false;
   for (const auto& [identity, value] : doc["entries"].items())
-    if (identity.starts_with("nvjitlink build-id ")) {
+    if (identity.starts_with("nvjitlink content ")) {
       found = true;
       EXPECT_TRUE(value.is_object()) << value.dump();
       EXPECT_FALSE(value["version"].get<std::string>().empty());

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <vector>
 
+#include "support/unique_fd.hpp"
+
 namespace jitcache {
 namespace {
 
@@ -62,12 +64,9 @@ std::optional<std::string> find_in_notes(const std::vector<unsigned char>& notes
 }  // namespace
 
 std::optional<std::string> read_build_id(const std::filesystem::path& file) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return std::nullopt;
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const UniqueFd owned(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!owned) return std::nullopt;
+  const int fd = owned.get();
   Elf64_Ehdr ehdr;
   if (!read_at(fd, &ehdr, sizeof ehdr, 0)) return std::nullopt;
   if (std::memcmp(ehdr.e_ident, ELFMAG, SELFMAG) != 0 || ehdr.e_ident[EI_CLASS] != ELFCLASS64 ||
@@ -107,12 +106,9 @@ bool within(std::uint64_t offset, std::uint64_t size, std::uint64_t file_size) {
 }  // namespace
 
 std::optional<std::string> elf_library_problem(const std::filesystem::path& file) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return std::string("cannot be opened: ") + std::strerror(errno);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const UniqueFd owned(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!owned) return std::string("cannot be opened: ") + std::strerror(errno);
+  const int fd = owned.get();
   struct stat st {};
   if (::fstat(fd, &st) != 0) return std::string("cannot be stat'ed: ") + std::strerror(errno);
   if (!S_ISREG(st.st_mode)) return std::string("is not a regular file");

@@ -15,6 +15,7 @@
 
 #include "jitcache/log.hpp"
 #include "runtime/compile/elf_build_id.hpp"
+#include "support/unique_fd.hpp"
 
 namespace jitcache {
 namespace {
@@ -111,12 +112,9 @@ std::optional<std::string> file_stat_identity(const std::filesystem::path& file)
 }
 
 std::optional<std::string> file_content_digest(const std::filesystem::path& file) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return std::nullopt;
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const UniqueFd owned(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!owned) return std::nullopt;
+  const int fd = owned.get();
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   const std::string identity = stat_text(st);

@@ -2,6 +2,7 @@
 // ones, one request's exchange under a deadline, and turning a worker's end into an error.
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -14,6 +15,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "runtime/compile/tool_protocol.hpp"
@@ -173,6 +175,17 @@ unsigned usable_cpus() {
 // idle and the cap reached waits for one to come back or end.
 class Pool {
  public:
+  // fork() takes the pool's lock first, so a child never starts with it held by a thread it
+  // does not have; the child then starts with a fresh lock and condition (a copied one may
+  // count waiters that are not there, and its first notify could wait for them for ever).
+  Pool() {
+    ::pthread_atfork([] { pool_for_fork()->m_mutex.lock(); }, [] { pool_for_fork()->m_mutex.unlock(); },
+                     [] {
+                       Pool* p = pool_for_fork();
+                       new (&p->m_mutex) std::mutex();
+                       new (&p->m_returned) std::condition_variable();
+                     });
+  }
   // A worker for `path`: an idle one, or a new one once fewer than `cap` live.
   Result<Worker> acquire(const std::filesystem::path& path, std::size_t cap) {
     std::unique_lock lock(m_mutex);
@@ -240,6 +253,8 @@ class Pool {
     m_live = 0;
   }
 
+  static Pool* pool_for_fork();
+
   std::mutex m_mutex;
   std::condition_variable m_returned;
   std::vector<Worker> m_idle;
@@ -248,8 +263,10 @@ class Pool {
 };
 
 // Never destroyed: at the process's end the workers see their socket close and exit.
+Pool* g_pool = nullptr;
+Pool* Pool::pool_for_fork() { return g_pool; }
 Pool& pool() {
-  static Pool* p = new Pool;
+  static Pool* p = g_pool = new Pool;
   return *p;
 }
 

@@ -13,6 +13,14 @@ Result<std::vector<EntryInfo>> DiskTier::list(const EntryFilter& filter) {
   return with_index([&](Index& index) { return index.list(filter); });
 }
 
+Result<std::optional<std::vector<ListedEntry>>> DiskTier::list_entries() {
+  const std::vector<EntryInfo> entries = JC_TRY(list({}));
+  std::vector<ListedEntry> listed;
+  listed.reserve(entries.size());
+  for (const EntryInfo& entry : entries) listed.push_back(ListedEntry{entry.key, entry.facts});
+  return std::optional<std::vector<ListedEntry>>(std::move(listed));
+}
+
 Result<std::vector<EntryInfo>> DiskTier::remove(const EntryFilter& filter, DryRun dry_run) {
   if (m_mode != StoreMode::read_write && dry_run == DryRun::no)
     return std::unexpected(needs_writable("removing entries"));

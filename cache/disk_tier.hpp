@@ -151,6 +151,8 @@ class DiskTier final : public StorageTier {
   // damaged or gone is quarantined, like any read of it, and replaced.
   Result<std::optional<TierHit>> create(const CacheKey& key, const TierEntry& entry) override;
   Status remove(const CacheKey& key) override;
+  // Every entry of the index with its facts (its blob is not read).
+  Result<std::optional<std::vector<ListedEntry>>> list_entries() override;
 
   StoreMode mode() const { return m_mode; }
   // Why the tier is read_only (names the directory); empty when it is not.

@@ -8,6 +8,7 @@ const char* to_string(Tier tier) {
   switch (tier) {
     case Tier::memory: return "memory";
     case Tier::disk: return "disk";
+    case Tier::provider: return "provider";
     case Tier::remote: return "remote";
   }
   return "?";
@@ -17,6 +18,7 @@ const char* to_string(Source source) {
   switch (source) {
     case Source::memory: return "memory";
     case Source::disk: return "disk";
+    case Source::provider: return "provider";
     case Source::remote: return "remote";
     case Source::coalesced: return "coalesced";
     case Source::produced: return "produced";
@@ -144,6 +146,7 @@ Source source_of(Tier tier) {
   switch (tier) {
     case Tier::memory: return Source::memory;
     case Tier::disk: return Source::disk;
+    case Tier::provider: return Source::provider;
     case Tier::remote: return Source::remote;
   }
   return Source::remote;
@@ -186,6 +189,8 @@ void Store::write_through(const CacheKey& key, const TierEntry& entry, std::size
       if (!disk_writable) continue;
       if (auto stored = m_disk->put(key, entry); !stored)
         log_warning("cache: could not store " + key.to_hex() + ": " + stored.error().to_string());
+    } else if (!m_lower[slot].tier->writable()) {
+      continue;
     } else if (auto stored = m_lower[slot].tier->put(key, entry); !stored) {
       count_error(slot, Op::write, "storing " + key.to_hex(), stored.error());
     } else {
@@ -214,6 +219,7 @@ Result<FirstWrite> Store::put_if_absent(const CacheKey& key, const Facts& facts,
   const TierEntry entry{facts, std::make_shared<const Bytes>(bytes.begin(), bytes.end()), compile_ms};
   // The widest tier first: a record the fleet agreed on must not be decided by one disk.
   for (std::size_t slot = m_lower.size(); slot-- > 0;) {
+    if (!m_lower[slot].tier->writable()) continue;
     auto made = m_lower[slot].tier->create(key, entry);
     if (!made) {
       if (m_lower[slot].is_disk) return std::unexpected(std::move(made.error()));
@@ -230,8 +236,8 @@ Result<FirstWrite> Store::put_if_absent(const CacheKey& key, const Facts& facts,
     }
     // The tiers above the one that decided hold what it holds, which may replace a
     // record a concurrent writer put there (it lost in this tier, or will).
-    const bool shared = m_lower[slot].tier->kind() == Tier::remote;
-    write_through(key, TierEntry{facts, first.bytes, first_ms, shared}, slot, /*disk_writable=*/true);
+    write_through(key, TierEntry{facts, first.bytes, first_ms, !m_lower[slot].is_disk}, slot,
+                  /*disk_writable=*/true);
     maybe_flush();
     return first;
   }
@@ -273,9 +279,9 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
 
   bool disk_writable = mode() == StoreMode::read_write;
   auto serve = [&](Found& found) {
-    // Filling the tiers above a shared one: they hold copies (TierEntry::refetchable).
-    const bool shared = m_lower[found.slot].tier->kind() == Tier::remote;
-    const TierEntry entry{facts, found.hit.bytes, found.hit.compile_ms, shared};
+    // Filling the tiers above a provider or a shared one: they hold copies of what that tier
+    // keeps (TierEntry::refetchable).
+    const TierEntry entry{facts, found.hit.bytes, found.hit.compile_ms, !m_lower[found.slot].is_disk};
     write_through(key, entry, found.slot, disk_writable);
     return Fetched{std::move(found.hit.bytes), source_of(m_lower[found.slot].tier->kind()), {}};
   };
@@ -337,7 +343,7 @@ Result<Fetched> Store::lead(const CacheKey& key, const Facts& facts, const Produ
 Store::Claims Store::claim_extra(const CacheKey& key, std::string_view label) {
   Claims claims;
   for (std::size_t slot = 0; slot < m_lower.size(); ++slot) {
-    if (m_lower[slot].is_disk) continue;
+    if (m_lower[slot].is_disk || !m_lower[slot].tier->writable()) continue;
     // Taking a lease writes: a remote that refuses writes (full, read-only) but answers
     // reads must not start and end an episode of read failures on every call.
     auto claimed = m_lower[slot].tier->claim(key, label);

@@ -75,7 +75,7 @@ struct Hit {
 };
 
 // Where get_or_create's bytes came from.
-enum class Source { memory, disk, remote, coalesced, produced };
+enum class Source { memory, disk, provider, remote, coalesced, produced };
 const char* to_string(Source source);
 // The Source of a hit served by a tier of this kind.
 Source source_of(Tier tier);

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cache/blob_files.hpp"
 #include "cache/entry.hpp"
@@ -34,8 +35,9 @@ class Decoded {
 };
 using SharedDecoded = std::shared_ptr<const Decoded>;
 
-// The kind of tier that served a hit.
-enum class Tier { memory, disk, remote };
+// The kind of tier that served a hit. A provider is a read-only directory of prebuilt
+// entries installed on the node (a cache wheel); a remote is a store shared by a fleet.
+enum class Tier { memory, disk, provider, remote };
 const char* to_string(Tier tier);
 
 struct TierHit {
@@ -45,6 +47,12 @@ struct TierHit {
   // The entry's facts, verified against the key, from a tier that keeps them with the
   // entry (the remote one): they let a plain lookup fill the tiers above it.
   std::optional<Facts> facts;
+};
+
+// An entry a tier can name without reading its bytes (to explain a miss).
+struct ListedEntry {
+  CacheKey key;
+  Facts facts;
 };
 
 // A claim on producing one key, held while the producer runs; released when destroyed.
@@ -106,6 +114,14 @@ class StorageTier {
   }
   // Called once by the Store that uses the tier, before any other call.
   virtual void count_into(CountSink sink) { (void)sink; }
+  // Whether the Store may write to it. A read-only tier (a provider) is only read: the
+  // Store never calls its put, create or claim.
+  virtual bool writable() const { return true; }
+  // The entries it holds, with their facts, for explaining a miss; std::nullopt when the
+  // tier cannot list them cheaply (a remote store is not scanned).
+  virtual Result<std::optional<std::vector<ListedEntry>>> list_entries() {
+    return std::optional<std::vector<ListedEntry>>();
+  }
 };
 
 }  // namespace jitcache::cache

@@ -99,6 +99,10 @@ struct EntryFilter {
     "entries dropped because their blob was missing or altered")                     \
   X(evicted, std::uint64_t, "evicted", "evicted", "{}",                              \
     "entries dropped by the size cap or gc")                                         \
+  X(provider_hits, std::uint64_t, "provider/hits", "providers", "hits {}",           \
+    "served by an installed cache provider (a cache wheel), verified")               \
+  X(provider_rejects, std::uint64_t, "provider/rejected", "providers",              \
+    ", rejected {}", "provider manifests or entries refused; never loaded")          \
   X(remote_hits, std::uint64_t, "remote/hits", "remote", "hits {}",                  \
     "served by the shared remote tier, verified")                                    \
   X(remote_misses, std::uint64_t, "remote/misses", "remote", ", misses {}",          \

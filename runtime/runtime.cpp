@@ -262,6 +262,7 @@ class RuntimeImpl final {
       info.cubin_bytes = fetched.artifact->cubin.size();
       info.compiled_now = fetched.source == cache::Source::produced;
       info.from_remote = fetched.source == cache::Source::remote;
+      info.from_provider = fetched.source == cache::Source::provider;
       // Read from disk means stored; anything else is asked of the index (a compile whose
       // publish failed, or a memory-only or read-only cache, leaves nothing there).
       info.stored = fetched.source == cache::Source::disk || m_store.contains(fetched.key).value_or(false);
@@ -270,7 +271,7 @@ class RuntimeImpl final {
         const Inside inside(this);
         std::lock_guard lock(progress_mutex);
         m_options.progress(PrepareProgress{++done, specs.size(), specs[i].label(), info.compiled_now,
-                                           ms_since(started), info.from_remote});
+                                           ms_since(started), info.from_remote, info.from_provider});
       }
       return {};
     };
@@ -282,6 +283,7 @@ class RuntimeImpl final {
       (k->info.compiled_now ? prepared.m_stats.compiled : prepared.m_stats.cached)++;
       if (k->info.stored) ++prepared.m_stats.stored;
       if (k->info.from_remote) ++prepared.m_stats.remote;
+      if (k->info.from_provider) ++prepared.m_stats.provider;
     }
     if (m_driver)
       for (auto& k : prepared.m_kernels) JC_TRY(load(*k));
@@ -487,6 +489,7 @@ Result<std::pair<CacheStatus, OpenedKernelCache>> open_cache(const RuntimeOption
     cache_options.remote_url = options.remote;
     cache_options.remote_url_source = "the remote option (--remote, RuntimeOptions::remote, Runtime(remote=))";
   }
+  cache_options.providers = options.providers;
   OpenedKernelCache opened = JC_TRY(open_kernel_cache(cache_options));
   CacheStatus status;
   status.dir = opened.dir;

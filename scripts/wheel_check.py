@@ -20,9 +20,15 @@ Checks, each with a message naming what failed:
      with no compiler anywhere, everything above that is in the cache still hits: `jitcache
      warm`, Runtime.prepare and the three kernels from outside, with no compiler loaded;
      a miss is an UnavailableError that names the places searched and the pip package.
+  8. (--cache-wheel, run by wheel_test.sh after installing a cache wheel made by `jitcache
+     pack`, still with no compiler anywhere) on an empty cache with no fingerprint memo:
+     the wheel is an installed provider; Runtime.prepare finds all 4 variants in it and
+     compiles nothing, keying its lookups with the NVRTC build the wheel was packed with;
+     `jitcache warm` with JITCACHE_PROVIDERS naming its directory does the same; no
+     compiler library is loaded.
 
 Usage: python wheel_check.py REPO_ROOT WORK_DIR   (--python-part: step 3 to 6 only;
-       --no-compilers: step 7 only)
+       --no-compilers: step 7 only; --cache-wheel: step 8 only)
 """
 
 from __future__ import annotations
@@ -90,10 +96,11 @@ def traced(ld: Path) -> list[str]:
     return loaded
 
 
-def run_traced(cmd: list[str], work: Path, name: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+def run_traced(cmd: list[str], work: Path, name: str,
+               base_env: dict | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
     ld = work / f"ld-{name}"
     ld.mkdir()
-    env = dict(os.environ, LD_DEBUG="files", LD_DEBUG_OUTPUT=str(ld / "ld"))
+    env = dict(base_env if base_env is not None else os.environ, LD_DEBUG="files", LD_DEBUG_OUTPUT=str(ld / "ld"))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     if proc.returncode != 0:
         fail(f"`{' '.join(cmd)}` exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
@@ -204,6 +211,40 @@ def check_no_compilers(root: Path, work: Path, env_prefix: Path) -> None:
         fail("a compiler library is mapped in the Python process without compilers")
 
 
+def check_cache_wheel(root: Path, work: Path, env_prefix: Path) -> None:
+    import jitcache
+    from jitcache import providers
+
+    found = providers.installed()
+    if [p.name for p in found] != ["jitcache_cache_glm5_mini_sm90"]:
+        fail(f"the installed cache wheel is not the one provider found: {found}")
+    if not Path(found[0].directory).is_relative_to(env_prefix):
+        fail(f"the cache wheel's provider is outside the environment: {found[0].directory}")
+    cache = work / "cache-wheel-node"
+    cache.mkdir(mode=0o700)
+    with jitcache.Runtime(cache_dir=cache, device="none") as rt:
+        model = rt.prepare(str(root / "examples" / "glm5-mini"), target=TARGET)
+        s = model.stats
+        if (s.variants, s.compiled, s.from_provider) != (4, 0, 4):
+            fail(f"Runtime.prepare from the cache wheel with no compiler: {s}, expected 4 variants from the provider")
+    print("ok: cache wheel: Runtime.prepare on an empty cache, no compiler anywhere: 4 of 4 from the provider, "
+          "0 compiled")
+    cmd = [str(env_prefix / "bin" / "jitcache"), "--cache-dir", str(work / "cache-wheel-cli"), "warm",
+           "--checkpoint", str(root / "examples" / "glm5-mini"), "--arch", TARGET, "--json"]
+    env = dict(os.environ, JITCACHE_PROVIDERS=found[0].directory)
+    proc, loaded = run_traced(cmd, work, "cache-wheel-warm", env)
+    result = json.loads(proc.stdout)
+    if (result.get("already_cached"), result.get("compiled")) != (4, 0):
+        fail(f"jitcache warm with JITCACHE_PROVIDERS and no compiler: {proc.stdout}\n{proc.stderr}")
+    if [p for p in loaded if CUDA.search(os.path.basename(p))]:
+        fail(f"jitcache warm from the cache wheel loaded a CUDA library: {loaded}")
+    print("ok: cache wheel: jitcache warm with JITCACHE_PROVIDERS, no compiler anywhere: 4 of 4, 0 compiled")
+    maps = [line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+            if len(line.split()) >= 6 and line.split()[-1].startswith("/")]
+    if [p for p in maps if re.search(r"nvrtc|nvjitlink|nvvm", os.path.basename(p), re.IGNORECASE)]:
+        fail("a compiler library is mapped in the Python process served by the cache wheel")
+
+
 def main() -> None:
     root, work = Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve()
     env_prefix = Path(sys.prefix)
@@ -212,6 +253,9 @@ def main() -> None:
         return
     if sys.argv[3:] == ["--no-compilers"]:
         check_no_compilers(root, work, env_prefix)
+        return
+    if sys.argv[3:] == ["--cache-wheel"]:
+        check_cache_wheel(root, work, env_prefix)
         return
     import jitcache
 

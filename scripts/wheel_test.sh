@@ -5,7 +5,8 @@
 # runs scripts/wheel_check.py there in a private mount namespace in which the system CUDA
 # toolkit (/usr/local/cuda*) is an empty directory and the Debian SQLite, xxHash, hiredis
 # and libcrypto are empty files, so only the wheel's own copies and the pip packages can load;
-# then once more with the pip packages hidden too (no compiler anywhere: hits still work).
+# then once more with the pip packages hidden too (no compiler anywhere: hits still work),
+# and last with a cache wheel (`jitcache pack`) installed: an empty cache compiles nothing.
 #
 # Why `unshare --mount` works here: the tests run as root in the CI sandbox (a container
 # with CAP_SYS_ADMIN in its own user namespace), and a mount namespace of its own lets this
@@ -77,6 +78,13 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/jitcache-wheel-test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# A cache wheel of the bundled checkpoint (`jitcache pack`), made with the build's CLI and
+# whatever NVRTC this machine has; step 5 installs it where no compiler can be found.
+mkdir -m 700 "$work/pack-cache"
+build/tools/jitcache --cache-dir "$work/pack-cache" pack --checkpoint examples/glm5-mini --arch sm_90 \
+  --out "$work/cache-wheels" --python "$venv/bin/python" --json > "$work/pack.json"
+cache_wheel=$("$venv/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["wheel"])' "$work/pack.json")
+echo "ok: cache wheel $(basename "$cache_wheel")"
 python=${JITCACHE_PYTHON:-python3}
 "$python" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --find-links "$wheels" \
@@ -86,9 +94,9 @@ echo "ok: fresh environment: $("$work/venv/bin/python" -m pip list --format=free
 # 3. The checks, with the toolkit and the Debian libraries hidden. The environment is
 #    emptied too, so no variable points at a toolkit or another copy of jitcache.
 unshare --mount -- env -i PATH="$work/venv/bin:/usr/bin:/bin:/usr/sbin:/sbin" HOME="$work" TMPDIR="$work" \
-  bash -s "$PWD" "$work" <<'EOF'
+  bash -s "$PWD" "$work" "$cache_wheel" <<'EOF'
 set -euo pipefail
-root=$1 work=$2
+root=$1 work=$2 cache_wheel=$3
 mount --make-rprivate /
 mkdir "$work/empty-dir"
 : > "$work/empty-file"
@@ -119,5 +127,9 @@ if ls "$work"/venv/lib/python3*/site-packages/nvidia/cu*/lib/libnvrtc* >/dev/nul
   echo "wheel test FAILED: the pip package's NVRTC is still visible" >&2; exit 1
 fi
 python "$root/scripts/wheel_check.py" "$root" "$work" --no-compilers
+# 5. A fresh node given its kernels by a cache wheel: installed with pip (nothing is
+#    fetched), then an empty cache with no fingerprint memo, still with no compiler anywhere.
+python -m pip install -q --disable-pip-version-check --no-index --no-deps "$cache_wheel"
+python "$root/scripts/wheel_check.py" "$root" "$work" --cache-wheel
 EOF
 echo "wheel test passed"

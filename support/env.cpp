@@ -39,6 +39,12 @@ const EnvVar jitcache_require_cache{"JITCACHE_REQUIRE_CACHE", EnvType::boolean, 
                                     "about the directory only: a remote cache (JITCACHE_REMOTE) that "
                                     "cannot be used is never an error for an engine."};
 
+const EnvVar jitcache_providers{
+    "JITCACHE_PROVIDERS", EnvType::string, "",
+    "Cache provider directories (prebuilt, verified kernel bundles: `jitcache pack`), separated by ':', "
+    "asked after the local cache and before the remote. The Python package adds the cache wheels "
+    "installed in its environment."};
+
 const EnvVar jitcache_verify_spec{"JITCACHE_VERIFY_SPEC", EnvType::fraction, "0",
                                   "Shadow verification of spec-keyed lookups (Runtime::lookup): the "
                                   "fraction of hits turned into 'verify' (the library generates the "
@@ -136,7 +142,7 @@ const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &j
                                     &jitcache_remote_connect_timeout_ms, &jitcache_remote_timeout_ms,
                                     &jitcache_remote_breaker_ms, &jitcache_remote_lease_ms,
                                     &jitcache_remote_wait_ms, &jitcache_remote_max_entry_bytes,
-                                    &jitcache_verify_spec, &jitcache_tool_worker,
+                                    &jitcache_verify_spec, &jitcache_providers, &jitcache_tool_worker,
                                     &jitcache_tool_timeout_ms, &jitcache_tool_workers, &jitcache_nvrtc, &jitcache_nvjitlink,
                                     &jitcache_nvvm, &virtual_env, &conda_prefix, &pythonhome, &cuda_home,
                                     &cuda_path, &ld_library_path};

@@ -40,6 +40,7 @@ extern const EnvVar xdg_cache_home;
 extern const EnvVar home;
 extern const EnvVar jitcache_lineinfo;
 extern const EnvVar jitcache_tool_worker;
+extern const EnvVar jitcache_providers;
 extern const EnvVar jitcache_tool_timeout_ms;
 extern const EnvVar jitcache_tool_workers;
 extern const EnvVar jitcache_nvrtc;

@@ -22,6 +22,7 @@
 #include "runtime/scales/checkpoint_files.hpp"
 #include "support/env.hpp"
 #include "support/regular_file.hpp"
+#include "tools/checkpoint_plan.hpp"
 #include "tools/cli.hpp"
 #include "tools/format_options.hpp"
 
@@ -52,35 +53,6 @@ struct ImportArgs {
 
 std::string key_file_name() { return std::string(env::jitcache_remote_key_file.name); }
 
-// The variants of every target, in the order of the targets given (duplicates dropped).
-Result<std::pair<std::vector<std::string>, std::vector<KernelSpec>>> plan_export(const ExportArgs& args) {
-  ResolveOptions resolve;
-  resolve.checkpoint_dir = args.checkpoint;
-  if (!args.scales.empty()) resolve.override_file = args.scales;
-  const ResolvedScales scales = JC_TRY(resolve_scales(resolve));
-  const RecordFormat format = args.format.record_format();
-  std::vector<std::string> targets;
-  std::vector<KernelSpec> specs;
-  for (const std::string& arch : args.archs) {
-    const Target target = JC_TRY(parse_target(arch));
-    if (std::find(targets.begin(), targets.end(), target.name) != targets.end()) continue;
-    targets.push_back(target.name);
-    const VariantPlan plan = JC_TRY(plan_variants(scales, format, target, args.format.policy()));
-    specs.insert(specs.end(), plan.variants.begin(), plan.variants.end());
-  }
-  return std::pair(std::move(targets), std::move(specs));
-}
-
-// The name a manifest shows for a checkpoint: its directory's, never a path of this machine.
-std::string checkpoint_name(const std::string& dir) {
-  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
-  if (!p.has_filename()) p = p.parent_path();
-  std::string name = p.filename().string();
-  if (name.empty() || name == "." || name == "..")
-    name = std::filesystem::absolute(p).lexically_normal().filename().string();
-  return name;
-}
-
 int run_export(const ExportArgs& args, const GlobalOptions& global) {
   const auto started = Clock::now();
   // The output rule of every command, before anything is read: not a special file, none of
@@ -94,9 +66,10 @@ int run_export(const ExportArgs& args, const GlobalOptions& global) {
   if (auto ok = check_output_target(args.out, inputs, files.pinned); !ok) return report_data(ok.error());
   auto key = remote::load_fleet_key();
   if (!key) return report(key.error());
-  auto planned = plan_export(args);
+  auto planned = plan_checkpoint(args.checkpoint, args.scales, args.archs, args.format);
   if (!planned) return report_data(planned.error());
-  const auto& [targets, specs] = *planned;
+  const auto& targets = planned->targets;
+  const auto& specs = planned->specs;
 
   KernelCacheOptions cache_options;
   cache_options.cache_dir = global.cache_dir;

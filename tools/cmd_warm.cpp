@@ -25,7 +25,7 @@ struct WarmArgs {
 
 // One line per variant when stderr is not a terminal; a redrawn bar when it is.
 void show_progress(const PrepareProgress& p, bool tty) {
-  const char* how = p.compiled ? "compiled" : p.from_remote ? "remote" : "cached";
+  const char* how = p.compiled ? "compiled" : p.from_remote ? "remote" : p.from_provider ? "provider" : "cached";
   if (!tty) {
     std::fprintf(stderr, "[%zu/%zu] %s %s (%.0f ms)\n", p.done, p.total, p.variant.c_str(), how, p.ms);
     return;
@@ -83,6 +83,7 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
                           {"key", k.key},
                           {"compiled", k.compiled_now},
                           {"from_remote", k.from_remote},
+                          {"from_provider", k.from_provider},
                           {"stored", k.stored},
                           {"registers", k.registers},
                           {"cubin_bytes", k.cubin_bytes}});
@@ -97,6 +98,7 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
                                 {"variants_needed", s.variants},
                                 {"already_cached", s.cached},
                                 {"from_remote", s.remote},
+                                {"from_provider", s.provider},
                                 {"compiled", s.compiled},
                                 {"stored", s.stored},
                                 {"cache_mode", to_string((*runtime)->cache_status().mode)},
@@ -113,7 +115,8 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
                 m.target().c_str(), args.format.name().c_str(), m.layers().size(),
                 m.scales().count(ScaleMode::dynamic), m.scales().count(ScaleMode::identity));
   // The remote's share only when it had one: a node without a remote reads as before.
-  const std::string remote = s.remote ? " (" + std::to_string(s.remote) + " from the remote)" : "";
+  std::string remote = s.remote ? " (" + std::to_string(s.remote) + " from the remote)" : "";
+  if (s.provider) remote += " (" + std::to_string(s.provider) + " from a cache provider)";
   std::printf("variants needed %zu, already cached %zu%s, compiled %zu, stored %zu of %zu, wall time %.1f ms\n",
               s.variants, s.cached, remote.c_str(), s.compiled, s.stored, s.variants, s.wall_ms);
   return unstored_exit(s, (*runtime)->cache_status());

@@ -212,6 +212,12 @@ typedef struct jitcache_runtime_options {
   double verify_spec;         /* shadow verification of jitcache_lookup hits: the fraction
                                  answered JITCACHE_LOOKUP_VERIFY, 0 to 1 (0 never, 1 always);
                                  negative (the _init default): JITCACHE_VERIFY_SPEC (unset: 0) */
+  const char* providers;      /* cache providers (directories made by `jitcache pack`, such as
+                                 installed cache wheels) separated by ':', asked after the
+                                 local cache and before the remote, after those
+                                 JITCACHE_PROVIDERS names; NULL or "": none besides those.
+                                 A provider that is missing or fails its checks is a
+                                 WARNING, never an error. Copied; need not outlive the call. */
 } jitcache_runtime_options;
 
 /* Fills `options` with the defaults and its struct_size. */

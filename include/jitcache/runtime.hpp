@@ -36,6 +36,7 @@ struct PrepareProgress {
   bool compiled = false;  // compiled now (else found in the cache)
   double ms = 0.0;        // time this variant took
   bool from_remote = false;  // found in the shared remote tier (and copied to the local cache)
+  bool from_provider = false;  // found in an installed cache provider (and copied to the local cache)
 };
 
 // What Runtime::open does when the cache directory cannot be used (another owner, group-
@@ -86,6 +87,12 @@ struct RuntimeOptions {
   // LookupOutcome::verify, in [0, 1] (0 never, 1 every hit, 0.01 a sample of one in a
   // hundred). Unset: JITCACHE_VERIFY_SPEC (unset: 0). compile() always verifies.
   std::optional<double> verify_spec;
+  // Cache providers (read-only directories of prebuilt kernels made by `jitcache pack`, such
+  // as installed cache wheels), asked after the local cache and before the remote, after
+  // those JITCACHE_PROVIDERS names. A hit is verified and copied into the local cache; a
+  // provider that is missing or fails its checks is a warning, never an error. See
+  // docs/zero-compile.md.
+  std::vector<std::filesystem::path> providers;
 };
 
 struct ModelSpec {
@@ -115,6 +122,7 @@ struct KernelInfo {
   std::size_t cubin_bytes = 0;
   bool compiled_now = false;  // compiled by this prepare() (else from the cache)
   bool from_remote = false;   // from the cache's shared remote tier (a fleet peer compiled it)
+  bool from_provider = false; // from an installed cache provider (a cache wheel)
   bool stored = false;        // in the persistent cache when prepare() returned
   bool loaded = false;        // loaded into the device (a GPU was present)
   bool ptx_fallback = false;  // loaded from PTX because the cubin cannot run on this device
@@ -171,6 +179,7 @@ struct PrepareStats {
   std::size_t variants = 0;  // distinct variants the layers need
   std::size_t cached = 0;    // found in the cache (memory, disk or the remote tier)
   std::size_t remote = 0;    // of `cached`, how many came from the remote tier
+  std::size_t provider = 0;  // of `cached`, how many came from a cache provider
   std::size_t compiled = 0;  // compiled by this call
   std::size_t stored = 0;    // of `variants`, how many are in the persistent cache afterwards
   double wall_ms = 0.0;

@@ -72,6 +72,7 @@ class RuntimeOptions(Structure):
         ("cache_requirement", _enum),
         ("remote", c_char_p),
         ("verify_spec", c_double),  # negative (the _init default): JITCACHE_VERIFY_SPEC
+        ("providers", c_char_p),  # ':'-separated provider directories; NULL: none besides JITCACHE_PROVIDERS
     ]
 
 

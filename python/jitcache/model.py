@@ -87,6 +87,7 @@ class PrepareStats:
     stored: int
     wall_ms: float
     from_remote: int = 0
+    from_provider: int = 0  # of `cached`, served by an installed cache provider (a cache wheel)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class KernelInfo:
     loaded: bool
     ptx_fallback: bool
     from_remote: bool = False  # served by the shared remote tier (verified, then backfilled)
+    from_provider: bool = False  # served by an installed cache provider (verified, then backfilled)
     format: str = "b12x-432"  # the record format (jitcache.host.FORMATS)
 
 
@@ -376,6 +378,7 @@ class Model:
             stored=int(s.get("stored", 0)),
             wall_ms=float(s["wall_ms"]),
             from_remote=int(s.get("from_remote", 0)),
+            from_provider=int(s.get("from_provider", 0)),
         )
 
     @property
@@ -395,6 +398,7 @@ class Model:
                 loaded=bool(k["loaded"]),
                 ptx_fallback=bool(k["ptx_fallback"]),
                 from_remote=bool(k.get("from_remote", False)),
+                from_provider=bool(k.get("from_provider", False)),
                 format=k.get("format", self._format),
             )
             for k in self.describe()["kernels"]

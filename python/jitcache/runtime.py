@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from . import _lib, _log
+from . import providers as _providers
 from .errors import InvalidArgumentError
 from .formats import record_format, record_latent_scale
 from .model import (
@@ -260,6 +261,12 @@ class Runtime:
     so that the caller generates the source and :meth:`compile` checks the family's spec
     still determines it; None follows JITCACHE_VERIFY_SPEC (a boolean or a fraction; unset: 0).
 
+    ``providers``: cache providers (prebuilt kernels, :mod:`jitcache.providers`) asked after
+    the local cache and before the remote. None (the default): the cache wheels installed in
+    this environment; False: none; a list of directories: exactly those. The directories in
+    JITCACHE_PROVIDERS are asked first in every case. A hit is verified and copied into the
+    local cache; a provider that is missing or fails a check is a warning, never an error.
+
     Threads and processes: any number of threads may call one runtime, and :meth:`close`
     may come from another one meanwhile. A runtime belongs to the process that opened it: in
     a child made by ``os.fork()`` (multiprocessing's "fork" start method, vLLM's workers)
@@ -277,8 +284,10 @@ class Runtime:
         require_cache: bool | None = None,
         remote: str | None = None,
         verify_spec: float | None = None,
+        providers: Any = None,
     ) -> None:
         self._handle: int | None = None
+        provider_dirs = _providers.directories(providers)
         options = _lib.RuntimeOptions()
         _lib_.jitcache_runtime_options_init(byref(options))
         options.cache_dir = _lib.encode_path("cache_dir", cache_dir)
@@ -296,6 +305,8 @@ class Runtime:
             )
         options.remote = _optional_text("remote", remote)
         options.verify_spec = _verify_fraction(verify_spec)
+        self._providers = tuple(provider_dirs)
+        options.providers = ":".join(provider_dirs).encode() if provider_dirs else None
         out = c_void_p()
         _log.sync()
         _lib.check(_lib_.jitcache_runtime_open(byref(options), byref(out)))
@@ -356,6 +367,11 @@ class Runtime:
         """The cache directory in use (memory-only: the one that was refused, or "")."""
         self._live()
         return self._cache_dir
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        """The provider directories this runtime was given (JITCACHE_PROVIDERS not included)."""
+        return self._providers
 
     @property
     def device(self) -> DeviceInfo:

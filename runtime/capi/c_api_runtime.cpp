@@ -156,6 +156,7 @@ nlohmann::json describe(const PreparedModel& model) {
                        {"cubin_bytes", k.cubin_bytes},
                        {"compiled_now", k.compiled_now},
                        {"from_remote", k.from_remote},
+                       {"from_provider", k.from_provider},
                        {"stored", k.stored},
                        {"loaded", k.loaded},
                        {"ptx_fallback", k.ptx_fallback}});
@@ -167,6 +168,7 @@ nlohmann::json describe(const PreparedModel& model) {
             {"cached", s.cached},
             {"compiled", s.compiled},
             {"from_remote", s.remote},
+            {"from_provider", s.provider},
             {"stored", s.stored},
             {"wall_ms", s.wall_ms}}},
           {"kernels", std::move(kernels)},
@@ -260,6 +262,15 @@ jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jit
     // short of it, and read_options left it at its default (NULL: JITCACHE_REMOTE).
     if (!is_unset(options.remote)) cxx.remote = options.remote;
     if (options.verify_spec >= 0.0) cxx.verify_spec = options.verify_spec;
+    if (!is_unset(options.providers)) {
+      std::string_view rest = options.providers;
+      while (!rest.empty()) {
+        const auto colon = rest.find(':');
+        if (colon != 0) cxx.providers.emplace_back(std::string(rest.substr(0, colon)));
+        if (colon == std::string_view::npos) break;
+        rest.remove_prefix(colon + 1);
+      }
+    }
     auto opened = Runtime::open(std::move(cxx));
     if (!opened) return fail(opened.error());
     auto handle = std::make_unique<jitcache_runtime>();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -59,6 +60,17 @@ struct NvrtcOptions {
   // Any problem reading it is a miss; a failure to write it is logged at debug level and
   // ignored.
   std::filesystem::path fingerprint_memo;
+  // When no NVRTC is found anywhere and the memo names no build this cache was last keyed
+  // with: the NVRTC builds that installed cache providers were packed with, as (version,
+  // fingerprint, who says so), the one most of their kernels name first. The first keys
+  // lookups (a stand-in, never used to compile) and is remembered as last keyed, as an
+  // import's builds are. Asked at most once, and only then.
+  struct StandIn {
+    std::string version;
+    std::string fingerprint;
+    std::string origin;  // "cache provider <dir>"
+  };
+  std::function<std::vector<StandIn>()> provider_builds;
 };
 
 std::unique_ptr<Compiler> make_nvrtc_compiler(NvrtcOptions options = {});

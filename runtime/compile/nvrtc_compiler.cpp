@@ -188,11 +188,26 @@ class NvrtcCompiler final : public Compiler {
   // by JITCACHE_NVRTC is never stood in for.
   Result<NvrtcFacts> last_keyed_facts(const MemoContents& known, const Error& missing) const {
     const auto last = known.last_keyed.find("nvrtc");
-    if (missing.code != ErrorCode::unavailable || last == known.last_keyed.end() ||
-        env::get(env::jitcache_nvrtc))
-      return std::unexpected(missing);
-    log_warning(stand_in_warning(ToolkitTool::nvrtc, last->second.version, last->second.fingerprint));
-    return NvrtcFacts{last->second.version, last->second.fingerprint};
+    if (missing.code != ErrorCode::unavailable || env::get(env::jitcache_nvrtc)) return std::unexpected(missing);
+    if (last != known.last_keyed.end()) {
+      log_warning(stand_in_warning(ToolkitTool::nvrtc, last->second.version, last->second.fingerprint));
+      return NvrtcFacts{last->second.version, last->second.fingerprint};
+    }
+    // A fresh node given its kernels by a cache wheel: the build the wheel was packed with.
+    const auto builds = m_options.provider_builds ? m_options.provider_builds() : std::vector<NvrtcOptions::StandIn>();
+    if (builds.empty()) return std::unexpected(missing);
+    const NvrtcOptions::StandIn& chosen = builds.front();
+    log_warning(stand_in_warning(ToolkitTool::nvrtc, chosen.version, chosen.fingerprint) + " (named by the " +
+                chosen.origin + ")");
+    if (!m_options.fingerprint_memo.empty()) {
+      try {
+        note_memo_write(
+            write_last_keyed(m_options.fingerprint_memo, "nvrtc", MemoValue{chosen.version, chosen.fingerprint}));
+      } catch (const std::exception& e) {
+        log_debug("compiler fingerprint memo not written: " + std::string(e.what()));
+      }
+    }
+    return NvrtcFacts{chosen.version, chosen.fingerprint};
   }
 
   // The memo is keyed by the file that would be loaded, read without loading it: an entry

@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "cache/store.hpp"
 #include "jitcache/error.hpp"
 #include "remote/remote_tier.hpp"
+#include "runtime/compile/cache_provider.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 
@@ -28,6 +30,11 @@ enum class UnusableCache { fail, memory_only };
 // warning and a kernel cache without the remote, never an error.
 enum class RemoteUse { from_environment, off };
 
+// Whether cache providers (installed, read-only directories of prebuilt kernels:
+// runtime/compile/cache_provider.hpp) are asked: from_environment (JITCACHE_PROVIDERS, then
+// KernelCacheOptions::providers) or off (commands that must see the local cache alone).
+enum class ProviderUse { from_environment, off };
+
 struct KernelCacheOptions {
   // An explicit directory (--cache-dir, the API's cache_dir); absent: the other rules of
   // resolve_cache_dir (JITCACHE_DIR, XDG_CACHE_HOME, HOME). Given empty: an error, also
@@ -39,6 +46,9 @@ struct KernelCacheOptions {
   // An explicit remote (--remote, RuntimeOptions::remote); empty: JITCACHE_REMOTE.
   std::optional<std::string> remote_url;
   std::string remote_url_source = "--remote";  // where remote_url came from, for messages
+  ProviderUse provider_use = ProviderUse::from_environment;
+  // Provider directories besides JITCACHE_PROVIDERS (RuntimeOptions::providers).
+  std::vector<std::filesystem::path> providers;
 };
 
 // The parts, owned together; `kernels` refers to `*store` and `*compiler`.
@@ -49,6 +59,8 @@ struct OpenedKernelCache {
   std::optional<Error> unusable;
   // The remote tier in the store, when one is configured and usable; shared with the store.
   std::shared_ptr<remote::RemoteTier> remote;
+  // The provider tiers in the store, in lookup order (after the disk, before the remote).
+  std::vector<std::shared_ptr<ProviderTier>> providers;
   std::unique_ptr<cache::Store> store;
   // Remembers its fingerprint in the cache directory, so a fresh process skips the
   // fingerprint compile; a memory-only store's refused directory is not read at all.

@@ -27,14 +27,15 @@ std::string mode_text(mode_t mode) {
 }
 
 // Why `st` (of `what`, a file or directory) may be replaced by another user, or nullopt.
-std::optional<std::string> replaceable(const struct stat& st, const std::string& what) {
+std::optional<std::string> replaceable(const struct stat& st, const std::string& what,
+                                       std::string_view replaced = "the library") {
   const uid_t me = ::geteuid();
   if (st.st_uid != me && st.st_uid != 0)
     return what + " is owned by uid " + std::to_string(st.st_uid) + " (mode " + mode_text(st.st_mode) +
            "), neither the caller (uid " + std::to_string(me) + ") nor root";
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
     return what + " (owner uid " + std::to_string(st.st_uid) + ") has mode " + mode_text(st.st_mode) +
-           ": group- or world-writable, so another user could replace the library";
+           ": group- or world-writable, so another user could replace " + std::string(replaced);
   return std::nullopt;
 }
 
@@ -77,6 +78,12 @@ std::optional<std::string> digest_fd(int fd, std::size_t size) {
 }
 
 }  // namespace
+
+std::optional<std::string> replaceable_by_another_user(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return std::nullopt;
+  return replaceable(st, path.string(), "what it holds");
+}
 
 std::optional<std::string> library_refusal(const std::filesystem::path& file) {
   std::error_code ec;

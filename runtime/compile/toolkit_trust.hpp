@@ -21,6 +21,11 @@ namespace jitcache {
 //   - it is a whole ELF shared library of this machine (elf_library_problem).
 std::optional<std::string> library_refusal(const std::filesystem::path& file);
 
+// Why `path` (a file or directory, not followed if a symbolic link) could be replaced by a
+// user other than the caller and root: owned by another user, or writable by group or
+// others; std::nullopt when it cannot (or does not exist: the caller's read says so).
+std::optional<std::string> replaceable_by_another_user(const std::filesystem::path& path);
+
 // library_refusal, warned about once per file and process ("skipping <file> (<origin>): why;
 // looking further"); true when the file may be used.
 bool usable_library(const std::filesystem::path& file, std::string_view origin);

@@ -218,6 +218,8 @@ TEST(CounterReportTest, JsonAndTextKeepTheirPublishedForm) {
   t.evicted = 8;
   t.compile_ms_spent = 1500;
   t.compile_ms_saved = 250.5;
+  t.provider_hits = 15;
+  t.provider_rejects = 16;
   t.remote_hits = 9;
   t.remote_misses = 10;
   t.remote_rejects = 11;
@@ -227,11 +229,12 @@ TEST(CounterReportTest, JsonAndTextKeepTheirPublishedForm) {
   EXPECT_EQ(to_json(stats).dump(),
             R"({"entries":3,"bytes":300,"max_bytes":1000,"hits":{"memory":1,"disk":2},"coalesced":3,)"
             R"("misses":4,"compiles":5,"compile_failures":6,"compile_ms":{"spent":1500.0,"saved":250.5},)"
-            R"("quarantined":7,"evicted":8,)"
+            R"("quarantined":7,"evicted":8,"provider":{"hits":15,"rejected":16},)"
             R"("remote":{"hits":9,"misses":10,"rejected":11,"uploads":12,"lease_waits":13,"errors":14}})");
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"hits", "memory 1, disk 2, waited for a thread 3"}, {"misses", "4"},      {"compiles", "5 (6 failed)"},
       {"compile time", "spent 1.5 s, saved 0.3 s"},        {"quarantined", "7"}, {"evicted", "8"},
+      {"providers", "hits 15, rejected 16"},
       {"remote", "hits 9, misses 10, rejected 11, uploads 12, lease waits 13, errors 14"}};
   EXPECT_EQ(counter_text_rows(t), expected);
 }

@@ -15,7 +15,12 @@
 
 #include "build_id_copy.hpp"
 #include "cli_fixture.hpp"
+#include "jitcache/scales.hpp"
+#include "kernel_templates/variant_plan.hpp"
+#include "runtime/compile/cache_archive.hpp"
+#include "runtime/compile/cache_provider.hpp"
 #include "runtime/compile/nvrtc_library.hpp"
+#include "runtime/compile/open_kernel_cache.hpp"
 #include "runtime/compile/toolkit_library.hpp"
 #include "runtime/compile/toolkit_search.hpp"
 
@@ -277,6 +282,70 @@ TEST_F(CliCompilerLibrariesTest, AnImportIntoAFreshCacheServesWithNoCompilerAnyw
   const auto audit = run_without_compilers(dir(), fresh, {"audit", "--json"});
   ASSERT_TRUE(audit);
   EXPECT_EQ(audit->code, 0) << audit->out << audit->err;
+}
+
+// A fresh node given its kernels by a cache provider (what an installed cache wheel holds),
+// with no compiler anywhere and an empty cache without a fingerprint memo: the build the
+// provider's kernels were compiled with keys the lookups (one warning says so), every variant
+// comes from the provider, nothing is compiled, and the build is remembered, so the next
+// start needs the provider no more. Without the provider the same start cannot key anything.
+TEST_F(CliCompilerLibrariesTest, AFreshCacheGivenAProviderServesWithNoCompilerAnywhere) {
+  const std::vector<std::string> args = {"--checkpoint", k_checkpoint.string(), "--arch", "sm_90", "--jobs", "2"};
+  std::vector<std::string> warm = {"warm", "--json"};
+  warm.insert(warm.end(), args.begin(), args.end());
+  const CliOutcome cold = run_with(warm, {});
+  ASSERT_EQ(cold.code, 0) << cold.out << cold.err;
+  // The provider, laid out as `jitcache pack` lays it out, from the kernels just compiled.
+  const fs::path provider = dir() / "provider";
+  {
+    KernelCacheOptions options;
+    options.cache_dir = m_root;
+    options.remote = RemoteUse::off;
+    options.provider_use = ProviderUse::off;
+    auto opened = open_kernel_cache(options);
+    ASSERT_TRUE(opened.has_value()) << opened.error().to_string();
+    ResolveOptions resolve;
+    resolve.checkpoint_dir = k_checkpoint;
+    auto scales = resolve_scales(resolve);
+    ASSERT_TRUE(scales.has_value()) << scales.error().to_string();
+    auto plan = plan_variants(*scales, RecordFormat::b12x_432, *parse_target("sm_90"),
+                              default_policy(RecordFormat::b12x_432));
+    ASSERT_TRUE(plan.has_value()) << plan.error().to_string();
+    auto gathered = gather_export_entries(*opened->kernels, *opened->compiler, plan->variants, 1);
+    ASSERT_TRUE(gathered.has_value()) << gathered.error().to_string();
+    std::vector<ProviderEntry> entries;
+    for (const ExportEntry& e : *gathered) {
+      EXPECT_FALSE(e.compiled_now) << e.label;
+      entries.push_back(ProviderEntry{e.label, e.key, e.facts, e.bytes, e.compile_ms});
+    }
+    ASSERT_TRUE(write_provider(provider, ProviderInfo{"test", "now", "jitcache_cache_test", "glm5-mini", "b12x-432",
+                                                      {"sm_90"}},
+                               entries, std::nullopt)
+                    .has_value());
+  }
+  const fs::path fresh = dir() / "fresh-cache";
+  const auto unkeyed = run_without_compilers(dir(), fresh, warm);
+  if (!unkeyed) GTEST_SKIP() << "unshare --mount is not permitted on this machine";
+  EXPECT_NE(unkeyed->code, 0) << unkeyed->out;
+  EXPECT_TRUE(has(unkeyed->err, "pip install nvidia-cuda-nvrtc")) << unkeyed->err;
+
+  const auto served = run_without_compilers(dir(), fresh, warm, {"JITCACHE_PROVIDERS=" + provider.string()});
+  ASSERT_TRUE(served);
+  ASSERT_EQ(served->code, 0) << served->out << served->err.substr(0, 4000);
+  json doc = parse(*served);
+  EXPECT_EQ(doc["compiled"], 0) << served->out;
+  EXPECT_EQ(doc["already_cached"], 4) << served->out;
+  EXPECT_EQ(doc["from_provider"], 4) << served->out;
+  EXPECT_TRUE(has(served->err, "named by the cache provider " + provider.string())) << served->err;
+
+  // Copied into the local cache, keyed with the build the memo now remembers.
+  const auto again = run_without_compilers(dir(), fresh, warm);
+  ASSERT_TRUE(again);
+  ASSERT_EQ(again->code, 0) << again->out << again->err.substr(0, 4000);
+  doc = parse(*again);
+  EXPECT_EQ(doc["compiled"], 0) << again->out;
+  EXPECT_EQ(doc["from_provider"], 0) << again->out;
+  EXPECT_EQ(doc["already_cached"], 4) << again->out;
 }
 
 // A libnvrtc cut short by an interrupted pip install, found first in the Python

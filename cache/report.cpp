@@ -38,6 +38,12 @@ nlohmann::ordered_json to_json(const EntryInfo& entry) {
 nlohmann::ordered_json to_json(const Stats& stats) {
   nlohmann::ordered_json doc{
       {"entries", stats.entries}, {"bytes", stats.bytes}, {"max_bytes", stats.max_bytes}};
+  doc.update(counters_json(stats.totals));
+  return doc;
+}
+
+nlohmann::ordered_json counters_json(const Counters& counters) {
+  nlohmann::ordered_json doc = nlohmann::ordered_json::object();
   for (const CounterField& field : k_counter_fields) {
     // "hits/memory": the object "hits", made where the first of its counters comes.
     nlohmann::ordered_json* parent = &doc;
@@ -46,8 +52,8 @@ nlohmann::ordered_json to_json(const Stats& stats) {
       parent = &(*parent)[std::string(path.substr(0, slash))];
     nlohmann::ordered_json& value = (*parent)[std::string(path)];
     switch (field.kind) {
-      case CounterKind::count: value = stats.totals.*field.count; break;
-      case CounterKind::milliseconds: value = stats.totals.*field.milliseconds; break;
+      case CounterKind::count: value = counters.*field.count; break;
+      case CounterKind::milliseconds: value = counters.*field.milliseconds; break;
     }
   }
   return doc;

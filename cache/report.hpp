@@ -25,6 +25,8 @@ nlohmann::ordered_json to_json(const EntryInfo& entry);
 //  "compiles", "compile_failures", "compile_ms": {"spent", "saved"}, "quarantined", "evicted"}
 // The counters' part comes from k_counter_fields (cache/entry.hpp).
 nlohmann::ordered_json to_json(const Stats& stats);
+// The counters' part alone: {"hits": {"memory", "disk"}, "coalesced", ...}.
+nlohmann::ordered_json counters_json(const Counters& counters);
 // The counters' rows of `jitcache stats`, label and text, in k_counter_fields' order:
 // {"hits", "memory 3, disk 1, waited for a thread 0"}, {"misses", "2"}, ...
 std::vector<std::pair<std::string, std::string>> counter_text_rows(const Counters& counters);

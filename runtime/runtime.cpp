@@ -17,6 +17,7 @@
 #include "runtime/kv/host_executor.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
+#include "runtime/runtime_stats.hpp"
 #include "runtime/compile/source_cache.hpp"
 #include "runtime/scales/model_config.hpp"
 #include "support/call_gate.hpp"
@@ -197,6 +198,7 @@ class RuntimeImpl final {
 
   DeviceStatus device() const { return m_device; }
   const CacheStatus& cache_status() const { return m_cache; }
+  std::string stats_json() const { return runtime_stats_json(m_store, m_cache); }
 
   Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) {
     const auto started = std::chrono::steady_clock::now();
@@ -417,6 +419,10 @@ class ClosableRuntime final : public Runtime {
     std::lock_guard lock(m_release_mutex);
     m_impl.reset();
     return {};
+  }
+
+  Result<std::string> stats_json() override {
+    return call([&](RuntimeImpl& impl) -> Result<std::string> { return impl.stats_json(); });
   }
 
   DeviceStatus device() const override { return m_device; }

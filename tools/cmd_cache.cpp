@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache/metrics.hpp"
 #include "cache/report.hpp"
 #include "cache/store.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
@@ -16,6 +17,7 @@
 #include "runtime/audit/remote_audit.hpp"
 #include "runtime/compile/kernel_request.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
+#include "support/text.hpp"
 #include "tools/cli.hpp"
 #include "tools/entry_filter.hpp"
 #include "tools/remote_cli.hpp"
@@ -175,17 +177,48 @@ int run_inspect(const Context& context, const InspectArgs& args) {
   return k_exit_ok;
 }
 
+// `stats --format`: what the cache's figures are printed as.
+constexpr const char* k_stats_formats[] = {"text", "json", "prometheus"};
+constexpr const char* k_stats_format_choices = "text, json or prometheus";
+
+CLI::Validator stats_format_validator() {
+  return CLI::Validator(
+      [](std::string& given) -> std::string {
+        for (const char* format : k_stats_formats)
+          if (given == format) return {};
+        return "expected " + std::string(k_stats_format_choices) + ", got '" + text::escape_control(given) + "'";
+      },
+      "FORMAT");
+}
+
 struct StatsArgs {
   bool json = false;
+  std::string format = "text";
 };
 
-int run_stats(const Context& context, const StatsArgs& args) {
+int run_stats(const Context& context, StatsArgs args) {
+  if (args.json) {
+    if (args.format != "text" && args.format != "json") {
+      std::fprintf(stderr, "jitcache: error: stats: --json is --format json; it cannot be combined with --format %s\n",
+                   args.format.c_str());
+      return k_exit_usage;
+    }
+    args.format = "json";
+  }
   int exit_code = k_exit_ok;
   auto store = open_store(context, exit_code);
   if (!store) return exit_code;
   auto stats = store->stats();
   if (!stats) return report(stats.error());
-  if (args.json) {
+  if (args.format == "prometheus") {
+    // The index's counters: every process that used this directory (scope="cache").
+    const std::string dir = store->root().string();
+    std::vector<cache::MetricFamily> families = cache::counter_metrics(stats->totals, cache::CounterScope::cache, dir);
+    for (cache::MetricFamily& gauge : cache::size_metrics(*stats, dir)) families.push_back(std::move(gauge));
+    std::cout << cache::prometheus_text(families);
+    return k_exit_ok;
+  }
+  if (args.format == "json") {
     nlohmann::ordered_json doc{{"cache_dir", store->root().string()}};
     doc.update(cache::to_json(*stats));
     std::cout << doc.dump(2) << "\n";
@@ -425,7 +458,11 @@ void register_cache(CLI::App& root, Context& context) {
 
   auto stats_args = std::make_shared<StatsArgs>();
   CLI::App* stats = root.add_subcommand("stats", "Entries, size, hits by tier, misses, compiles, time spent and saved");
-  stats->add_flag("--json", stats_args->json, "One JSON document on stdout");
+  stats->add_flag("--json", stats_args->json, "One JSON document on stdout (--format json)");
+  stats->add_option("--format", stats_args->format,
+                    "Output: text (default), json (as --json) or prometheus (Prometheus' text exposition format, "
+                    "the cache's cumulative counters: docs/metrics.md)")
+      ->check(stats_format_validator());
   context.bind(stats, [&context, stats_args] { return run_stats(context, *stats_args); });
 
   auto clear_args = std::make_shared<ClearArgs>();

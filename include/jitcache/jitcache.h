@@ -272,6 +272,23 @@ typedef struct jitcache_cache_status {
 JITCACHE_API jitcache_status jitcache_runtime_cache_status(const jitcache_runtime* runtime,
                                                            jitcache_cache_status* out);
 
+/* The figures of the runtime's cache as one JSON object, freed with jitcache_string_free
+ * (see "Descriptions as JSON" below); docs/metrics.md explains them:
+ *   "cache_dir", "mode" ("read-write" | "read-only" | "memory-only"),
+ *   "session": what the runtime's cache did since the runtime opened, in this process only,
+ *              under the names of `jitcache stats --json`: {"hits": {"memory", "disk"},
+ *              "coalesced", "misses", "compiles", "compile_failures", "compile_ms":
+ *              {"spent", "saved"}, "quarantined", "evicted", "remote": {...}, ...},
+ *   "cache": {"entries", "bytes", "max_bytes"} of the cache directory now (every process's
+ *            entries), or null: memory-only, or the index could not be read, when
+ *            "cache_error" says why (this call still succeeds),
+ *   "metrics": the same figures as Prometheus metric families: [{"name", "type" ("counter" |
+ *              "gauge"), "help", "samples": [{"labels": {"cache_dir", "scope": "process",
+ *              ...}, "value"}]}], counters in seconds where "session" has milliseconds.
+ * Thread-safe; reads the index (one query), compiles nothing. A closed runtime is
+ * JITCACHE_ERROR_INVALID_ARGUMENT. */
+JITCACHE_API jitcache_status jitcache_runtime_stats(jitcache_runtime* runtime, char** out);
+
 /* ---- Models ------------------------------------------------------------------------- */
 
 /* Resolves the checkpoint's per-layer scales, gets every kernel variant the layers need

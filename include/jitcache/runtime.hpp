@@ -253,6 +253,11 @@ class Runtime {
   virtual DeviceStatus device() const = 0;
   virtual const std::filesystem::path& cache_dir() const = 0;
   virtual const CacheStatus& cache_status() const = 0;
+  // The figures of this runtime's cache as one JSON object (the document of
+  // jitcache_runtime_stats in jitcache.h): what its store did since the runtime opened
+  // (this process only), the cache directory's size now, and both as Prometheus metric
+  // families (docs/metrics.md). invalid_argument once closed.
+  virtual Result<std::string> stats_json() = 0;
 };
 
 }  // namespace jitcache

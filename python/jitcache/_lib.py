@@ -205,6 +205,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "jitcache_runtime_device": (_status, [_runtime_p, POINTER(DeviceStatus)]),
     "jitcache_runtime_cache_dir": (c_char_p, [_runtime_p]),
     "jitcache_runtime_cache_status": (_status, [_runtime_p, POINTER(CacheStatus)]),
+    "jitcache_runtime_stats": (_status, [_runtime_p, POINTER(c_void_p)]),
     "jitcache_prepare": (
         _status,
         [_runtime_p, c_char_p, _enum, c_char_p, c_char_p, POINTER(_model_p)],

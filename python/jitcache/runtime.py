@@ -8,6 +8,7 @@ import json
 import math
 import numbers
 import os
+import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
@@ -39,6 +40,7 @@ __all__ = [
     "Provenance",
     "DeviceInfo",
     "CacheInfo",
+    "RuntimeStats",
     "ResolvedScales",
     "resolve_scales",
     "CompiledKernel",
@@ -239,6 +241,102 @@ class CacheInfo:
     reason: str
 
 
+@dataclass(frozen=True)
+class RuntimeStats:
+    """A runtime's cache figures (:meth:`Runtime.stats`, docs/metrics.md).
+
+    ``session``: what the runtime's cache did since the runtime opened, in this process only,
+    under the names of ``jitcache stats --json`` (``{"hits": {"memory", "disk"}, "misses",
+    "compiles", "compile_ms": {"spent", "saved"}, ...}``; time in milliseconds).
+    ``entries``, ``bytes``, ``max_bytes``: the cache directory's now (every process's
+    entries); None when there is none (memory-only) or its index could not be read, which
+    ``cache_error`` then says."""
+
+    cache_dir: str
+    mode: str
+    session: Mapping[str, Any]
+    entries: Optional[int]
+    bytes: Optional[int]
+    max_bytes: Optional[int]
+    cache_error: str = ""
+
+
+def _stats_document(handle: int) -> dict[str, Any]:
+    """jitcache_runtime_stats's document (the session's counters, the size, the metrics)."""
+    out = c_void_p()
+    _lib.check(_lib_.jitcache_runtime_stats(handle, byref(out)))
+    return json.loads(_lib.take_string(out))
+
+
+# ---- the runtimes this process opened, for jitcache.metrics ----------------------------
+# Open runtimes are held weakly: tracking one never keeps it alive. When a runtime closes
+# (close(), garbage collection, interpreter exit), its counters' last figures are added to
+# _retired, so that the counters jitcache.metrics exports never go down while the process
+# lives (a Prometheus counter that drops reads as a restart). A forked child starts with
+# neither: its counters are its own. One lock orders closes and scrapes, so that a scrape
+# sees a runtime either open or retired, never both or neither; reentrant, because the
+# garbage collector may close a runtime on a thread that holds it.
+_SampleKey = tuple[str, tuple[tuple[str, str], ...]]
+_open_runtimes: "weakref.WeakSet[Runtime]" = weakref.WeakSet()
+_retired: dict[_SampleKey, tuple[str, float]] = {}
+_tracking = threading.RLock()
+
+
+def _sample_key(name: str, labels: Mapping[str, str]) -> _SampleKey:
+    return name, tuple(sorted(labels.items()))
+
+
+def _retire(handle: int) -> None:
+    """Adds the runtime's counters, as they are now, to _retired (best effort: a runtime of
+    the parent in a forked child, or one the interpreter closes at exit, may have none)."""
+    try:
+        doc = _stats_document(handle)
+    except Exception:  # noqa: BLE001 - closing must not fail for a figure
+        return
+    for family in doc.get("metrics", ()):
+        if family.get("type") != "counter":
+            continue
+        for sample in family["samples"]:
+            key = _sample_key(family["name"], sample["labels"])
+            help_text, value = _retired.get(key, (family["help"], 0.0))
+            _retired[key] = (help_text, value + float(sample["value"]))
+
+
+def _close_handle(handle: int, retired: list[bool]) -> None:
+    """The finalizer: keeps the counters (unless close() already did), then closes."""
+    if not retired[0]:
+        with _tracking:
+            _retire(handle)
+    _lib_.jitcache_runtime_close(handle)
+
+
+def _scrape() -> tuple[list[dict[str, Any]], dict[_SampleKey, tuple[str, float]]]:
+    """The documents of the open runtimes and the retired counters, at one instant (for
+    jitcache.metrics). A runtime closed or unusable meanwhile is left out."""
+    docs = []
+    with _tracking:
+        for runtime in list(_open_runtimes):
+            handle = runtime._handle
+            if handle is None:
+                continue
+            try:
+                docs.append(_stats_document(handle))
+            except Exception:  # noqa: BLE001 - one runtime's failure must not fail a scrape
+                continue
+        return docs, dict(_retired)
+
+
+def _forget_in_child() -> None:
+    global _tracking
+    _tracking = threading.RLock()  # a thread of the parent may have held it at fork()
+    _open_runtimes.clear()
+    _retired.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 class Runtime:
     """An open cache directory (and device): prepares checkpoints into :class:`Model` objects.
 
@@ -312,7 +410,8 @@ class Runtime:
         _lib.check(_lib_.jitcache_runtime_open(byref(options), byref(out)))
         handle = out.value
         self._handle = handle
-        self._finalizer = weakref.finalize(self, _lib_.jitcache_runtime_close, handle)
+        self._retired = [False]  # whether close() kept the counters already
+        self._finalizer = weakref.finalize(self, _close_handle, handle, self._retired)
         try:
             dev = _lib.DeviceStatus()
             _lib.check(_lib_.jitcache_runtime_device(handle, byref(dev)))
@@ -333,13 +432,23 @@ class Runtime:
         except BaseException:
             self.close()
             raise
+        with _tracking:
+            _open_runtimes.add(self)
 
     def close(self) -> None:
         """Closes the runtime (idempotent). Calls other threads are making (a prepare that
         compiles) run to their end first; a call that starts afterwards raises
         InvalidArgumentError ("runtime closed"). Models it prepared stay usable."""
-        if self._handle is not None:
-            self._handle = None
+        handle = self._handle
+        if handle is not None:
+            # The counters are kept before the close, which may wait for calls in flight (a
+            # prepare compiling): what those count after this instant is not exported.
+            with _tracking:
+                self._handle = None
+                if self in _open_runtimes:
+                    _retire(handle)
+                    _open_runtimes.discard(self)
+                self._retired[0] = True
             self._finalizer()
 
     @property
@@ -382,6 +491,21 @@ class Runtime:
     def cache(self) -> CacheInfo:
         self._live()
         return self._cache
+
+    def stats(self) -> RuntimeStats:
+        """What this runtime's cache did since it opened (this process only) and the cache
+        directory's size now. Reads the index once; compiles nothing."""
+        doc = _stats_document(self._live())
+        cache = doc.get("cache") or {}
+        return RuntimeStats(
+            cache_dir=doc["cache_dir"],
+            mode=doc["mode"],
+            session=doc["session"],
+            entries=cache.get("entries"),
+            bytes=cache.get("bytes"),
+            max_bytes=cache.get("max_bytes"),
+            cache_error=doc.get("cache_error", ""),
+        )
 
     def prepare(
         self,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
 __all__ = [
     "ENVIRONMENT_VARIABLES",
     "register",
+    "register_metrics",
+    "register_warmup",
+    "warmed_model",
     "model_dir",
     "snapshot_revision",
     "layer_scales",
@@ -128,8 +132,9 @@ NOT_REGISTERED: tuple[str, ...] = (
 
 def register() -> None:
     """The ``vllm.general_plugins`` entry point: registers the variables above in
-    ``vllm.envs.environment_variables``. Safe to call any number of times, in any process;
-    a variable vLLM already defines is left as it is."""
+    ``vllm.envs.environment_variables``, and jitcache's metrics collector in vLLM's
+    Prometheus registry (:func:`register_metrics`). Safe to call any number of times, in any
+    process; a variable vLLM already defines is left as it is."""
     import vllm.envs as envs
 
     table: dict[str, Any] = envs.environment_variables
@@ -138,6 +143,101 @@ def register() -> None:
         table[name] = ENVIRONMENT_VARIABLES[name]
     if added:
         _logger.debug("registered vLLM environment variables: %s", ", ".join(added))
+    register_metrics()
+
+
+def register_metrics() -> bool:
+    """Registers :mod:`jitcache.metrics`' collector in vLLM's Prometheus registry
+    (``vllm.v1.metrics.prometheus.get_prometheus_registry()``), so that the ``/metrics`` of
+    a vLLM server whose process runs jitcache's runtimes shows their figures. True when
+    registered (or already); False, with one debug line, where it cannot be: without
+    prometheus_client, or when ``PROMETHEUS_MULTIPROC_DIR`` is set (vLLM then serves a
+    registry made per scrape from the processes' metric files, which a collector of this
+    process cannot join: use ``jitcache stats --format prometheus`` for the cache's figures).
+    Never raises: metrics must not stop an engine."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR") is not None:
+        _logger.debug("jitcache metrics not registered: vLLM's Prometheus registry is multiprocess")
+        return False
+    try:
+        from vllm.v1.metrics.prometheus import get_prometheus_registry
+
+        from . import metrics
+
+        metrics.register(get_prometheus_registry())
+    except Exception as exc:  # noqa: BLE001 - an engine starts without jitcache's metrics
+        _logger.debug("jitcache metrics not registered in vLLM's registry: %s", exc)
+        return False
+    return True
+
+
+def register_warmup(
+    model: PathArg,
+    target: str,
+    revision: Optional[str] = None,
+    scales_override: Optional[PathArg] = None,
+    download_dir: Optional[PathArg] = None,
+    *,
+    format: Optional[str] = None,
+    latent_scale: Optional[str] = None,
+) -> bool:
+    """Registers the checkpoint's kernels with vLLM's JIT warmup (vLLM 0.33's
+    ``JitWarmupRegistry``), so that ``kernel_warmup()`` prepares them, compile-only (no
+    device), before vLLM's JIT monitor starts watching; a jitcache compile after that is
+    reported by the monitor (docs/vllm.md). Call it while the model is built (an attention
+    backend's ``__init__``): True when registered, False when no registry is active (outside
+    a model runner's construction and model load), when the caller should call
+    :func:`prepare_model` itself. ``target`` is the device's ("sm_90", "sm_100a", ...); the
+    other arguments as in :func:`prepare_model`. The Model the warmup prepared is
+    :func:`warmed_model`'s answer."""
+    from . import _vllm_warmup
+
+    key = _warmup_key(model, target, revision, scales_override, download_dir, format, latent_scale)
+    registered = _vllm_warmup.register(key)
+    if registered:
+        _logger.debug("jitcache kernels of %s registered for vLLM's JIT warmup", key.checkpoint)
+    return registered
+
+
+def warmed_model(
+    model: PathArg,
+    target: str,
+    revision: Optional[str] = None,
+    scales_override: Optional[PathArg] = None,
+    download_dir: Optional[PathArg] = None,
+    *,
+    format: Optional[str] = None,
+    latent_scale: Optional[str] = None,
+) -> Optional[Model]:
+    """The Model vLLM's JIT warmup prepared for these arguments (:func:`register_warmup`),
+    or None before the warmup ran it."""
+    from . import _vllm_warmup
+
+    key = _warmup_key(model, target, revision, scales_override, download_dir, format, latent_scale)
+    return _vllm_warmup.warmup_kernel().prepared(key)
+
+
+def _warmup_key(
+    model: PathArg,
+    target: str,
+    revision: Optional[str],
+    scales_override: Optional[PathArg],
+    download_dir: Optional[PathArg],
+    format: Optional[str],
+    latent_scale: Optional[str],
+) -> Any:
+    from ._vllm_warmup import WarmupKey
+
+    if not isinstance(target, str) or not target.strip():
+        raise ValueError(f"target: expected a target such as 'sm_90' or 'sm_100a', got {target!r}")
+    path = model_dir(model, revision, download_dir)
+    return WarmupKey(
+        checkpoint=os.fspath(path),
+        target=target,
+        format=format,
+        latent_scale=latent_scale,
+        revision=revision or snapshot_revision(path),
+        scales_override=None if scales_override is None else os.fspath(scales_override),
+    )
 
 
 # ---- the record format the attention backend reads ------------------------------------
@@ -378,6 +478,10 @@ def prepare_model(
     else:
         with Runtime() as rt:
             prepared = rt.prepare(path, **options)
+    if "vllm.utils.jit_monitor" in sys.modules:  # inside vLLM: after warmup, a compile is reported
+        from ._vllm_warmup import report_compile_after_warmup
+
+        report_compile_after_warmup(f"{path} ({prepared.record}, {prepared.target})", prepared.stats.compiled)
     jt.model_id(prepared)
     return prepared
 

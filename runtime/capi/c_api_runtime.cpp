@@ -330,6 +330,17 @@ jitcache_status jitcache_runtime_cache_status(const jitcache_runtime* runtime, j
   });
 }
 
+jitcache_status jitcache_runtime_stats(jitcache_runtime* runtime, char** out) {
+  return guarded(__func__, [&](const char* self) {
+    if (runtime == nullptr) return null_argument(self, "runtime");
+    if (out == nullptr) return null_argument(self, "out");
+    if (runtime->closed) return closed_handle(self, "runtime");
+    auto document = runtime->runtime->stats_json();
+    if (!document) return fail(document.error());
+    return hand_out_text(*document, out);
+  });
+}
+
 jitcache_status jitcache_prepare(jitcache_runtime* runtime, const char* checkpoint, jitcache_rope rope,
                                  const char* target, const char* scales_override, jitcache_model** out) {
   return guarded(__func__, [&](const char* self) {

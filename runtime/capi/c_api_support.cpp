@@ -106,7 +106,10 @@ jitcache_status unknown_format(const char* self, const char* field, std::int32_t
 bool is_unset(const char* text) { return text == nullptr || *text == '\0'; }
 
 jitcache_status hand_out(const nlohmann::json& document, char** out) {
-  const std::string text = document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return hand_out_text(document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), out);
+}
+
+jitcache_status hand_out_text(const std::string& text, char** out) {
   char* copy = static_cast<char*>(std::malloc(text.size() + 1));
   if (copy == nullptr) return fail(JITCACHE_ERROR_OUT_OF_MEMORY, "out of memory for a JSON document");
   std::memcpy(copy, text.c_str(), text.size() + 1);

@@ -120,5 +120,7 @@ bool is_unset(const char* text);
 
 // Hands a JSON document to a C caller: a malloc'd copy freed by jitcache_string_free.
 jitcache_status hand_out(const nlohmann::json& document, char** out);
+// The same for a document already written out.
+jitcache_status hand_out_text(const std::string& text, char** out);
 
 }  // namespace jitcache::capi

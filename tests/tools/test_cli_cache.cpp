@@ -12,11 +12,15 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "cache/metrics.hpp"
 #include "cache/store.hpp"
 #include "cli_runner.hpp"
 #include "test_support.hpp"
@@ -230,6 +234,89 @@ TEST_F(CliCacheTest, StatsJson) {
   const Outcome text = run({"stats"});
   ASSERT_EQ(text.code, 0);
   EXPECT_NE(text.out.find("entries          4"), std::string::npos) << text.out;
+}
+
+// The sample lines of a Prometheus text exposition: "name{labels}" -> value. Checks the
+// lines' shape on the way: every family typed once before its samples.
+std::map<std::string, double> prometheus_samples(const std::string& text) {
+  std::map<std::string, double> samples;
+  std::set<std::string> typed;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("# HELP ")) continue;
+    if (line.starts_with("# TYPE ")) {
+      const std::string rest = line.substr(7);
+      const std::string name = rest.substr(0, rest.find(' '));
+      EXPECT_TRUE(typed.insert(name).second) << "typed twice: " << line;
+      EXPECT_TRUE(rest.ends_with(" counter") || rest.ends_with(" gauge")) << line;
+      continue;
+    }
+    const std::size_t space = line.rfind(' ');
+    EXPECT_NE(space, std::string::npos) << line;
+    if (space == std::string::npos) continue;
+    const std::string series = line.substr(0, space);
+    const std::string name = series.substr(0, series.find('{'));
+    EXPECT_TRUE(cache::valid_metric_name(name)) << line;
+    EXPECT_TRUE(typed.contains(name)) << "a sample before its TYPE: " << line;
+    EXPECT_TRUE(samples.emplace(series, std::stod(line.substr(space + 1))).second) << "twice: " << line;
+  }
+  return samples;
+}
+
+// `stats --format prometheus`: the index's counters (scope "cache") and the size, each
+// counter of `stats --json` under its metric name (cache/metrics.hpp), time in seconds.
+TEST_F(CliCacheTest, StatsPrometheusHoldsEveryCounterOfStatsJson) {
+  const fs::path fresh = dir() / "fresh";
+  const std::vector<std::string> warm = {"--cache-dir", fresh.string(), "warm", "--checkpoint",
+                                         (testing::source_dir() / "examples" / "glm5-mini").string(),
+                                         "--arch", "sm_120a", "--rope", "fp8"};
+  ASSERT_EQ(jitcache(warm).code, 0);
+  ASSERT_EQ(jitcache(warm).code, 0);  // served by the disk
+  const json doc = parse(jitcache({"--cache-dir", fresh.string(), "stats", "--json"}));
+  const Outcome o = jitcache({"--cache-dir", fresh.string(), "stats", "--format", "prometheus"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.err, "");
+  const std::map<std::string, double> samples = prometheus_samples(o.out);
+  const std::string dir_label = "cache_dir=\"" + fresh.string() + "\"";
+  std::size_t counters = 0;
+  for (const cache::CounterField& field : cache::k_counter_fields) {
+    SCOPED_TRACE(field.name);
+    const cache::CounterMetric metric = cache::counter_metric(field);
+    const std::string series = metric.family + "{" + dir_label + ",scope=\"cache\"" +
+                               (metric.tier.empty() ? "" : ",tier=\"" + metric.tier + "\"") + "}";
+    const json& value = doc[json::json_pointer("/" + std::string(field.json))];
+    ASSERT_TRUE(samples.contains(series)) << series << " in\n" << o.out;
+    EXPECT_DOUBLE_EQ(samples.at(series), value.get<double>() * metric.factor);
+    ++counters;
+  }
+  EXPECT_EQ(samples.at("jitcache_compiles_total{" + dir_label + ",scope=\"cache\"}"), 4);
+  EXPECT_EQ(samples.at("jitcache_hits_total{" + dir_label + ",scope=\"cache\",tier=\"disk\"}"), 4);
+  EXPECT_GT(samples.at("jitcache_compile_seconds_spent_total{" + dir_label + ",scope=\"cache\"}"), 0.0);
+  EXPECT_EQ(samples.at("jitcache_cache_entries{" + dir_label + "}"), doc["entries"].get<double>());
+  EXPECT_EQ(samples.at("jitcache_cache_bytes{" + dir_label + "}"), doc["bytes"].get<double>());
+  EXPECT_EQ(samples.at("jitcache_cache_max_bytes{" + dir_label + "}"), doc["max_bytes"].get<double>());
+  EXPECT_EQ(samples.size(), counters + 3) << o.out;
+}
+
+TEST_F(CliCacheTest, StatsFormatChoosesTheOutputAndRefusesOthersNamingTheChoices) {
+  const Outcome json_flag = run({"stats", "--json"});
+  const Outcome json_format = run({"stats", "--format", "json"});
+  ASSERT_EQ(json_format.code, 0) << json_format.err;
+  EXPECT_EQ(json_format.out, json_flag.out);
+  EXPECT_EQ(run({"stats", "--json", "--format", "json"}).out, json_flag.out);
+  const Outcome text = run({"stats", "--format", "text"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_EQ(text.out, run({"stats"}).out);
+  for (const char* bad : {"xml", "Prometheus", ""}) {
+    const Outcome o = run({"stats", "--format", bad});
+    EXPECT_EQ(o.code, 2) << bad;
+    EXPECT_NE(o.err.find("text, json or prometheus"), std::string::npos) << o.err;
+    EXPECT_EQ(o.out, "");
+  }
+  const Outcome both = run({"stats", "--json", "--format", "prometheus"});
+  EXPECT_EQ(both.code, 2);
+  EXPECT_NE(both.err.find("--json"), std::string::npos) << both.err;
+  EXPECT_EQ(both.out, "");
 }
 
 TEST_F(CliCacheTest, ClearDryRunRemovesNothing) {

@@ -35,6 +35,7 @@ from .runtime import (
     Provenance,
     ResolvedScales,
     Runtime,
+    VariantCoverage,
     resolve_scales,
 )
 

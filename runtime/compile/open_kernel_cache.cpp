@@ -4,6 +4,7 @@
 #include "remote/remote_config.hpp"
 #include "runtime/compile/cache_dir.hpp"
 #include "runtime/compile/source_cache.hpp"
+#include "support/env.hpp"
 
 namespace jitcache {
 
@@ -31,6 +32,8 @@ std::shared_ptr<remote::RemoteTier> open_remote(const KernelCacheOptions& option
 
 Result<OpenedKernelCache> open_kernel_cache(const KernelCacheOptions& options) {
   OpenedKernelCache opened;
+  const bool no_compile = options.no_compile ? *options.no_compile : JC_TRY(env::get_bool(env::jitcache_no_compile));
+  opened.no_compile = no_compile ? NoCompile::yes : NoCompile::no;
   opened.remote = open_remote(options);
   cache::StoreOptions store_options = options.store;
   if (opened.remote) store_options.extra_tiers.push_back(opened.remote);
@@ -53,7 +56,7 @@ Result<OpenedKernelCache> open_kernel_cache(const KernelCacheOptions& options) {
   NvrtcOptions nvrtc;
   if (!opened.unusable) nvrtc.fingerprint_memo = opened.dir / k_fingerprint_memo_name;
   opened.compiler = make_nvrtc_compiler(std::move(nvrtc));
-  opened.kernels = std::make_unique<KernelCache>(*opened.store, *opened.compiler);
+  opened.kernels = std::make_unique<KernelCache>(*opened.store, *opened.compiler, opened.no_compile);
   return opened;
 }
 

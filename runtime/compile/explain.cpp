@@ -102,7 +102,7 @@ std::vector<FactDifference> fact_differences(const cache::Facts& cached, const c
     const auto w = fact_of(wanted, name);
     if (c == w) continue;
     if (is_source_fact(name, own_kernel)) {
-      if (name != "source_xxh3") source_differs = true;  // source_xxh3: decided below
+      source_differs = true;
     } else if (own_kernel && is_format_fact(name)) {
       format_differs = true;
     } else if (name == "options" && same_but_target(cached, wanted)) {
@@ -111,10 +111,10 @@ std::vector<FactDifference> fact_differences(const cache::Facts& cached, const c
       out.push_back(FactDifference{name, c, w, describe_difference(name, c, w, subject)});
     }
   }
-  // The generated source follows the variant's dimensions: another latent scale, format or
-  // target changes it too, and is the difference to name. Its headers and the generator
-  // change only with jitcache itself.
-  if (own_kernel && !source_differs && fact_of(cached, "source_xxh3") != fact_of(wanted, "source_xxh3")) {
+  // The generated source (and the headers it includes) follows the variant's dimensions:
+  // another latent scale, format or target changes it too, and is the difference to name.
+  // With the dimensions equal, only jitcache itself changes it.
+  if (source_differs) {
     bool dimension_differs = format_differs;
     for (std::string_view name : {"kernel", "latent_scale", "target"})
       dimension_differs = dimension_differs || fact_of(cached, name) != fact_of(wanted, name);

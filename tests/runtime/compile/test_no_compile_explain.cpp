@@ -127,13 +127,23 @@ TEST(ExplainWords, SourceAndFormatFactsAreOneDifferenceEach) {
                       {"header.jitcache.x.cuh", "h1"}, {"rope", "bf16"}, {"record_bytes", "432"}};
   cache::Facts wanted{{"kernel_family", "nvfp4_mla"}, {"kernel", "writer"}, {"source_xxh3", "b"},
                       {"header.jitcache.x.cuh", "h2"}, {"format", "b12x-304"}, {"record_bytes", "304"}};
-  const auto differences = fact_differences(cached, wanted, "layer 0 needs");
-  ASSERT_EQ(differences.size(), 2u);
+  // Another format generates another source: the format is the difference to name.
+  auto differences = fact_differences(cached, wanted, "layer 0 needs");
+  ASSERT_EQ(differences.size(), 1u);
   EXPECT_EQ(differences[0].fact, "format");
   EXPECT_EQ(differences[0].text, "record format: cache has rope=bf16, layer 0 needs format=b12x-304");
-  EXPECT_EQ(differences[1].fact, "source");
-  EXPECT_EQ(differences[1].cached, "a");
-  EXPECT_EQ(differences[1].wanted, "b");
+
+  // The same variant from another source: another jitcache, one difference for all its facts.
+  cached.set("format", "b12x-304").set("record_bytes", "304");
+  cache::Facts same_variant;
+  for (const auto& [name, value] : cached.fields())
+    if (name != "rope") same_variant.set(name, value);
+  differences = fact_differences(same_variant, wanted, "layer 0 needs");
+  ASSERT_EQ(differences.size(), 1u);
+  EXPECT_EQ(differences[0].fact, "source");
+  EXPECT_EQ(differences[0].cached, "a");
+  EXPECT_EQ(differences[0].wanted, "b");
+  EXPECT_TRUE(contains(differences[0].text, "another jitcache version")) << differences[0].text;
 }
 
 TEST_F(NoCompileTest, ExplainsAMissByTheNearestEntriesOfEachTier) {

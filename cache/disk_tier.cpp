@@ -127,6 +127,15 @@ Result<std::optional<TierHit>> DiskTier::get(const CacheKey& key) {
       TierHit{std::make_shared<const Bytes>(std::move(*bytes)), row->compile_ms, {}, {}});
 }
 
+Result<std::optional<TierHit>> DiskTier::peek(const CacheKey& key) {
+  const auto row = JC_TRY(with_index([&](Index& index) { return index.lookup(key); }));
+  if (!row) return std::optional<TierHit>();
+  auto bytes = m_blobs.read_verified(row->digest, row->size);
+  if (!bytes) return std::optional<TierHit>();
+  return std::optional<TierHit>(
+      TierHit{std::make_shared<const Bytes>(std::move(*bytes)), row->compile_ms, {}, {}});
+}
+
 Result<NewEntry> DiskTier::publish(const CacheKey& key, const TierEntry& entry) {
   const BlobDigest digest =
       JC_TRY(m_blobs.publish(*entry.bytes, entry.refetchable ? Durability::relaxed : m_options.durability,

@@ -144,6 +144,9 @@ class DiskTier final : public StorageTier {
   std::string name() const override { return "disk"; }
   // A hit is recorded as a use of its entry (written at the next flush).
   Result<std::optional<TierHit>> get(const CacheKey& key) override;
+  // get() that records no use and quarantines nothing (a damaged blob is a miss here, and
+  // the next get() quarantines it).
+  Result<std::optional<TierHit>> peek(const CacheKey& key) override;
   // Publishes the entry; evicts down to 90% of the cap when the directory outgrew it.
   Status put(const CacheKey& key, const TierEntry& entry) override;
   // Under the key's lock (creators queue on it, so a loser publishes no blob) and with a

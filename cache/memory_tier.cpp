@@ -19,6 +19,13 @@ std::optional<TierHit> MemoryTier::find(const CacheKey& key) {
   return TierHit{entry.bytes, entry.compile_ms, entry.decoded, {}};
 }
 
+Result<std::optional<TierHit>> MemoryTier::peek(const CacheKey& key) {
+  std::lock_guard lock(m_mutex);
+  const auto it = m_entries.find(key);
+  if (it == m_entries.end()) return std::optional<TierHit>();
+  return std::optional<TierHit>(TierHit{it->second.bytes, it->second.compile_ms, it->second.decoded, {}});
+}
+
 Status MemoryTier::put(const CacheKey& key, const TierEntry& entry) {
   insert(key, entry.bytes, entry.compile_ms);
   return {};

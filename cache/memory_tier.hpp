@@ -29,6 +29,8 @@ class MemoryTier final : public StorageTier {
   // Never fails.
   Result<std::optional<TierHit>> get(const CacheKey& key) override { return find(key); }
   Status put(const CacheKey& key, const TierEntry& entry) override;
+  // find() without counting a hit or a use.
+  Result<std::optional<TierHit>> peek(const CacheKey& key) override;
   // Under the tier's lock; a tier that keeps nothing (cap 0, or an entry over the cap)
   // stores nothing and says so as if it had (there is nothing to disagree with).
   Result<std::optional<TierHit>> create(const CacheKey& key, const TierEntry& entry) override;

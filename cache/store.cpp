@@ -177,6 +177,36 @@ Result<std::optional<Hit>> Store::get(const CacheKey& key, CountMiss count_miss)
   return std::optional<Hit>(Hit{std::move(hit.bytes), m_lower[read.found->slot].tier->kind(), {}});
 }
 
+Result<std::optional<Located>> Store::locate(const CacheKey& key) {
+  if (auto hit = m_memory->peek(key); hit && *hit) return std::optional<Located>(Located{Tier::memory, m_memory->name()});
+  std::optional<Error> disk_error;
+  for (const Lower& lower : m_lower) {
+    auto got = lower.tier->peek(key);
+    if (!got) {
+      log_debug("cache: tier " + lower.tier->name() + " could not say whether it holds " + key.to_hex() + ": " +
+                got.error().to_string());
+      if (lower.is_disk) disk_error = std::move(got.error());
+      continue;
+    }
+    if (*got) return std::optional<Located>(Located{lower.tier->kind(), lower.tier->name()});
+  }
+  // As get(): the disk's failure is the answer when no later tier has the key.
+  if (disk_error) return std::unexpected(std::move(*disk_error));
+  return std::optional<Located>();
+}
+
+std::vector<TierInfo> Store::tiers() const {
+  std::vector<TierInfo> out;
+  for (const StorageTier* tier : tier_objects()) out.push_back(TierInfo{tier->kind(), tier->name(), tier->writable()});
+  return out;
+}
+
+std::vector<StorageTier*> Store::tier_objects() const {
+  std::vector<StorageTier*> out{m_memory.get()};
+  for (const Lower& lower : m_lower) out.push_back(lower.tier);
+  return out;
+}
+
 void Store::attach(const CacheKey& key, const SharedBytes& bytes, SharedDecoded decoded) {
   m_memory->attach(key, bytes, std::move(decoded));
 }

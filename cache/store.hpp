@@ -113,6 +113,19 @@ struct TierStats {
   std::uint64_t errors = 0;  // lookups and writes it failed (extra tiers; the disk's errors are returned)
 };
 
+// A tier of a store, as a question about the cache names it.
+struct TierInfo {
+  Tier kind;
+  std::string name;  // StorageTier::name(): "memory", "disk", "redis", ...
+  bool writable = true;
+};
+
+// Which tier holds a key (Store::locate).
+struct Located {
+  Tier kind;
+  std::string name;
+};
+
 class Store {
  public:
   // Opens the root, creating it when missing; a root that exists but cannot be written
@@ -129,6 +142,18 @@ class Store {
 
   // The verified bytes stored under `key`, or std::nullopt.
   Result<std::optional<Hit>> get(const CacheKey& key, CountMiss count_miss = CountMiss::yes);
+
+  // The first tier, in lookup order, that holds a verified entry under `key` (std::nullopt:
+  // none). A question, not a lookup: no hit or miss is counted, no use recorded, no tier
+  // filled and nothing produced (StorageTier::peek). A tier that cannot answer is skipped
+  // (logged at debug level), as a lookup goes on past it; the disk's failure is the result
+  // when no later tier holds the key.
+  Result<std::optional<Located>> locate(const CacheKey& key);
+  // The tiers a lookup asks, in order (memory first).
+  std::vector<TierInfo> tiers() const;
+  // The same tiers, for questions that read them (StorageTier::list_entries). Owned by
+  // this store (the extra ones shared with it); valid while it lives.
+  std::vector<StorageTier*> tier_objects() const;
 
   // Publishes `bytes` under `key`. `facts` must validate and hash to `key`.
   Status put(const CacheKey& key, const Facts& facts, std::span<const std::byte> bytes, double compile_ms);

@@ -114,6 +114,10 @@ class StorageTier {
   }
   // Called once by the Store that uses the tier, before any other call.
   virtual void count_into(CountSink sink) { (void)sink; }
+  // The bytes stored under `key`, verified like get()'s, for a question about the cache
+  // (Store::locate: which tier holds a key): counts no hit or miss and records no use. The
+  // default is get(), for a tier that counts nothing on a read.
+  virtual Result<std::optional<TierHit>> peek(const CacheKey& key) { return get(key); }
   // Whether the Store may write to it. A read-only tier (a provider) is only read: the
   // Store never calls its put, create or claim.
   virtual bool writable() const { return true; }

@@ -84,6 +84,10 @@ class RemoteTier final : public cache::StorageTier {
   cache::Tier kind() const override { return cache::Tier::remote; }
   std::string name() const override { return "redis"; }
   Result<std::optional<cache::TierHit>> get(const cache::CacheKey& key) override;
+  // A verified read that counts no hit or miss (a rejected value is a miss, logged at debug level).
+  Result<std::optional<cache::TierHit>> peek(const cache::CacheKey& key) override {
+    return fetch(key, Report::quietly);
+  }
   Status put(const cache::CacheKey& key, const cache::TierEntry& entry) override;
   // SET NX, and on losing the value stored first, read back and verified as every value
   // is. A value there that fails verification cannot say who was first: an error (the

@@ -19,6 +19,7 @@
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "runtime/runtime_stats.hpp"
 #include "runtime/compile/source_cache.hpp"
+#include "runtime/model_plan.hpp"
 #include "runtime/scales/model_config.hpp"
 #include "support/call_gate.hpp"
 #include "support/env.hpp"
@@ -156,7 +157,8 @@ class RuntimeImpl final {
       : m_options(std::move(options)),
         m_cache(std::move(cache)),
         m_opened(std::move(opened)),
-        m_sources(*m_opened.store, source_options(m_families, *m_opened.compiler, tool_memo(m_opened))),
+        m_sources(*m_opened.store,
+                  source_options(m_families, *m_opened.compiler, tool_memo(m_opened), m_opened.no_compile)),
         m_verify_fraction(verify_fraction) {
     if (m_options.device == DeviceUse::none) {
       m_device.reason = "device use disabled";
@@ -196,44 +198,30 @@ class RuntimeImpl final {
     return out;
   }
 
+  Result<std::vector<VariantCoverage>> coverage(const ModelSpec& model) {
+    const PlannedModel planned = JC_TRY(plan_model(model, m_device));
+    return model_coverage(m_kernels, planned);
+  }
+
   DeviceStatus device() const { return m_device; }
   const CacheStatus& cache_status() const { return m_cache; }
   std::string stats_json() const { return runtime_stats_json(m_store, m_cache); }
 
   Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) {
     const auto started = std::chrono::steady_clock::now();
-    // The caller's mistake comes first, before a missing device is.
-    if (model.checkpoint.empty()) return std::unexpected(empty_checkpoint_error());
+    PlannedModel planned = JC_TRY(plan_model(model, m_device));
     auto prepared = std::make_shared<PreparedModelImpl>();
     prepared->m_format = model.format;
-    if (model.latent_scale && *model.latent_scale != LatentScale::per_token)
-      return make_error(ErrorCode::invalid_argument,
-                        std::string("latent_scale: only per-token can be chosen (got ") + to_string(*model.latent_scale) +
-                            "); identity and dynamic follow each layer's scale");
-    prepared->m_policy = model.latent_scale ? LatentPolicy::per_token : default_policy(model.format);
-
-    std::string target_name = model.target;
-    if (target_name.empty()) {
-      if (!m_device.available)
-        return make_error(ErrorCode::unavailable,
-                          "no target given and no device to detect one from: " + m_device.reason);
-      target_name = m_device.target;
-    }
-    const Target target = JC_TRY(parse_target(target_name));
-    prepared->m_target = target.name;
-
-    ResolveOptions resolve;
-    resolve.checkpoint_dir = model.checkpoint;
-    resolve.override_file = model.scales_override;
-    resolve.checkpoint_revision = model.checkpoint_revision;
-    prepared->m_scales = JC_TRY(resolve_scales(resolve));
+    prepared->m_policy = planned.policy;
+    prepared->m_target = planned.target.name;
+    prepared->m_scales = std::move(planned.scales);
+    const VariantPlan& plan = planned.plan;
 
     if (prepared->m_policy == LatentPolicy::per_token)
       log_info("latent scale: per-token for every layer of " + model.checkpoint.string() + " (" +
                to_string(model.format) + "): each token's scale is in its record; the " +
                std::to_string(prepared->m_scales.layers.size()) + " per-layer scales (" +
                to_string(prepared->m_scales.provenance.source) + ") are not applied");
-    const VariantPlan plan = JC_TRY(plan_variants(prepared->m_scales, model.format, target, prepared->m_policy));
     JC_TRY(fetch_all(plan.variants, *prepared));
     JC_TRY(bind(plan, *prepared));
     prepared->m_stats.wall_ms = ms_since(started);
@@ -346,9 +334,10 @@ class RuntimeImpl final {
   // same memo keeps libNVVM's and nvJitLink's versions, so that a lookup by spec in a fresh
   // process loads neither.
   static SourceCacheOptions source_options(const SpecRegistry& families, const Compiler& nvrtc,
-                                           std::filesystem::path memo) {
+                                           std::filesystem::path memo, NoCompile no_compile) {
     SourceCacheOptions options;
     options.registry = &families;
+    options.no_compile = no_compile;
     options.tools = [&nvrtc, memo](SourceKind kind) { return probe_tools(kind, &nvrtc, memo); };
     options.loaded_tools = [&nvrtc](SourceKind kind) { return probe_tools(kind, &nvrtc); };
     return options;
@@ -396,6 +385,9 @@ class ClosableRuntime final : public Runtime {
   }
   Result<CompiledKernel> compile(const KernelRequest& request) override {
     return call([&](RuntimeImpl& impl) { return impl.compile(request); });
+  }
+  Result<std::vector<VariantCoverage>> coverage(const ModelSpec& model) override {
+    return call([&](RuntimeImpl& impl) { return impl.coverage(model); });
   }
   Result<KernelLookup> lookup(const std::string& family, const std::map<std::string, std::string>& spec,
                               const std::string& target) override {
@@ -491,6 +483,7 @@ Result<std::pair<CacheStatus, OpenedKernelCache>> open_cache(const RuntimeOption
   cache_options.cache_dir = options.cache_dir;
   if (options.cache_max_bytes != 0) cache_options.store.max_bytes = options.cache_max_bytes;
   cache_options.unusable = required ? UnusableCache::fail : UnusableCache::memory_only;
+  cache_options.no_compile = options.no_compile;
   if (!options.remote.empty()) {
     cache_options.remote_url = options.remote;
     cache_options.remote_url_source = "the remote option (--remote, RuntimeOptions::remote, Runtime(remote=))";

@@ -44,6 +44,12 @@ const EnvVar jitcache_providers{
     "Cache provider directories (prebuilt, verified kernel bundles: `jitcache pack`), separated by ':', "
     "asked after the local cache and before the remote. The Python package adds the cache wheels "
     "installed in its environment."};
+const EnvVar jitcache_no_compile{"JITCACHE_NO_COMPILE", EnvType::boolean, "0",
+                                 "Never compile: a kernel missing from every cache tier is an error "
+                                 "naming the variant and the tiers it was looked up in (exit 2 for "
+                                 "the CLI, UnavailableError in Python) instead of a compile. For "
+                                 "nodes that must start from shipped kernels only; `jitcache "
+                                 "coverage` says beforehand what is missing."};
 
 const EnvVar jitcache_verify_spec{"JITCACHE_VERIFY_SPEC", EnvType::fraction, "0",
                                   "Shadow verification of spec-keyed lookups (Runtime::lookup): the "
@@ -135,7 +141,7 @@ const EnvVar ld_library_path{"LD_LIBRARY_PATH", EnvType::string, "",
 namespace {
 const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &jitcache_strict,
                                     &vllm_nvfp4_mla_scales_file, &xdg_cache_home, &home,
-                                    &jitcache_lineinfo, &jitcache_require_cache, &jitcache_library,
+                                    &jitcache_lineinfo, &jitcache_require_cache, &jitcache_no_compile, &jitcache_library,
                                     &jitcache_cli,
                                     &jitcache_remote, &jitcache_remote_key_file,
                                     &jitcache_remote_password_file, &jitcache_remote_prefix,

@@ -53,6 +53,7 @@ extern const EnvVar cuda_home;
 extern const EnvVar cuda_path;
 extern const EnvVar ld_library_path;
 extern const EnvVar jitcache_require_cache;
+extern const EnvVar jitcache_no_compile;
 extern const EnvVar jitcache_library;
 extern const EnvVar jitcache_cli;
 extern const EnvVar jitcache_remote;

@@ -28,11 +28,13 @@ inline constexpr const char* k_exit_code_table =
     "  1  refused or found: the command read what it was given and refuses it (invalid or\n"
     "     unsafe data in a file it was named or led to, a source that does not compile, an\n"
     "     output it may not replace: not a regular file, one of its inputs, a file a checkpoint\n"
-    "     it reads pins by sha256), or it found problems (findings, a difference)\n"
+    "     it reads pins by sha256), or it found problems (findings, a difference; coverage,\n"
+    "     explain: a kernel in no cache tier)\n"
     "  2  usage or environment: options (unknown, missing, conflicting, a bad value), a\n"
     "     missing file, an I/O error, the cache directory, the remote, the fleet key, the\n"
-    "     compilers and the tool worker and their settings (JITCACHE_TOOL_*); for audit and\n"
-    "     scales diff, whose 1 means findings, anything that keeps them from running\n";
+    "     compilers and the tool worker and their settings (JITCACHE_TOOL_*), a miss in\n"
+    "     no-compile mode (JITCACHE_NO_COMPILE, --no-compile); for audit and scales diff,\n"
+    "     whose 1 means findings, anything that keeps them from running\n";
 
 struct GlobalOptions {
   std::optional<std::string> cache_dir;  // --cache-dir; absent: resolved from the environment; never empty

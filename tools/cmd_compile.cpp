@@ -15,6 +15,7 @@
 #include "runtime/compile/compiler.hpp"
 #include "runtime/compile/tool_worker.hpp"
 #include "support/atomic_file.hpp"
+#include "support/env.hpp"
 #include "support/regular_file.hpp"
 #include "tools/cli.hpp"
 
@@ -33,6 +34,7 @@ struct CompileArgs {
   std::vector<std::string> options;
   std::vector<std::string> headers;  // name=file
   std::string cubin_out;
+  bool no_compile = false;
 };
 
 constexpr std::size_t k_max_source_file_bytes = std::size_t{256} << 20;
@@ -115,6 +117,7 @@ int run_compile_source(const CompileArgs& args, const GlobalOptions& global) {
   options.device = DeviceUse::none;  // compiling needs no GPU
   // Compiling into the cache is this command's job: an unusable directory is an error.
   options.cache_requirement = CacheRequirement::required;
+  if (args.no_compile) options.no_compile = true;  // else JITCACHE_NO_COMPILE decides
   auto runtime = Runtime::open(options);
   if (!runtime) return report(runtime.error(), k_exit_usage);  // the cache, the remote: environment
   if (auto declared = (*runtime)->declare_family(schema); !declared) return report(declared.error());
@@ -149,6 +152,16 @@ int run_compile(const CompileArgs& args, const GlobalOptions& global) {
       return report(make_error(ErrorCode::invalid_argument, "--entry, --kind and --cubin-out need --source").error());
   if (!args.facts.empty() || !args.options.empty() || !args.headers.empty())
     return report(make_error(ErrorCode::invalid_argument, "--fact, --option and --include-header need --source").error());
+  // Every variant through NVRTC, bypassing the cache: there is nothing to find, so in
+  // no-compile mode the command has nothing to do but refuse (the environment's choice: 2).
+  const auto no_compile = args.no_compile ? Result<bool>(true) : env::get_bool(env::jitcache_no_compile);
+  if (!no_compile) return report(no_compile.error(), k_exit_usage);
+  if (*no_compile)
+    return report(make_error(ErrorCode::unavailable,
+                             "no-compile mode (--no-compile or JITCACHE_NO_COMPILE): `jitcache compile` without "
+                             "--source compiles every variant with NVRTC and uses no cache; nothing was compiled")
+                      .error(),
+                  k_exit_usage);
   std::vector<Target> targets;
   if (args.archs.empty()) {
     for (auto t : default_targets()) targets.push_back(Target{std::string(t)});
@@ -222,6 +235,9 @@ void register_compile(CLI::App& root, Context& context) {
       ->allow_extra_args(false);
   cmd->add_option("--include-header", args->headers, "NAME=FILE: a header the CUDA source includes (repeatable)");
   cmd->add_option("--cubin-out", args->cubin_out, "Also write the cubin to this file");
+  cmd->add_flag("--no-compile", args->no_compile,
+                "Compile nothing: with --source, a kernel missing from every cache tier is an error (exit 2); "
+                "JITCACHE_NO_COMPILE=1 does the same");
   context.bind(cmd, [args, &context] { return run_compile(*args, context.global); });
 }
 

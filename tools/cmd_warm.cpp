@@ -21,6 +21,7 @@ struct WarmArgs {
   FormatArgs format;
   unsigned jobs = 0;
   bool json = false;
+  bool no_compile = false;
 };
 
 // One line per variant when stderr is not a terminal; a redrawn bar when it is.
@@ -58,6 +59,8 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
   options.device = DeviceUse::none;  // warming needs no GPU
   // Warming is the cache's job: an unusable directory is an error, not a memory-only run.
   options.cache_requirement = CacheRequirement::required;
+  // Without the flag JITCACHE_NO_COMPILE decides; a miss in that mode is exit 2 (unavailable).
+  if (args.no_compile) options.no_compile = true;
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   if (!args.json) options.progress = [tty](const PrepareProgress& p) { show_progress(p, tty); };
   auto runtime = Runtime::open(options);
@@ -131,6 +134,9 @@ void register_warm(CLI::App& root, Context& context) {
   add_format_options(cmd, args->format);
   cmd->add_option("--jobs", args->jobs, "Parallel compiles (default: one per core)");
   cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  cmd->add_flag("--no-compile", args->no_compile,
+                "Compile nothing: a variant missing from every cache tier is an error (exit 2) naming it; "
+                "JITCACHE_NO_COMPILE=1 does the same");
   context.bind(cmd, [args, &context] { return run_warm(*args, context.global); });
 }
 

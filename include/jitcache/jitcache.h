@@ -212,6 +212,10 @@ typedef struct jitcache_runtime_options {
   double verify_spec;         /* shadow verification of jitcache_lookup hits: the fraction
                                  answered JITCACHE_LOOKUP_VERIFY, 0 to 1 (0 never, 1 always);
                                  negative (the _init default): JITCACHE_VERIFY_SPEC (unset: 0) */
+  int32_t no_compile;         /* no-compile mode: 1 a kernel missing from every cache tier is
+                                 JITCACHE_ERROR_UNAVAILABLE naming the variant and every tier it
+                                 was looked up in, and nothing is compiled; 0 off; negative (the
+                                 _init default): JITCACHE_NO_COMPILE (unset: off) */
   const char* providers;      /* cache providers (directories made by `jitcache pack`, such as
                                  installed cache wheels) separated by ':', asked after the
                                  local cache and before the remote, after those
@@ -452,6 +456,20 @@ JITCACHE_API void jitcache_string_free(char* text);
  *   "scales": the document `jitcache scales show --json` prints (layers, provenance).
  * Thread-safe (the model is immutable). */
 JITCACHE_API jitcache_status jitcache_model_describe(const jitcache_model* model, char** out);
+
+/* Which cache tier holds each variant jitcache_prepare_with(runtime, options) would need,
+ * without preparing: nothing is compiled, loaded, counted or copied between tiers. One JSON
+ * object:
+ *   "target", "format", "covered" (true when every variant is held by a tier),
+ *   "missing" (how many are not),
+ *   "variants": [{"label" ("writer/dynamic/b12x-432/sm_100a"), "kernel", "latent_scale",
+ *                 "format", "target", "key", "tier" ("memory" | "local" | "provider" |
+ *                 "remote", or null: no tier holds it), "tier_name" (the tier's own name,
+ *                 or null), "layers" (the layers using it)}, ...].
+ * The options' errors are jitcache_prepare_with's. */
+JITCACHE_API jitcache_status jitcache_runtime_coverage(jitcache_runtime* runtime,
+                                                       const jitcache_prepare_options* options,
+                                                       char** out);
 
 /* Resolves a checkpoint's per-layer scales without compiling anything: the same
  * precedence (scales_override, then VLLM_NVFP4_MLA_SCALES_FILE, then the checkpoint's

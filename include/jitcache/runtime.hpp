@@ -91,8 +91,13 @@ struct RuntimeOptions {
   // as installed cache wheels), asked after the local cache and before the remote, after
   // those JITCACHE_PROVIDERS names. A hit is verified and copied into the local cache; a
   // provider that is missing or fails its checks is a warning, never an error. See
-  // docs/zero-compile.md.
+  // docs/cache-wheels.md.
   std::vector<std::filesystem::path> providers;
+  // No-compile mode: a kernel missing from every cache tier is ErrorCode::unavailable naming
+  // the variant (kernel, format, latent scale, target, key) and every tier it was looked up
+  // in, and nothing is compiled; prepare() names every missing variant of the model.
+  // Unset: JITCACHE_NO_COMPILE (a boolean; unset: off).
+  std::optional<bool> no_compile;
 };
 
 struct ModelSpec {
@@ -208,6 +213,25 @@ class PreparedModel {
   virtual Status launch_gather(int layer, const GatherLaunch& args, void* stream) const = 0;
 };
 
+// Where a variant's kernel is, as Runtime::coverage reports it: the tier that would serve
+// it, in lookup order: this process's memory, the local cache directory, a provider
+// (prebuilt kernels installed on the node), the remote shared by a fleet.
+enum class CoverageTier { memory, local, provider, remote };
+const char* to_string(CoverageTier tier);  // "memory", "local", "provider", "remote"
+
+// One variant a model needs and the tier holding its kernel.
+struct VariantCoverage {
+  std::string label;  // "writer/dynamic/b12x-432/sm_100a"
+  KernelKind kernel = KernelKind::writer;
+  LatentScale latent_scale = LatentScale::identity;
+  RecordFormat format = RecordFormat::b12x_432;
+  std::string target;
+  std::string key;                  // the cache key a lookup uses, 32 hex digits
+  std::optional<CoverageTier> tier;  // none: no tier holds it (prepare would compile it)
+  std::string tier_name;            // the tier's own name ("disk", "redis", ...); empty when none
+  std::vector<int> layers;          // the layers whose kernels it is
+};
+
 struct DeviceStatus {
   bool available = false;
   std::string reason;  // why not, when unavailable
@@ -221,6 +245,10 @@ class Runtime {
   virtual ~Runtime() = default;
 
   virtual Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) = 0;
+  // Which tier holds each variant prepare(model) would need, without preparing: nothing is
+  // compiled, loaded, counted (hits and misses stay as they were) or copied between tiers.
+  // The model's errors are prepare()'s.
+  virtual Result<std::vector<VariantCoverage>> coverage(const ModelSpec& model) = 0;
 
   // Kernels from outside (jitcache/compile.hpp). A family is declared once per runtime,
   // before its first compile or lookup; declaring it again with the same schema is fine,

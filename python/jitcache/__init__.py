@@ -36,6 +36,7 @@ from .runtime import (
     ResolvedScales,
     Runtime,
     RuntimeStats,
+    VariantCoverage,
     resolve_scales,
 )
 

@@ -72,6 +72,7 @@ class RuntimeOptions(Structure):
         ("cache_requirement", _enum),
         ("remote", c_char_p),
         ("verify_spec", c_double),  # negative (the _init default): JITCACHE_VERIFY_SPEC
+        ("no_compile", c_int32),  # 1 on, 0 off, negative (the _init default): JITCACHE_NO_COMPILE
         ("providers", c_char_p),  # ':'-separated provider directories; NULL: none besides JITCACHE_PROVIDERS
     ]
 
@@ -221,6 +222,10 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "jitcache_prepare_with": (
         _status,
         [_runtime_p, POINTER(PrepareOptions), POINTER(_model_p)],
+    ),
+    "jitcache_runtime_coverage": (
+        _status,
+        [_runtime_p, POINTER(PrepareOptions), POINTER(c_void_p)],
     ),
     "jitcache_string_free": (None, [c_void_p]),
     "jitcache_model_describe": (_status, [_model_p, POINTER(c_void_p)]),

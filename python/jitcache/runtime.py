@@ -45,6 +45,7 @@ __all__ = [
     "resolve_scales",
     "CompiledKernel",
     "KernelLookup",
+    "VariantCoverage",
 ]
 
 PathArg = Union[str, "os.PathLike[str]"]
@@ -223,6 +224,41 @@ def _take_kernel(handle: int) -> CompiledKernel:
 
 
 @dataclass(frozen=True)
+class VariantCoverage:
+    """One kernel variant a model needs and the cache tier that holds it
+    (:meth:`Runtime.coverage`): "memory", "local" (the cache directory), "provider" or
+    "remote"; None when no tier does (prepare would compile it)."""
+
+    label: str  # "writer/dynamic/b12x-432/sm_100a"
+    kernel: str
+    latent_scale: str
+    format: str
+    target: str
+    key: str
+    tier: Optional[str]
+    tier_name: Optional[str]  # the tier's own name ("disk", "redis", ...)
+    layers: tuple[int, ...]
+
+    @property
+    def covered(self) -> bool:
+        return self.tier is not None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, object]) -> "VariantCoverage":
+        return cls(
+            label=str(doc["label"]),
+            kernel=str(doc["kernel"]),
+            latent_scale=str(doc["latent_scale"]),
+            format=str(doc["format"]),
+            target=str(doc["target"]),
+            key=str(doc["key"]),
+            tier=None if doc["tier"] is None else str(doc["tier"]),
+            tier_name=None if doc["tier_name"] is None else str(doc["tier_name"]),
+            layers=tuple(int(x) for x in doc["layers"]),  # type: ignore[union-attr]
+        )
+
+
+@dataclass(frozen=True)
 class DeviceInfo:
     """The device a runtime found when it opened."""
 
@@ -364,6 +400,11 @@ class Runtime:
     this environment; False: none; a list of directories: exactly those. The directories in
     JITCACHE_PROVIDERS are asked first in every case. A hit is verified and copied into the
     local cache; a provider that is missing or fails a check is a warning, never an error.
+    ``no_compile``: True makes a kernel missing from every cache tier an
+    :class:`UnavailableError` naming the variant (kernel, format, latent scale, target, key)
+    and every tier it was looked up in, instead of a compile (nothing is compiled;
+    :meth:`prepare` names every missing variant); None follows JITCACHE_NO_COMPILE (unset:
+    off). :meth:`coverage` says beforehand which variants are missing.
 
     Threads and processes: any number of threads may call one runtime, and :meth:`close`
     may come from another one meanwhile. A runtime belongs to the process that opened it: in
@@ -383,6 +424,7 @@ class Runtime:
         remote: str | None = None,
         verify_spec: float | None = None,
         providers: Any = None,
+        no_compile: bool | None = None,
     ) -> None:
         self._handle: int | None = None
         provider_dirs = _providers.directories(providers)
@@ -405,6 +447,9 @@ class Runtime:
         options.verify_spec = _verify_fraction(verify_spec)
         self._providers = tuple(provider_dirs)
         options.providers = ":".join(provider_dirs).encode() if provider_dirs else None
+        if no_compile is not None and not isinstance(no_compile, bool):
+            raise TypeError(f"no_compile: expected True, False or None, got {type(no_compile).__name__}")
+        options.no_compile = -1 if no_compile is None else int(no_compile)
         out = c_void_p()
         _log.sync()
         _lib.check(_lib_.jitcache_runtime_open(byref(options), byref(out)))
@@ -541,6 +586,37 @@ class Runtime:
         _log.sync()
         _lib.check(_lib_.jitcache_prepare_with(handle, byref(options), byref(out)))
         return Model(out.value, os.fsdecode(checkpoint), name, self._device_ordinal)
+
+    def coverage(
+        self,
+        checkpoint: PathArg,
+        target: str | None = None,
+        *,
+        format: str | None = None,
+        rope: str | None = None,
+        latent_scale: str | None = None,
+        scales_override: PathArg | None = None,
+        revision: str | None = None,
+    ) -> list[VariantCoverage]:
+        """Which cache tier holds each kernel variant :meth:`prepare` would need for these
+        arguments, without preparing: nothing is compiled, loaded, counted or copied between
+        tiers. Each :class:`VariantCoverage` names its tier ("memory", "local", "provider",
+        "remote"), or None when no tier holds it."""
+        handle = self._live()
+        name, latent = _format_name(format, rope, latent_scale)
+        options = _lib.PrepareOptions()
+        _lib_.jitcache_prepare_options_init(byref(options))
+        options.checkpoint = _lib.encode_path("checkpoint", checkpoint)
+        options.format = _lib.FORMATS[name]
+        options.latent_scale = _latent_enum(latent)
+        options.target = _optional_text("target", target)
+        options.scales_override = _lib.encode_path("scales_override", scales_override)
+        options.revision = _optional_text("revision", revision)
+        out = c_void_p()
+        _log.sync()
+        _lib.check(_lib_.jitcache_runtime_coverage(handle, byref(options), byref(out)))
+        doc = json.loads(_lib.take_string(out))
+        return [VariantCoverage.from_json(v) for v in doc["variants"]]
 
     # ---- kernels from outside: a family's source, compiled and cached by its spec ----
     def declare_family(

@@ -91,6 +91,7 @@ ENVIRONMENT_VARIABLES: dict[str, Callable[[], Optional[str]]] = {
         "VLLM_NVFP4_MLA_SCALES_FILE",  # a v1 scales file that beats the checkpoint's scales
         "JITCACHE_STRICT",  # strict mode (boolean)
         "JITCACHE_REQUIRE_CACHE",  # fail instead of running memory-only (boolean)
+        "JITCACHE_NO_COMPILE",  # fail on a kernel missing from every tier instead of compiling (boolean)
         "JITCACHE_LINEINFO",  # compile kernels with -lineinfo (boolean)
     )
 }

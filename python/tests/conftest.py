@@ -73,7 +73,8 @@ def _environment_left_as_found() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _clean_environment(_environment_left_as_found: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Variables that would change what the tests expect (each test that wants one sets it)."""
-    for name in ("VLLM_NVFP4_MLA_SCALES_FILE", "JITCACHE_REQUIRE_CACHE", "JITCACHE_LOG_LEVEL", "JITCACHE_PROVIDERS"):
+    for name in ("VLLM_NVFP4_MLA_SCALES_FILE", "JITCACHE_REQUIRE_CACHE", "JITCACHE_NO_COMPILE",
+                 "JITCACHE_LOG_LEVEL", "JITCACHE_PROVIDERS"):
         monkeypatch.delenv(name, raising=False)
 
 

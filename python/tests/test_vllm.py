@@ -236,7 +236,7 @@ def test_every_variable_the_cli_lists_is_registered_or_left_out_on_purpose(cli: 
     assert not registered & left_out
     assert ours <= registered | left_out, ours - registered - left_out
     assert {"VLLM_NVFP4_MLA_SCALES_FILE", "JITCACHE_STRICT", "JITCACHE_REQUIRE_CACHE",
-            "JITCACHE_LINEINFO"} <= registered
+            "JITCACHE_NO_COMPILE", "JITCACHE_LINEINFO"} <= registered
 
 
 # ---- the scales helper on a Hugging Face snapshot ----------------------------------------

@@ -20,6 +20,7 @@
 #include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/capi/handles.hpp"
 #include "kernel_templates/kernel_spec.hpp"
+#include "runtime/model_plan.hpp"
 #include "runtime/scales/scale_resolver.hpp"
 
 namespace jitcache::capi {
@@ -91,16 +92,16 @@ Result<jitcache_runtime_options> read_options(const char* self, const jitcache_r
     return make_error(ErrorCode::invalid_argument,
                       field + "verify_spec is " + std::to_string(options.verify_spec) +
                           ", expected a fraction from 0 to 1, or negative for JITCACHE_VERIFY_SPEC");
+  if (options.no_compile > 1)
+    return make_error(ErrorCode::invalid_argument,
+                      field + "no_compile is " + std::to_string(options.no_compile) +
+                          ", expected 1 (on), 0 (off) or negative for JITCACHE_NO_COMPILE");
   return options;
 }
 
-jitcache_status prepare_model(const char* self, jitcache_runtime* runtime,
-                              const jitcache_prepare_options& options, jitcache_model** out) {
-  if (runtime == nullptr) return null_argument(self, "runtime");
+// The model the options name; a status other than JITCACHE_OK is the options' error.
+jitcache_status read_model(const char* self, const jitcache_prepare_options& options, ModelSpec& spec) {
   if (options.checkpoint == nullptr) return null_argument(self, "checkpoint");
-  if (out == nullptr) return null_argument(self, "out");
-  if (t_log_callback_depth > 0) return refused_in_log_callback(self);
-  ModelSpec spec;
   spec.checkpoint = options.checkpoint;
   if (options.format == k_format_from_rope) {
     const std::optional<RecordFormat> rope = read_rope(options.rope);
@@ -128,6 +129,17 @@ jitcache_status prepare_model(const char* self, jitcache_runtime* runtime,
   if (options.target != nullptr) spec.target = options.target;
   if (options.scales_override != nullptr) spec.scales_override = std::filesystem::path(options.scales_override);
   if (!is_unset(options.revision)) spec.checkpoint_revision = std::string(options.revision);
+  return JITCACHE_OK;
+}
+
+jitcache_status prepare_model(const char* self, jitcache_runtime* runtime,
+                              const jitcache_prepare_options& options, jitcache_model** out) {
+  if (runtime == nullptr) return null_argument(self, "runtime");
+  if (options.checkpoint == nullptr) return null_argument(self, "checkpoint");
+  if (out == nullptr) return null_argument(self, "out");
+  if (t_log_callback_depth > 0) return refused_in_log_callback(self);
+  ModelSpec spec;
+  if (const jitcache_status read = read_model(self, options, spec); read != JITCACHE_OK) return read;
   auto prepared = runtime->runtime->prepare(spec);
   if (!prepared) return fail(prepared.error());
   *out = new jitcache_model{std::move(*prepared)};
@@ -237,6 +249,7 @@ void jitcache_runtime_options_init(jitcache_runtime_options* options) {
   options->struct_size = sizeof *options;
   options->device = JITCACHE_DEVICE_AUTO;
   options->verify_spec = -1.0;
+  options->no_compile = -1;
 }
 
 jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jitcache_runtime** out) {
@@ -271,6 +284,9 @@ jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jit
         rest.remove_prefix(colon + 1);
       }
     }
+    // Zero from a caller whose struct_size ends before it reads as "the environment" too:
+    // read_input_struct fills what the caller's struct lacks from _init.
+    if (options.no_compile >= 0) cxx.no_compile = options.no_compile == 1;
     auto opened = Runtime::open(std::move(cxx));
     if (!opened) return fail(opened.error());
     auto handle = std::make_unique<jitcache_runtime>();
@@ -481,6 +497,25 @@ jitcache_status jitcache_model_describe(const jitcache_model* model, char** out)
     if (!pass) return closed_handle(self, "model");
     if (out == nullptr) return null_argument(self, "out");
     return hand_out(describe(*model->model), out);
+  });
+}
+
+jitcache_status jitcache_runtime_coverage(jitcache_runtime* runtime, const jitcache_prepare_options* given,
+                                         char** out) {
+  return guarded(__func__, [&](const char* self) {
+    if (runtime == nullptr) return null_argument(self, "runtime");
+    if (given == nullptr) return null_argument(self, "options");
+    if (out == nullptr) return null_argument(self, "out");
+    if (t_log_callback_depth > 0) return refused_in_log_callback(self);
+    const auto options =
+        read_input_struct(std::string(self) + ": options.", given, k_prepare_options_v1_size,
+                          &jitcache_prepare_options_init, "jitcache_prepare_options_init");
+    if (!options) return fail(options.error());
+    ModelSpec spec;
+    if (const jitcache_status read = read_model(self, *options, spec); read != JITCACHE_OK) return read;
+    auto covered = runtime->runtime->coverage(spec);
+    if (!covered) return fail(covered.error());
+    return hand_out(coverage_json(*covered), out);
   });
 }
 

@@ -364,6 +364,14 @@ const ProviderManifest* ProviderTier::manifest() {
 }
 
 Result<std::optional<cache::TierHit>> ProviderTier::get(const cache::CacheKey& key) {
+  return read(key, Counting::yes);
+}
+
+Result<std::optional<cache::TierHit>> ProviderTier::peek(const cache::CacheKey& key) {
+  return read(key, Counting::no);
+}
+
+Result<std::optional<cache::TierHit>> ProviderTier::read(const cache::CacheKey& key, Counting counting) {
   const ProviderItem* item = nullptr;
   {
     std::lock_guard lock(m_mutex);
@@ -384,12 +392,12 @@ Result<std::optional<cache::TierHit>> ProviderTier::get(const cache::CacheKey& k
     }
     cache::Counters delta;
     delta.provider_rejects = 1;
-    count(delta);
+    if (counting == Counting::yes) count(delta);
     return std::optional<cache::TierHit>();
   }
   cache::Counters delta;
   delta.provider_hits = 1;
-  count(delta);
+  if (counting == Counting::yes) count(delta);
   cache::TierHit hit;
   hit.bytes = std::move(*bytes);
   hit.compile_ms = item->compile_ms;

@@ -157,6 +157,9 @@ class ProviderTier final : public cache::StorageTier {
   // "provider <dir>"
   std::string name() const override;
   Result<std::optional<cache::TierHit>> get(const cache::CacheKey& key) override;
+  // The same read and checks, counting nothing (Store::locate: `jitcache coverage`); an entry
+  // that fails them is refused and warned about as get() would.
+  Result<std::optional<cache::TierHit>> peek(const cache::CacheKey& key) override;
   Status put(const cache::CacheKey& key, const cache::TierEntry& entry) override;
   Result<std::optional<cache::TierHit>> create(const cache::CacheKey& key, const cache::TierEntry& entry) override;
   Status remove(const cache::CacheKey& key) override;
@@ -171,6 +174,8 @@ class ProviderTier final : public cache::StorageTier {
  private:
   void load();
   void count(const cache::Counters& delta);
+  enum class Counting { yes, no };
+  Result<std::optional<cache::TierHit>> read(const cache::CacheKey& key, Counting counting);
 
   std::filesystem::path m_dir;
   std::optional<std::string> m_fleet_key;

@@ -97,6 +97,47 @@ Result<cache::Facts> kernel_facts(const GeneratedSource& source, const Compiler&
   return facts;
 }
 
+std::string describe_tiers(const cache::Store& store) {
+  std::string text;
+  for (const cache::TierInfo& tier : store.tiers()) {
+    if (!text.empty()) text += ", ";
+    text += tier.name;
+    if (tier.kind == cache::Tier::disk && !store.root().empty()) text += " (" + store.root().string() + ")";
+  }
+  return text;
+}
+
+Error no_compile_miss(const std::string& what, const cache::Store& store) {
+  return Error{ErrorCode::unavailable,
+               "no-compile mode (JITCACHE_NO_COMPILE, or the no_compile option): " + what +
+                   "; looked up in " + describe_tiers(store) + "; nothing was compiled",
+               {}};
+}
+
+namespace {
+
+std::string describe_variant(const KernelSpec& spec, const std::string& key) {
+  return spec.label() + " (kernel " + to_string(spec.kernel) + ", format " + to_string(spec.format) +
+         ", latent_scale " + to_string(spec.latent_scale) + ", target " + spec.target.name + ", key " + key + ")";
+}
+
+}  // namespace
+
+Result<cache::Facts> KernelCache::facts_of(const KernelSpec& spec) const {
+  return kernel_facts(generate(spec), m_compiler);
+}
+
+Error KernelCache::missing(std::span<const KernelSpec> specs) const {
+  std::string what;
+  for (const KernelSpec& spec : specs) {
+    auto facts = facts_of(spec);
+    const std::string key = facts ? facts->key().to_hex() : "unknown: " + facts.error().message;
+    what += (what.empty() ? "" : "; ") + describe_variant(spec, key);
+  }
+  const std::string head = specs.size() == 1 ? "kernel " : std::to_string(specs.size()) + " kernels are missing: ";
+  return no_compile_miss(head + what + (specs.size() == 1 ? " is in no tier" : ""), m_store);
+}
+
 Result<KernelFetch> KernelCache::get(const KernelSpec& spec, BundleText text) {
   auto fetched = lookup(spec, text, OnMiss::compile);
   if (!fetched) return std::unexpected(std::move(fetched.error()));
@@ -114,7 +155,10 @@ Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, B
   const GeneratedSource source = generate(spec);
   const cache::Facts facts = JC_TRY(kernel_facts(source, m_compiler));
   auto fetched = fetch(source, facts, text, OnMiss::report);
-  if (fetched && !*fetched && on_miss == OnMiss::compile) fetched = fetch(source, facts, text, on_miss);
+  if (fetched && !*fetched && on_miss == OnMiss::compile) {
+    if (no_compile()) return std::unexpected(missing(std::span<const KernelSpec>(&spec, 1)));
+    fetched = fetch(source, facts, text, on_miss);
+  }
   if (fetched || fetched.error().code != ErrorCode::invalid_input) return fetched;
   // The blob verified against its digest but is not a usable artifact (a foreign or
   // buggy writer): drop the entry and compile once more.
@@ -122,6 +166,11 @@ Result<std::optional<KernelFetch>> KernelCache::lookup(const KernelSpec& spec, B
   cache::EntryFilter only;
   only.key_prefix = facts.key().to_hex();
   JC_TRY(m_store.remove(only, cache::DryRun::no));
+  if (no_compile() && on_miss == OnMiss::compile) {
+    auto again = fetch(source, facts, text, OnMiss::report);
+    if (again && !*again) return std::unexpected(missing(std::span<const KernelSpec>(&spec, 1)));
+    return again;
+  }
   return fetch(source, facts, text, on_miss);
 }
 
@@ -174,6 +223,11 @@ Status fetch_each(KernelCache& kernels, std::span<const KernelSpec> specs, unsig
     const auto found = JC_TRY(kernels.find(specs[i], text));
     if (found) JC_TRY(on_fetched(i, *found, started));
     else misses.push_back(i);
+  }
+  if (kernels.no_compile() && !misses.empty()) {
+    std::vector<KernelSpec> missing;
+    for (std::size_t i : misses) missing.push_back(specs[i]);
+    return std::unexpected(kernels.missing(missing));
   }
   std::vector<std::optional<Error>> errors(misses.size());
   std::atomic<std::size_t> next{0};

@@ -48,9 +48,24 @@ struct KernelFetch {
   cache::SharedBytes bytes;  // the stored bundle the artifact was read from (what an export copies)
 };
 
+// Whether a miss may be compiled. NoCompile::yes is the no-compile mode
+// (JITCACHE_NO_COMPILE, RuntimeOptions::no_compile): a miss is an error
+// (ErrorCode::unavailable) naming the variant and every tier it was looked up in, and the
+// compiler is never called; a fleet that ships its kernels finds out at start, not by a
+// silent compile.
+enum class NoCompile { no, yes };
+
+// The tiers a lookup in `store` asks, in order, for messages: "memory, disk (<root>), redis".
+std::string describe_tiers(const cache::Store& store);
+
+// The error of a miss in no-compile mode: `what` names what is missing ("kernel
+// writer/dynamic/b12x-432/sm_100a (...)"), followed by the tiers it was looked up in.
+Error no_compile_miss(const std::string& what, const cache::Store& store);
+
 class KernelCache {
  public:
-  KernelCache(cache::Store& store, const Compiler& compiler) : m_store(store), m_compiler(compiler) {}
+  KernelCache(cache::Store& store, const Compiler& compiler, NoCompile no_compile = NoCompile::no)
+      : m_store(store), m_compiler(compiler), m_no_compile(no_compile) {}
 
   // The artifact for `spec`; compiles on a miss. A kernel stored under another compiler
   // fingerprint (an earlier derivation of it, or another build) is never served for this
@@ -63,6 +78,17 @@ class KernelCache {
   // The same from the cache alone: std::nullopt where get() would have to compile.
   Result<std::optional<KernelFetch>> find(const KernelSpec& spec, BundleText text = BundleText::load);
 
+  // The facts a lookup of `spec` uses (kernel_facts of its generated source) and their key.
+  Result<cache::Facts> facts_of(const KernelSpec& spec) const;
+
+  bool no_compile() const { return m_no_compile == NoCompile::yes; }
+  // No-compile mode's error for `specs`, all missing: each named by its label, its kernel,
+  // format, latent scale and target, and its key, then every tier looked up in.
+  Error missing(std::span<const KernelSpec> specs) const;
+
+  cache::Store& store() const { return m_store; }
+  const Compiler& compiler() const { return m_compiler; }
+
  private:
   enum class OnMiss { compile, report };
   Result<std::optional<KernelFetch>> lookup(const KernelSpec& spec, BundleText text, OnMiss on_miss);
@@ -71,6 +97,7 @@ class KernelCache {
 
   cache::Store& m_store;
   const Compiler& m_compiler;
+  NoCompile m_no_compile;
 };
 
 // Fetches every spec: first what the cache has, in order and on this thread, then the
@@ -78,7 +105,8 @@ class KernelCache {
 // takes a core). The warm path (everything cached) starts no thread. `on_fetched` is called
 // once per spec, from the thread that fetched it, with the spec's index and when its fetch
 // started; calls may run concurrently. The first error (a fetch's or on_fetched's) is
-// returned once every thread is done.
+// returned once every thread is done. In no-compile mode the misses are one error naming
+// each of them (KernelCache::missing), and nothing is compiled.
 using OnFetched =
     std::function<Status(std::size_t index, const KernelFetch& fetched, std::chrono::steady_clock::time_point started)>;
 Status fetch_each(KernelCache& kernels, std::span<const KernelSpec> specs, unsigned jobs, BundleText text,

@@ -7,6 +7,7 @@
 #include "remote/remote_config.hpp"
 #include "runtime/compile/cache_dir.hpp"
 #include "runtime/compile/source_cache.hpp"
+#include "support/env.hpp"
 
 namespace jitcache {
 
@@ -80,6 +81,8 @@ std::vector<NvrtcOptions::StandIn> nvrtc_builds_of(const std::vector<std::shared
 
 Result<OpenedKernelCache> open_kernel_cache(const KernelCacheOptions& options) {
   OpenedKernelCache opened;
+  const bool no_compile = options.no_compile ? *options.no_compile : JC_TRY(env::get_bool(env::jitcache_no_compile));
+  opened.no_compile = no_compile ? NoCompile::yes : NoCompile::no;
   opened.remote = open_remote(options);
   opened.providers = open_providers(options);
   cache::StoreOptions store_options = options.store;
@@ -107,7 +110,7 @@ Result<OpenedKernelCache> open_kernel_cache(const KernelCacheOptions& options) {
     return nvrtc_builds_of(providers);
   };
   opened.compiler = make_nvrtc_compiler(std::move(nvrtc));
-  opened.kernels = std::make_unique<KernelCache>(*opened.store, *opened.compiler);
+  opened.kernels = std::make_unique<KernelCache>(*opened.store, *opened.compiler, opened.no_compile);
   return opened;
 }
 

@@ -49,6 +49,9 @@ struct KernelCacheOptions {
   ProviderUse provider_use = ProviderUse::from_environment;
   // Provider directories besides JITCACHE_PROVIDERS (RuntimeOptions::providers).
   std::vector<std::filesystem::path> providers;
+  // No-compile mode (kernel_cache.hpp, NoCompile); unset: JITCACHE_NO_COMPILE (a boolean;
+  // a value that is not one is ErrorCode::invalid_input naming it).
+  std::optional<bool> no_compile;
 };
 
 // The parts, owned together; `kernels` refers to `*store` and `*compiler`.
@@ -66,6 +69,7 @@ struct OpenedKernelCache {
   // fingerprint compile; a memory-only store's refused directory is not read at all.
   std::unique_ptr<Compiler> compiler;
   std::unique_ptr<KernelCache> kernels;
+  NoCompile no_compile = NoCompile::no;  // as resolved; the kernel cache's and the source cache's
 };
 
 Result<OpenedKernelCache> open_kernel_cache(const KernelCacheOptions& options);

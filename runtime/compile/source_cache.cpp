@@ -309,7 +309,19 @@ Result<SourceResult> SourceCache::fetch(const KernelRequest& request, const cach
     log_debug("compiled " + label_of(request) + " in " + std::to_string(out.compile_ms) + " ms");
     return cache::Produced{serialize_bundle(artifact), out.compile_ms};
   };
-  cache::Fetched fetched = JC_TRY(m_store.get_or_create(facts.key(), facts, producer, label_of(request)));
+  cache::Fetched fetched;
+  if (m_options.no_compile == NoCompile::yes) {
+    auto hit = JC_TRY(m_store.get(facts.key()));
+    if (!hit)
+      return std::unexpected(no_compile_miss(
+          "kernel " + label_of(request) + " (family " + request.family + ", spec " + describe_spec(request.spec) +
+              ", kind " + to_string(request.kind) + ", target " + request.target + ", key " + facts.key().to_hex() +
+              ") is in no tier",
+          m_store));
+    fetched = cache::Fetched{std::move(hit->bytes), cache::source_of(hit->tier), std::move(hit->decoded)};
+  } else {
+    fetched = JC_TRY(m_store.get_or_create(facts.key(), facts, producer, label_of(request)));
+  }
   // Decoded and checked already by an earlier fetch of this memory entry (same key, so same facts).
   if (auto done = std::dynamic_pointer_cast<const DecodedSource>(fetched.decoded)) {
     SourceResult result = done->result;

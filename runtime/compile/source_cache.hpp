@@ -31,6 +31,7 @@
 
 #include "cache/store.hpp"
 #include "jitcache/error.hpp"
+#include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/kernel_request.hpp"
 
 namespace jitcache {
@@ -92,6 +93,9 @@ struct SourceCacheOptions {
   // Whether a read also checks that the cubin is an ELF image holding the entry as a
   // function (cubin_elf.hpp). Off only for tests whose compile step is a fake.
   bool check_cubin = true;
+  // No-compile mode (kernel_cache.hpp): compile() fails on a miss (ErrorCode::unavailable,
+  // naming the request and every tier looked up in) and never calls the compile step.
+  NoCompile no_compile = NoCompile::no;
 };
 
 // The check of a source cache entry's bytes against its facts, for tiers that are not this

@@ -84,9 +84,11 @@ class SourceCacheTest : public jitcache::testing::TempDirTest {
     };
     options.tools = [](SourceKind kind) -> Result<ToolFacts> { return fake_tools(kind); };
     options.check_cubin = false;  // the fake cubin is no ELF image
+    options.no_compile = no_compile;
     cache = std::make_unique<SourceCache>(*store, options);
   }
 
+  NoCompile no_compile = NoCompile::no;
   SpecRegistry registry;
   std::atomic<int> compiles{0};
   std::unique_ptr<cache::Store> store;
@@ -270,6 +272,34 @@ TEST_F(SourceCacheTest, CompilesOnceThenServesFromCacheAndAFreshStore) {
   EXPECT_TRUE(third->from_cache);
   EXPECT_EQ(third->source, cache::Source::disk);
   EXPECT_EQ(third->cubin, first->cubin);
+  EXPECT_EQ(compiles.load(), 1);
+}
+
+TEST_F(SourceCacheTest, NoCompileModeFailsOnAMissNamingTheRequestAndEveryTier) {
+  no_compile = NoCompile::yes;
+  reopen();
+  const KernelRequest r = sample_request();
+  auto missed = cache->compile(r);
+  ASSERT_FALSE(missed);
+  EXPECT_EQ(missed.error().code, ErrorCode::unavailable);
+  const std::string& message = missed.error().message;
+  for (const char* part : {"no-compile mode", "JITCACHE_NO_COMPILE", "family scaler", "dtype=f32", "block=128",
+                           "kind cuda", "target sm_90", "looked up in memory, disk (", "nothing was compiled"})
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  EXPECT_EQ(compiles.load(), 0) << "no-compile mode never calls the compile step";
+  EXPECT_EQ(store->session_counters().produces, 0u);
+  EXPECT_EQ(store->session_counters().misses, 1u) << "the miss is a miss";
+
+  // Compiled by a node that may compile, it is served here from the disk.
+  no_compile = NoCompile::no;
+  reopen();
+  ASSERT_TRUE(cache->compile(r));
+  EXPECT_EQ(compiles.load(), 1);
+  no_compile = NoCompile::yes;
+  reopen();
+  auto served = cache->compile(r);
+  ASSERT_TRUE(served) << served.error().to_string();
+  EXPECT_EQ(served->source, cache::Source::disk);
   EXPECT_EQ(compiles.load(), 1);
 }
 

@@ -4,16 +4,19 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include <unistd.h>
 
 #include "cache/store.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "kernel_templates/variant_plan.hpp"
 #include "runtime/compile/binding_guard.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/device/cuda_driver.hpp"
+#include "runtime/device_target.hpp"
 #include "runtime/kv/host_executor.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
@@ -169,7 +172,11 @@ class RuntimeImpl final {
     m_driver = *driver;
     m_device.available = true;
     m_device.name = m_driver->device().name;
-    m_device.target = m_driver->device().target;
+    const DeviceInfo& info = m_driver->device();
+    // The most specific target for the chip: what prepare() compiles when the cache holds
+    // none of the others.
+    const std::vector<std::string> targets = targets_for_device(info.major, info.minor);
+    if (!targets.empty()) m_device.target = targets.front();
   }
 
   Status declare_family(const SpecSchema& schema) { return m_families.add(schema); }
@@ -210,15 +217,21 @@ class RuntimeImpl final {
                             "); identity and dynamic follow each layer's scale");
     prepared->m_policy = model.latent_scale ? LatentPolicy::per_token : default_policy(model.format);
 
-    std::string target_name = model.target;
-    if (target_name.empty()) {
-      if (!m_device.available)
-        return make_error(ErrorCode::unavailable,
-                          "no target given and no device to detect one from: " + m_device.reason);
-      target_name = m_device.target;
+    // A target named is checked before anything is read: it must be one of this build's,
+    // and, with a device, one whose cubin runs on it (no cubin is loaded where NVIDIA's
+    // rule says it cannot run; docs/targets.md).
+    std::optional<Target> named;
+    if (!model.target.empty()) {
+      named = JC_TRY(parse_target(model.target));
+      if (m_driver) {
+        const DeviceInfo& info = m_driver->device();
+        if (auto runs = check_cubin_runs_on(named->name, info.major, info.minor); !runs)
+          return make_error(ErrorCode::invalid_argument,
+                            "target " + named->name + " for " + info.name + ": " + runs.error().message);
+      }
+    } else if (!m_device.available) {
+      return make_error(ErrorCode::unavailable, "no target given and no device to detect one from: " + m_device.reason);
     }
-    const Target target = JC_TRY(parse_target(target_name));
-    prepared->m_target = target.name;
 
     ResolveOptions resolve;
     resolve.checkpoint_dir = model.checkpoint;
@@ -231,6 +244,13 @@ class RuntimeImpl final {
                to_string(model.format) + "): each token's scale is in its record; the " +
                std::to_string(prepared->m_scales.layers.size()) + " per-layer scales (" +
                to_string(prepared->m_scales.provenance.source) + ") are not applied");
+    // Without one: the most specific target for the device whose every variant the cache
+    // holds, else the most specific one, compiled now.
+    const Target target =
+        named ? *named
+              : JC_TRY(target_for_device(m_store, *m_opened.compiler, prepared->m_scales, model.format,
+                                         prepared->m_policy, m_driver->device().major, m_driver->device().minor));
+    prepared->m_target = target.name;
     const VariantPlan plan = JC_TRY(plan_variants(prepared->m_scales, model.format, target, prepared->m_policy));
     JC_TRY(fetch_all(plan.variants, *prepared));
     JC_TRY(bind(plan, *prepared));
@@ -288,25 +308,29 @@ class RuntimeImpl final {
     return {};
   }
 
-  // Loads a variant's cubin; when the device cannot run it (an arch-specific cubin on a
-  // different chip), falls back to the PTX of the device's generic target, compiled
-  // through the cache under its own key.
+  // Loads a variant's cubin. prepare() only plans targets whose cubins NVIDIA's rule says
+  // run on this device; should the driver still refuse one (a driver older than the
+  // cubin), it falls back to the PTX of the device's generic target (sm_90, sm_100,
+  // sm_120: the last of targets_for_device), compiled through the cache under its own key.
   Status load(Kernel& kernel) {
     const auto& api = m_driver->api();
     JC_TRY(m_driver->make_current());
     CUresult rc = api.cuModuleLoadDataEx(&kernel.module, kernel.artifact->cubin.data(), 0, nullptr, nullptr);
     if (rc == CUDA_ERROR_NO_BINARY_FOR_GPU || rc == CUDA_ERROR_INVALID_IMAGE ||
         rc == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
-      auto generic = parse_target(m_driver->device().generic_target);
-      if (!generic) return m_driver->check(rc, "cuModuleLoadDataEx");
+      const DeviceInfo& info = m_driver->device();
+      const std::vector<std::string> targets = targets_for_device(info.major, info.minor);
+      const TargetRow* row = targets.empty() ? nullptr : k_targets.find(targets.back());
+      if (row == nullptr || row->reach != TargetReach::generic) return m_driver->check(rc, "cuModuleLoadDataEx");
+      const Target generic{row->name};
       KernelSpec fallback = kernel.spec;
-      fallback.target = *generic;
+      fallback.target = generic;
       const auto fetched = JC_TRY(m_kernels.get(fallback));
       const std::string& ptx = fetched.artifact->ptx;
       rc = api.cuModuleLoadDataEx(&kernel.module, ptx.c_str(), 0, nullptr, nullptr);
       kernel.info.ptx_fallback = true;
-      log_warning("the " + kernel.spec.target.name + " cubin of " + kernel.spec.label() + " cannot run on " +
-                  m_driver->device().name + "; loaded the PTX of " + generic->name + " instead");
+      log_warning("the driver refused the " + kernel.spec.target.name + " cubin of " + kernel.spec.label() +
+                  " on " + info.name + "; loaded the PTX of " + generic.name + " instead");
     }
     JC_TRY(m_driver->check(rc, "cuModuleLoadDataEx"));
     JC_TRY(m_driver->check(api.cuModuleGetFunction(&kernel.function, kernel.module, kernel.artifact->entry.c_str()),

@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   options.cache_dir = cache_dir;
   auto runtime = Runtime::open(options);
   if (!runtime) return fail(runtime.error());
-  std::printf("%s (%s)\n", driver->device().name.c_str(), driver->device().target.c_str());
+  std::printf("%s (compute capability %d.%d)\n", driver->device().name.c_str(), driver->device().major,
+              driver->device().minor);
   std::printf("%-24s %10s %10s %10s %9s\n", "kernel (64k tokens)", "time us", "GB/s", "copy GB/s", "fraction");
 
   constexpr std::int64_t tokens = 65536;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernel_templates/kernel_spec.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "kernel_templates/nvfp4_mla.cuh"
 
 namespace jitcache::kernel_model {
@@ -16,9 +17,14 @@ std::optional<ArchLimits> arch_limits(std::string_view target) {
   static constexpr ArchLimits k_hopper{"sm_90", 65536, 64, 32, 256, 255};
   static constexpr ArchLimits k_blackwell{"sm_100", 65536, 64, 32, 256, 255};
   static constexpr ArchLimits k_blackwell_consumer{"sm_120", 65536, 48, 32, 256, 255};
-  if (target == "sm_90" || target == "sm_90a") return k_hopper;
-  if (target == "sm_100" || target == "sm_100a" || target == "sm_103a") return k_blackwell;
-  if (target == "sm_120" || target == "sm_120a" || target == "sm_121a") return k_blackwell_consumer;
+  // By the compute capability the target is compiled for (k_targets): every target of a
+  // major version, generic, family- or arch-specific, has these limits; 11.0 (Thor) is not
+  // modelled.
+  const TargetRow* row = k_targets.find(target);
+  if (row == nullptr) return std::nullopt;
+  if (row->major == 9) return k_hopper;
+  if (row->major == 10) return k_blackwell;
+  if (row->major == 12) return k_blackwell_consumer;
   return std::nullopt;
 }
 

@@ -700,9 +700,14 @@ int run(const Options& options) {
         if (r.error.empty()) print_explanation(r);
   }
   if (options.smoke && failures == 0) {
-    // The smoke test's own checks: a path was found, shorter than the kernel, with the
-    // latent stores on it.
+    // The smoke test's own checks: on every target asked for, registers known and no
+    // spills, a path found, shorter than the kernel, with the latent stores on it.
     for (const auto& r : reports) {
+      if (r.usage.registers <= 0 || r.usage.spill_store_bytes != 0 || r.usage.spill_load_bytes != 0) {
+        std::fprintf(stderr, "kernel_report: error: %s: %d registers, %d bytes spilled, %d reloaded\n",
+                     r.spec.label().c_str(), r.usage.registers, r.usage.spill_store_bytes, r.usage.spill_load_bytes);
+        ++failures;
+      }
       const auto& a = r.analysis;
       if (a.path_instructions <= 0 || a.path_instructions >= a.total_instructions ||
           a.memory_path.global_stores == 0 || a.memory_path.atomics != 0) {
@@ -732,8 +737,8 @@ int main(int argc, char** argv) {
       "memory instructions, bytes per token, roofline"};
   app.add_flag("--json", options.json, "One JSON document on stdout");
   app.add_flag("--smoke", options.smoke,
-               "One variant (writer/dynamic/b12x-368) on sm_90 unless --variant/--arch say otherwise; "
-               "exits 0 with a note when there is no nvdisasm");
+               "One variant (writer/dynamic/b12x-368) on sm_90 unless --variant/--arch say otherwise, "
+               "checked (registers, no spills, a plausible path); exits 0 with a note when there is no nvdisasm");
   app.add_flag("--explain", options.explain,
                "Also print each variant's branches, the instructions off the path and its source lines");
   app.add_option("--arch", options.archs, "Target(s) (default: sm_90 sm_100a sm_120a)");

@@ -73,6 +73,107 @@ std::optional<RecordFormat> parse_record_format(std::string_view text) {
   return parse_rope_format(text);
 }
 
+namespace {
+
+bool runs_on(const TargetRow& row, int major, int minor) {
+  switch (row.reach) {
+    case TargetReach::generic:
+      return major == row.major && minor >= row.minor;
+    case TargetReach::family:
+      return major == row.major && minor >= row.minor &&
+             std::ranges::any_of(k_device_capabilities, [&](const DeviceCapability& d) {
+               return d.major == major && d.minor == minor;
+             });
+    case TargetReach::arch:
+      return major == row.major && minor == row.minor;
+  }
+  return false;
+}
+
+// Lower is more specific.
+int specificity(TargetReach reach) {
+  switch (reach) {
+    case TargetReach::arch: return 0;
+    case TargetReach::family: return 1;
+    case TargetReach::generic: return 2;
+  }
+  return 3;
+}
+
+// "9.0, 10.0, 10.3, 11.0, 12.0 or 12.1": the devices some target runs on.
+std::string known_capabilities() {
+  std::vector<std::string> on;
+  for (const DeviceCapability& d : k_device_capabilities)
+    if (std::ranges::any_of(k_targets.rows, [&](const TargetRow& row) { return runs_on(row, d.major, d.minor); }))
+      on.push_back(std::to_string(d.major) + "." + std::to_string(d.minor));
+  std::string out;
+  for (std::size_t i = 0; i < on.size(); ++i) out += (i == 0 ? "" : i + 1 == on.size() ? " or " : ", ") + on[i];
+  return out;
+}
+
+}  // namespace
+
+bool cubin_runs_on(std::string_view target, int major, int minor) {
+  const TargetRow* row = k_targets.find(target);
+  return row != nullptr && runs_on(*row, major, minor);
+}
+
+std::vector<std::string> targets_for_device(int major, int minor) {
+  std::vector<const TargetRow*> rows;
+  for (const TargetRow& row : k_targets.rows)
+    if (runs_on(row, major, minor)) rows.push_back(&row);
+  std::ranges::stable_sort(rows, [](const TargetRow* a, const TargetRow* b) {
+    if (specificity(a->reach) != specificity(b->reach)) return specificity(a->reach) < specificity(b->reach);
+    return a->minor > b->minor;  // the same major: the closest to the device first
+  });
+  std::vector<std::string> out;
+  for (const TargetRow* row : rows) out.emplace_back(row->name);
+  return out;
+}
+
+Status check_cubin_runs_on(std::string_view target, int major, int minor) {
+  if (cubin_runs_on(target, major, minor)) return {};
+  const std::vector<std::string> here = targets_for_device(major, minor);
+  std::string those;
+  for (const std::string& name : here) those += (those.empty() ? "" : ", ") + name;
+  return make_error(ErrorCode::invalid_argument,
+                    "an " + std::string(target) + " cubin cannot run on a device of compute capability " +
+                        capability_text(major, minor) + ": it runs on " + capabilities_of(target) +
+                        (here.empty() ? std::string("; no target of this build runs there")
+                                      : "; the targets that run there: " + those));
+}
+
+std::string capability_text(int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); }
+
+std::string capabilities_of(std::string_view target) {
+  std::vector<std::string> on;
+  for (const DeviceCapability& d : k_device_capabilities)
+    if (cubin_runs_on(target, d.major, d.minor)) on.push_back(capability_text(d.major, d.minor));
+  if (on.empty()) return "no known device";
+  if (on.size() == 1) return on.front() + " only";
+  std::string out;
+  for (std::size_t i = 0; i < on.size(); ++i) out += (i == 0 ? "" : i + 1 == on.size() ? " and " : ", ") + on[i];
+  return out;
+}
+
+Result<Target> choose_device_target(int major, int minor, const std::function<Result<bool>(const Target&)>& held) {
+  const std::vector<std::string> candidates = targets_for_device(major, minor);
+  if (candidates.empty())
+    return make_error(ErrorCode::unavailable, "no target of this build runs on a device of compute capability " +
+                                                  capability_text(major, minor) + " (its targets run on " +
+                                                  known_capabilities() + ")");
+  for (const std::string& name : candidates) {
+    Target target{name};
+    if (JC_TRY(held(target))) return target;
+  }
+  // Compiled now: the product's target for this chip, the one caches and cache wheels are
+  // warmed with (`jitcache compile`'s default), so that nodes agree.
+  for (const std::string& name : candidates)
+    for (const TargetRow& row : k_targets.rows)
+      if (name == row.name && row.shipped == Shipped::by_default) return Target{name};
+  return Target{candidates.front()};
+}
+
 int record_bytes(RecordFormat format) { return k_record_formats[format].record_bytes; }
 
 int gathered_row_elems(RecordFormat format) { return jc::fmt::layout(k_record_formats[format].device).out_dim; }

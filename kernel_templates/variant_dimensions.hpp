@@ -216,28 +216,98 @@ constexpr bool allows(const RecordFormatRow& row, LatentScale scale) {
 // ---- target ---------------------------------------------------------------------------
 
 // Targets are exact architecture names (the driver reports them), not an enum; the table
-// lists the ones this build generates code for.
+// lists the ones this build generates code for, with the compute capability each names
+// and how far its cubin reaches.
 enum class Shipped { by_default, on_request };
+
+// Which devices a cubin of a target runs on: NVIDIA's rule, CUDA C++ Programming Guide,
+// "Compute Capabilities" > "Feature Availability" (architecture- and family-specific
+// features), and the NVIDIA blog "NVIDIA Blackwell and NVIDIA CUDA 12.9 Introduce
+// Family-Specific Architecture Features" (2025):
+//   generic   sm_XY    every device of compute capability X.z with z >= Y (SASS is
+//                      compatible within a major version, forward in the minor)
+//   family    sm_XYf   the devices of X's family (k_device_capabilities: 10.0 and 10.3 for
+//                      10, 11.0 for 11, 12.0 and 12.1 for 12) of compute capability >= X.Y:
+//                      sm_100f runs on 10.0 and 10.3, sm_120f on 12.0 and 12.1
+//   arch      sm_XYa   the devices of compute capability X.Y exactly: an sm_120a cubin never
+//                      runs on a 12.1 device
+// The most specific cubin that runs on a device is the best one for it: arch, then family
+// (the highest compute capability first), then generic (kernel_spec.hpp:
+// targets_for_device).
+enum class TargetReach { generic, family, arch };
 
 struct TargetRow {
   const char* name;  // the NVRTC --gpu-architecture value
   Shipped shipped;   // by_default: one of the product's targets (`jitcache compile`'s default)
+  int major;         // the compute capability it is compiled for
+  int minor;
+  TargetReach reach;
 };
 
 // sm_90 is the Hopper baseline (no wgmma needed here); the "a" targets are the
-// arch-specific Blackwell variants the product ships for.
-inline constexpr Dimension<TargetRow, 9> k_targets{
+// arch-specific Blackwell variants the product ships for; sm_100f and sm_120f are the
+// family-specific ones, one cubin for a whole family (B200 and B300; RTX 50xx / RTX PRO
+// and GB10).
+//
+// NVRTC 13.0 takes --gpu-architecture=sm_100f and sm_120f (and sm_103f, sm_110f, sm_121f;
+// not sm_90f). Their cubins carry the same ELF header as sm_100 / sm_100a (e_flags
+// 0x6006402, SM 100 in bits 8-15) and sm_120 / sm_120a (0x6007802); an "a" cubin alone
+// sets attribute 9 of .nv.compat, and an "f" cubin of code that uses no family feature
+// differs from the generic one only in the options its .note.nv.tkinfo records. The
+// target is therefore a fact of the key (kernel_spec.hpp), never read back from a cubin.
+inline constexpr Dimension<TargetRow, 11> k_targets{
     "target",
     {{
-        {"sm_90", Shipped::by_default},
-        {"sm_90a", Shipped::on_request},
-        {"sm_100", Shipped::on_request},
-        {"sm_100a", Shipped::by_default},
-        {"sm_103a", Shipped::on_request},
-        {"sm_110a", Shipped::on_request},
-        {"sm_120", Shipped::on_request},
-        {"sm_120a", Shipped::by_default},
-        {"sm_121a", Shipped::on_request},
+        {"sm_90", Shipped::by_default, 9, 0, TargetReach::generic},
+        {"sm_90a", Shipped::on_request, 9, 0, TargetReach::arch},
+        {"sm_100", Shipped::on_request, 10, 0, TargetReach::generic},
+        {"sm_100a", Shipped::by_default, 10, 0, TargetReach::arch},
+        {"sm_100f", Shipped::on_request, 10, 0, TargetReach::family},
+        {"sm_103a", Shipped::on_request, 10, 3, TargetReach::arch},
+        {"sm_110a", Shipped::on_request, 11, 0, TargetReach::arch},
+        {"sm_120", Shipped::on_request, 12, 0, TargetReach::generic},
+        {"sm_120a", Shipped::by_default, 12, 0, TargetReach::arch},
+        {"sm_120f", Shipped::on_request, 12, 0, TargetReach::family},
+        {"sm_121a", Shipped::on_request, 12, 1, TargetReach::arch},
     }}};
+
+// The devices the rule above knows, by compute capability; a family is the devices of one
+// major version here. A family-specific cubin runs on none other.
+struct DeviceCapability {
+  int major;
+  int minor;
+  const char* chips;  // for docs and messages
+};
+
+inline constexpr std::array<DeviceCapability, 6> k_device_capabilities{{
+    {9, 0, "H100, H200, GH200"},
+    {10, 0, "B200, GB200"},
+    {10, 3, "B300, GB300"},
+    {11, 0, "Jetson Thor"},
+    {12, 0, "RTX 50xx, RTX PRO 6000"},
+    {12, 1, "GB10 (DGX Spark)"},
+}};
+
+// Each target's name spells its compute capability and reach, and names a device above.
+consteval bool targets_name_their_capability() {
+  for (const TargetRow& row : k_targets.rows) {
+    const std::string_view name = row.name;
+    const int number = row.major * 10 + row.minor;
+    const std::string_view digits = name.substr(3, number >= 100 ? 3 : 2);
+    int parsed = 0;
+    for (char c : digits) parsed = parsed * 10 + (c - '0');
+    if (!name.starts_with("sm_") || parsed != number) return false;
+    const std::string_view suffix = name.substr(3 + digits.size());
+    const std::string_view expected = row.reach == TargetReach::arch     ? "a"
+                                      : row.reach == TargetReach::family ? "f"
+                                                                         : "";
+    if (suffix != expected) return false;
+    bool known = false;
+    for (const DeviceCapability& d : k_device_capabilities) known = known || (d.major == row.major && d.minor == row.minor);
+    if (!known) return false;
+  }
+  return true;
+}
+static_assert(targets_name_their_capability(), "a target row's name disagrees with its compute capability or reach");
 
 }  // namespace jitcache

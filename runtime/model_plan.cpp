@@ -30,7 +30,7 @@ CoverageTier coverage_tier(cache::Tier tier) {
 
 }  // namespace
 
-Result<PlannedModel> plan_model(const ModelSpec& model, const DeviceStatus& device) {
+Result<PlannedModel> plan_model(const ModelSpec& model, const DeviceStatus& device, const TargetChooser& choose) {
   if (model.checkpoint.empty()) return std::unexpected(empty_checkpoint_error());
   PlannedModel planned;
   if (model.latent_scale && *model.latent_scale != LatentScale::per_token)
@@ -38,18 +38,17 @@ Result<PlannedModel> plan_model(const ModelSpec& model, const DeviceStatus& devi
                       std::string("latent_scale: only per-token can be chosen (got ") + to_string(*model.latent_scale) +
                           "); identity and dynamic follow each layer's scale");
   planned.policy = model.latent_scale ? LatentPolicy::per_token : default_policy(model.format);
-  std::string target_name = model.target;
-  if (target_name.empty()) {
-    if (!device.available)
-      return make_error(ErrorCode::unavailable, "no target given and no device to detect one from: " + device.reason);
-    target_name = device.target;
-  }
-  planned.target = JC_TRY(parse_target(target_name));
+  // A target named is checked before anything is read.
+  if (!model.target.empty()) planned.target = JC_TRY(parse_target(model.target));
+  else if (!device.available)
+    return make_error(ErrorCode::unavailable, "no target given and no device to detect one from: " + device.reason);
   ResolveOptions resolve;
   resolve.checkpoint_dir = model.checkpoint;
   resolve.override_file = model.scales_override;
   resolve.checkpoint_revision = model.checkpoint_revision;
   planned.scales = JC_TRY(resolve_scales(resolve));
+  if (model.target.empty())
+    planned.target = choose ? JC_TRY(choose(planned.scales, planned.policy)) : JC_TRY(parse_target(device.target));
   planned.plan = JC_TRY(plan_variants(planned.scales, model.format, planned.target, planned.policy));
   return planned;
 }

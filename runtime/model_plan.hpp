@@ -3,6 +3,7 @@
 // `jitcache coverage`) and why one layer's kernels hit or miss (`jitcache explain`).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,10 +23,14 @@ struct PlannedModel {
   VariantPlan plan;
 };
 
-// The model's latent policy, target (model.target, else the device's: unavailable without
-// one), resolved scales and variant plan; the errors are prepare()'s, the caller's mistakes
-// first.
-Result<PlannedModel> plan_model(const ModelSpec& model, const DeviceStatus& device);
+// Picks the device's target when the model names none, given its scales and policy
+// (runtime/device_target.hpp: the most specific one the cache holds or can compile).
+using TargetChooser = std::function<Result<Target>(const ResolvedScales&, LatentPolicy)>;
+
+// The model's latent policy, target (model.target, else `choose`'s for the device, else the
+// device's own: unavailable without a device), resolved scales and variant plan; the errors
+// are prepare()'s, the caller's mistakes first.
+Result<PlannedModel> plan_model(const ModelSpec& model, const DeviceStatus& device, const TargetChooser& choose = {});
 
 // The tier holding each of the plan's variants (Store::locate: nothing counted or filled).
 Result<std::vector<VariantCoverage>> model_coverage(const KernelCache& kernels, const PlannedModel& planned);

@@ -4,16 +4,19 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include <unistd.h>
 
 #include "cache/store.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 #include "kernel_templates/variant_plan.hpp"
 #include "runtime/compile/binding_guard.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/device/cuda_driver.hpp"
+#include "runtime/device_target.hpp"
 #include "runtime/kv/host_executor.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
@@ -172,7 +175,11 @@ class RuntimeImpl final {
     m_driver = *driver;
     m_device.available = true;
     m_device.name = m_driver->device().name;
-    m_device.target = m_driver->device().target;
+    const DeviceInfo& info = m_driver->device();
+    // The most specific target for the chip: what prepare() compiles when the cache holds
+    // none of the others.
+    const std::vector<std::string> targets = targets_for_device(info.major, info.minor);
+    if (!targets.empty()) m_device.target = targets.front();
   }
 
   Status declare_family(const SpecSchema& schema) { return m_families.add(schema); }
@@ -198,8 +205,29 @@ class RuntimeImpl final {
     return out;
   }
 
+  // The model's plan as prepare() makes it: a target named must run on the device (no
+  // cubin is loaded where NVIDIA's rule says it cannot run; docs/targets.md); without one,
+  // the device gets the most specific target the cache's tiers hold for every variant,
+  // else its product target, compiled.
+  Result<PlannedModel> plan(const ModelSpec& model) {
+    if (!model.target.empty() && m_driver) {
+      const Target named = JC_TRY(parse_target(model.target));
+      const DeviceInfo& info = m_driver->device();
+      if (auto runs = check_cubin_runs_on(named.name, info.major, info.minor); !runs)
+        return make_error(ErrorCode::invalid_argument,
+                          "target " + named.name + " for " + info.name + ": " + runs.error().message);
+    }
+    TargetChooser choose;
+    if (m_driver)
+      choose = [this, &model](const ResolvedScales& scales, LatentPolicy policy) {
+        const DeviceInfo& info = m_driver->device();
+        return target_for_device(m_store, *m_opened.compiler, scales, model.format, policy, info.major, info.minor);
+      };
+    return plan_model(model, m_device, choose);
+  }
+
   Result<std::vector<VariantCoverage>> coverage(const ModelSpec& model) {
-    const PlannedModel planned = JC_TRY(plan_model(model, m_device));
+    const PlannedModel planned = JC_TRY(plan(model));
     return model_coverage(m_kernels, planned);
   }
 
@@ -209,7 +237,7 @@ class RuntimeImpl final {
 
   Result<std::shared_ptr<const PreparedModel>> prepare(const ModelSpec& model) {
     const auto started = std::chrono::steady_clock::now();
-    PlannedModel planned = JC_TRY(plan_model(model, m_device));
+    PlannedModel planned = JC_TRY(plan(model));
     auto prepared = std::make_shared<PreparedModelImpl>();
     prepared->m_format = model.format;
     prepared->m_policy = planned.policy;
@@ -280,25 +308,29 @@ class RuntimeImpl final {
     return {};
   }
 
-  // Loads a variant's cubin; when the device cannot run it (an arch-specific cubin on a
-  // different chip), falls back to the PTX of the device's generic target, compiled
-  // through the cache under its own key.
+  // Loads a variant's cubin. prepare() only plans targets whose cubins NVIDIA's rule says
+  // run on this device; should the driver still refuse one (a driver older than the
+  // cubin), it falls back to the PTX of the device's generic target (sm_90, sm_100,
+  // sm_120: the last of targets_for_device), compiled through the cache under its own key.
   Status load(Kernel& kernel) {
     const auto& api = m_driver->api();
     JC_TRY(m_driver->make_current());
     CUresult rc = api.cuModuleLoadDataEx(&kernel.module, kernel.artifact->cubin.data(), 0, nullptr, nullptr);
     if (rc == CUDA_ERROR_NO_BINARY_FOR_GPU || rc == CUDA_ERROR_INVALID_IMAGE ||
         rc == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
-      auto generic = parse_target(m_driver->device().generic_target);
-      if (!generic) return m_driver->check(rc, "cuModuleLoadDataEx");
+      const DeviceInfo& info = m_driver->device();
+      const std::vector<std::string> targets = targets_for_device(info.major, info.minor);
+      const TargetRow* row = targets.empty() ? nullptr : k_targets.find(targets.back());
+      if (row == nullptr || row->reach != TargetReach::generic) return m_driver->check(rc, "cuModuleLoadDataEx");
+      const Target generic{row->name};
       KernelSpec fallback = kernel.spec;
-      fallback.target = *generic;
+      fallback.target = generic;
       const auto fetched = JC_TRY(m_kernels.get(fallback));
       const std::string& ptx = fetched.artifact->ptx;
       rc = api.cuModuleLoadDataEx(&kernel.module, ptx.c_str(), 0, nullptr, nullptr);
       kernel.info.ptx_fallback = true;
-      log_warning("the " + kernel.spec.target.name + " cubin of " + kernel.spec.label() + " cannot run on " +
-                  m_driver->device().name + "; loaded the PTX of " + generic->name + " instead");
+      log_warning("the driver refused the " + kernel.spec.target.name + " cubin of " + kernel.spec.label() +
+                  " on " + info.name + "; loaded the PTX of " + generic.name + " instead");
     }
     JC_TRY(m_driver->check(rc, "cuModuleLoadDataEx"));
     JC_TRY(m_driver->check(api.cuModuleGetFunction(&kernel.function, kernel.module, kernel.artifact->entry.c_str()),

@@ -1,13 +1,18 @@
 // `jitcache audit`: finds stale identity kernels and every other bad entry in a cache;
 // with --checkpoint, the per-layer binding report; with --remote, the shared remote tier
 // instead of this machine's cache. Exit 0 clean (warnings alone included), 1 findings, 2 error.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
+#include <utility>
 
 #include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/audit/audit.hpp"
 #include "runtime/audit/remote_audit.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
+#include "runtime/device/cuda_driver.hpp"
 #include "tools/cli.hpp"
 #include "tools/format_options.hpp"
 #include "tools/remote_cli.hpp"
@@ -19,6 +24,7 @@ struct AuditArgs {
   std::string checkpoint;
   std::string scales;
   std::string arch;
+  std::string device_cc;
   FormatArgs format;
   bool remote = false;
   bool json = false;
@@ -65,6 +71,7 @@ nlohmann::json to_json(const AuditReport& r) {
                         {"bound_to_identity", l.bound_to_identity}});
     out["checkpoint"] = {{"path", c.checkpoint},
                          {"target", c.target},
+                         {"device_cc", c.device.empty() ? nlohmann::json() : nlohmann::json(c.device)},
                          {"format", c.format},
                          {"latent_scale_policy", c.latent_policy == LatentPolicy::per_token ? "per-token" : "per-layer"},
                          {"scales_source", to_string(c.provenance.source)},
@@ -92,9 +99,10 @@ void print_human(const AuditReport& r) {
   }
   if (!r.checkpoint) return;
   const CheckpointAudit& c = *r.checkpoint;
-  std::printf("\ncheckpoint %s, %s, %s: %zu layers (%zu dynamic, %zu identity); scales from %s %s\n",
-              c.checkpoint.c_str(), c.target.c_str(), c.format.c_str(), c.layers.size(), c.dynamic_layers,
-              c.identity_layers, to_string(c.provenance.source), c.provenance.file.c_str());
+  std::printf("\ncheckpoint %s, %s%s, %s: %zu layers (%zu dynamic, %zu identity); scales from %s %s\n",
+              c.checkpoint.c_str(), c.target.c_str(),
+              c.device.empty() ? "" : (" for a " + c.device + " device").c_str(), c.format.c_str(), c.layers.size(),
+              c.dynamic_layers, c.identity_layers, to_string(c.provenance.source), c.provenance.file.c_str());
   std::printf("\n%-32s %-12s %-7s %s\n", "variant needed", "key", "layers", "cached");
   for (const auto& v : c.variants)
     std::printf("%-32s %-12s %-7zu %s\n", v.label.c_str(), v.key.substr(0, 12).c_str(), v.layers,
@@ -134,10 +142,28 @@ void print_human(const RemoteAuditReport& r) {
                 r.other_names, r.prefix.c_str());
 }
 
+// "12.1" as (12, 1), or "device": the compute capability of this machine's GPU 0.
+Result<std::pair<int, int>> device_capability(const std::string& text) {
+  if (text == "device") {
+    auto driver = CudaDriver::load(0);
+    if (!driver) return make_error(ErrorCode::unavailable, "'device': no device here (" + driver.error().message + ")");
+    return std::pair{(*driver)->device().major, (*driver)->device().minor};
+  }
+  const auto dot = text.find('.');
+  const auto digits = [](std::string_view part) {
+    return !part.empty() && part.size() <= 2 && std::ranges::all_of(part, [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (dot == std::string::npos || !digits(std::string_view(text).substr(0, dot)) ||
+      !digits(std::string_view(text).substr(dot + 1)))
+    return make_error(ErrorCode::invalid_argument,
+                      "'" + text + "' is not a compute capability (major.minor, e.g. 12.1) nor 'device'");
+  return std::pair{std::stoi(text.substr(0, dot)), std::stoi(text.substr(dot + 1))};
+}
+
 int run_remote_audit(const AuditArgs& args, const GlobalOptions& global) {
-  if (!args.checkpoint.empty() || !args.scales.empty() || !args.arch.empty()) {
-    std::fprintf(stderr, "jitcache: error: audit --remote audits every remote entry; --checkpoint, --scales and "
-                         "--arch are for this machine's cache\n");
+  if (!args.checkpoint.empty() || !args.scales.empty() || !args.arch.empty() || !args.device_cc.empty()) {
+    std::fprintf(stderr, "jitcache: error: audit --remote audits every remote entry; --checkpoint, --scales, "
+                         "--arch and --device-cc are for this machine's cache\n");
     return k_exit_usage;
   }
   auto tier = open_remote_tier(global, "audit --remote");
@@ -158,6 +184,20 @@ int run_audit(const AuditArgs& args, const GlobalOptions& global) {
     std::fprintf(stderr, "jitcache: error: audit --checkpoint needs --arch\n");
     return k_exit_usage;
   }
+  std::optional<std::pair<int, int>> device;
+  if (!args.device_cc.empty()) {
+    if (args.checkpoint.empty()) {
+      std::fprintf(stderr, "jitcache: error: audit --device-cc holds a checkpoint's plan to a device: it needs "
+                           "--checkpoint and --arch\n");
+      return k_exit_usage;
+    }
+    auto cc = device_capability(args.device_cc);
+    if (!cc) {
+      std::fprintf(stderr, "jitcache: error: audit --device-cc: %s\n", cc.error().message.c_str());
+      return k_exit_usage;
+    }
+    device = *cc;
+  }
   KernelCacheOptions cache_options;
   cache_options.remote = RemoteUse::off;  // this machine's cache only
   cache_options.cache_dir = global.cache_dir;
@@ -170,6 +210,7 @@ int run_audit(const AuditArgs& args, const GlobalOptions& global) {
   if (!args.checkpoint.empty()) options.checkpoint = args.checkpoint;
   if (!args.scales.empty()) options.scales_override = args.scales;
   options.target = args.arch;
+  options.device = device;
   options.format = args.format.record_format();
   options.policy = args.format.policy();
   auto r = audit_cache(*opened->store, *opened->compiler, options);
@@ -192,6 +233,10 @@ void register_audit(CLI::App& root, Context& context) {
   cmd->add_option("--checkpoint", args->checkpoint, "Also report what each layer of this checkpoint needs");
   cmd->add_option("--scales", args->scales, "Explicit scales override file (with --checkpoint)");
   cmd->add_option("--arch", args->arch, "Target of the per-layer report (with --checkpoint)");
+  cmd->add_option("--device-cc", args->device_cc,
+                  "Compute capability of the device the plan is for, e.g. 12.1, or 'device' for this machine's GPU "
+                  "(with --checkpoint): each needed variant whose --arch cubin cannot run there is a wrong-device "
+                  "finding");
   add_format_options(cmd, args->format);
   cmd->add_flag("--remote", args->remote,
                 "Audit the shared remote tier (the global --remote URL, else JITCACHE_REMOTE) instead: every entry's "

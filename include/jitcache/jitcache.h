@@ -253,7 +253,7 @@ typedef struct jitcache_device_status {
   int32_t available;  /* 1: a device is usable; launches work */
   const char* reason; /* why not, when unavailable; "" otherwise */
   const char* name;   /* e.g. "NVIDIA H200"; "" without a device */
-  const char* target; /* e.g. "sm_90"; "" without a device */
+  const char* target; /* e.g. "sm_90a", "sm_120a"; "" without a device */
 } jitcache_device_status;
 
 /* The device found at open. The strings are owned by the runtime and stay valid after it
@@ -301,7 +301,9 @@ JITCACHE_API jitcache_status jitcache_runtime_stats(jitcache_runtime* runtime, c
  *   checkpoint       the directory holding config.json (NULL or "":
  *                    JITCACHE_ERROR_INVALID_ARGUMENT)
  *   rope             JITCACHE_ROPE_BF16 or JITCACHE_ROPE_FP8
- *   target           "sm_90", "sm_100a", "sm_120a", ...; NULL or "": the device's
+ *   target           "sm_90", "sm_100a", "sm_120f", ...; with a device, one whose
+ *                    cubin runs on it; NULL or "": the most specific target for the
+ *                    device the cache holds, else compiles (docs/targets.md)
  *   scales_override  a v1 scales file that beats the checkpoint and
  *                    VLLM_NVFP4_MLA_SCALES_FILE; NULL, "" or whitespace only: none
  *                    (the rule VLLM_NVFP4_MLA_SCALES_FILE follows)

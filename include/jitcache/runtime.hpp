@@ -104,7 +104,10 @@ struct ModelSpec {
   std::filesystem::path checkpoint;  // the directory holding config.json
   // The KV record the engine reads (docs/record-formats.md).
   RecordFormat format = RecordFormat::b12x_432;
-  // "sm_90", "sm_100a", "sm_120a", ...; empty: the device's target (an error without one).
+  // "sm_90", "sm_100a", "sm_120f", ...; with a device, one whose cubin runs on it
+  // (invalid_argument otherwise: an sm_120a cubin never runs on a 12.1 device). Empty: the
+  // most specific target for the device whose every variant the cache holds, else the
+  // most specific one, compiled (docs/targets.md); an error without a device.
   std::string target;
   std::optional<std::filesystem::path> scales_override;  // beats VLLM_NVFP4_MLA_SCALES_FILE
   std::optional<std::string> checkpoint_revision;
@@ -236,7 +239,9 @@ struct DeviceStatus {
   bool available = false;
   std::string reason;  // why not, when unavailable
   std::string name;    // e.g. "NVIDIA H200"
-  std::string target;  // e.g. "sm_90"
+  // The most specific target for the device, e.g. "sm_90a", "sm_120a"; empty when no
+  // target of this build runs on it.
+  std::string target;
 };
 
 class Runtime {

@@ -571,7 +571,10 @@ class Runtime:
         ``latent_scale="per-token"``, and refuses another ``latent_scale``.
         ``latent_scale="per-token"``: every layer keeps each token's own scale in its record
         (b12x-368; b12x-304 has nothing else) and the checkpoint's scales are not applied;
-        None: each layer's scale picks its kernel."""
+        None: each layer's scale picks its kernel.
+        ``target``: "sm_90", "sm_100a", "sm_120f", ...; with a GPU, one whose cubin runs
+        on it (else InvalidArgumentError). None: the most specific target for the GPU
+        that the cache holds, else its arch-specific one (docs/targets.md)."""
         handle = self._live()
         name, latent = _format_name(format, rope, latent_scale)
         options = _lib.PrepareOptions()

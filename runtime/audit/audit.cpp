@@ -355,6 +355,7 @@ const char* to_string(FindingKind kind) {
     case FindingKind::dangling_spec_record: return "dangling-spec-record";
     case FindingKind::superseded: return "superseded";
     case FindingKind::unknown_compiler: return "unknown-compiler";
+    case FindingKind::wrong_device: return "wrong-device";
   }
   return "?";
 }
@@ -467,6 +468,7 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
   CheckpointAudit audit;
   audit.checkpoint = options.checkpoint->string();
   audit.target = target.name;
+  if (options.device) audit.device = capability_text(options.device->first, options.device->second);
   audit.format = to_string(options.format);
   audit.latent_policy = options.policy;
   audit.provenance = scales.provenance;
@@ -480,6 +482,8 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
   // The report lists the variants in the order the layers first need them.
   const VariantPlan plan = JC_TRY(plan_variants(scales, options.format, target, options.policy));
   std::vector<std::optional<std::size_t>> reported(plan.variants.size());
+  // Added to the findings after the layers: `flagged` points into them.
+  std::vector<Finding> wrong_device;
   auto variant = [&](std::size_t planned) -> Result<std::size_t> {
     if (reported[planned]) return *reported[planned];
     const KernelSpec& spec = plan.variants[planned];
@@ -488,6 +492,16 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
     v.label = spec.label();
     v.key = facts.key().to_hex();
     v.cached = present.contains(v.key) && !flagged.contains(v.key);
+    if (options.device)
+      if (auto runs = check_cubin_runs_on(target.name, options.device->first, options.device->second); !runs) {
+        Finding f;
+        f.kind = FindingKind::wrong_device;
+        f.key = v.key;
+        f.kernel = to_string(spec.kernel);
+        f.target = target.name;
+        f.explanation = v.label + ": " + runs.error().message;
+        wrong_device.push_back(std::move(f));
+      }
     audit.variants.push_back(v);
     reported[planned] = audit.variants.size() - 1;
     return audit.variants.size() - 1;
@@ -519,6 +533,7 @@ Result<AuditReport> audit_cache(cache::Store& store, const Compiler& compiler, c
     }
     audit.layers.push_back(row);
   }
+  for (Finding& f : wrong_device) report.findings.push_back(std::move(f));
   report.checkpoint = std::move(audit);
   return report;
 }
@@ -527,7 +542,7 @@ Result<std::vector<std::string>> clear_flagged(cache::Store& store, const AuditR
   std::vector<std::string> lines;
   const char* verb = dry_run == cache::DryRun::yes ? "would remove" : "removed";
   for (const Finding& f : report.findings) {
-    if (f.severity() != Severity::error) continue;
+    if (f.severity() != Severity::error || f.kind == FindingKind::wrong_device) continue;
     if (f.kind == FindingKind::orphan_blob) {
       const auto digest = JC_TRY(cache::BlobDigest::from_hex(f.digest));
       if (dry_run == cache::DryRun::no && !JC_TRY(store.remove_orphan_blob(digest))) {

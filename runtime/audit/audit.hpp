@@ -39,6 +39,13 @@
 // Every kind is an error except dangling-spec-record, a warning: reported, but the cache is
 // still clean and clear_flagged() keeps it.
 //
+// With a checkpoint and a device's compute capability (AuditOptions::device), the plan is
+// also held to NVIDIA's rule of which cubins run where (kernel_spec.hpp: cubin_runs_on):
+//
+//   wrong-device  a variant the checkpoint needs for the target, whose cubin cannot run on
+//                 that device (an sm_120a cubin bound to a 12.1 device); one per variant,
+//                 cached or not. The entry itself is sound: clear_flagged() keeps it
+//
 // With a checkpoint it also reports, per layer, which variant the layer needs, whether a
 // valid entry exists for it, and whether anything a calibrated layer would be bound to is
 // an identity kernel. The audit changes nothing; clear_flagged() removes what it flagged.
@@ -69,6 +76,7 @@ enum class FindingKind {
   dangling_spec_record,
   superseded,
   unknown_compiler,
+  wrong_device,
 };
 const char* to_string(FindingKind kind);  // "stale-identity", "legacy-key", ...
 
@@ -120,6 +128,7 @@ struct VariantAudit {
 struct CheckpointAudit {
   std::string checkpoint;
   std::string target;
+  std::string device;  // the device's compute capability, "12.1"; empty when none was given
   std::string format;  // the record format's name
   LatentPolicy latent_policy = LatentPolicy::per_layer;
   ScaleProvenance provenance;
@@ -157,6 +166,9 @@ struct AuditOptions {
   std::string target;
   RecordFormat format = RecordFormat::b12x_432;
   LatentPolicy policy = LatentPolicy::per_layer;
+  // With a checkpoint: the compute capability (major, minor) of the device the plan is for;
+  // each needed variant whose target's cubin cannot run there is a wrong-device finding.
+  std::optional<std::pair<int, int>> device;
   // A blob no row refers to is an orphan-blob finding only once it is this old: a younger
   // one may be a concurrent publish between its rename and its row commit.
   std::chrono::milliseconds orphan_grace = cache::k_publish_grace;
@@ -176,7 +188,8 @@ std::optional<Finding> audit_artifact(const cache::CacheKey& key, std::uint32_t 
                                       std::span<const std::byte> bytes, bool check_cubin = true);
 
 // Removes exactly the entries and blobs `report` flagged as errors (or, dry run, says what
-// it would remove); warnings are kept. For incomplete-spec: the spec record and every
+// it would remove); warnings are kept, and so are wrong-device entries (sound, only planned
+// for the wrong device). For incomplete-spec: the spec record and every
 // bundle of the spec, so that the next compile records the spec afresh. Returns one line
 // per removal.
 Result<std::vector<std::string>> clear_flagged(cache::Store& store, const AuditReport& report,

@@ -27,6 +27,7 @@ RemoteFindingKind remote_kind(FindingKind kind) {
     case FindingKind::dangling_spec_record:  // likewise
     case FindingKind::superseded:            // about the local cache's compiler builds
     case FindingKind::unknown_compiler:
+    case FindingKind::wrong_device:          // about a checkpoint's plan, not a value
     case FindingKind::corrupt:
     case FindingKind::missing_blob:
     case FindingKind::orphan_blob: break;

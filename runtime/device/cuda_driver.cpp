@@ -15,13 +15,6 @@ bool resolve(void* library, F& slot, const char* name) {
 
 }  // namespace
 
-std::string target_for_compute_capability(int major, int minor) {
-  // Hopper: the product targets plain sm_90 (the kernels use no wgmma/setmaxnreg). From
-  // Blackwell on, the arch-specific target of the exact chip.
-  const std::string sm = "sm_" + std::to_string(major * 10 + minor);
-  return major >= 10 ? sm + "a" : sm;
-}
-
 Result<std::shared_ptr<CudaDriver>> CudaDriver::load(int ordinal) {
   // One driver per process and device; later callers share it.
   static std::mutex mutex;
@@ -88,8 +81,6 @@ Result<std::shared_ptr<CudaDriver>> CudaDriver::load(int ordinal) {
   JC_TRY(driver->check(a.cuDeviceGetAttribute(&info.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
                        "cuDeviceGetAttribute"));
   JC_TRY(driver->check(a.cuDriverGetVersion(&info.driver_version), "cuDriverGetVersion"));
-  info.target = target_for_compute_capability(info.major, info.minor);
-  info.generic_target = "sm_" + std::to_string(info.major * 10 + info.minor);
   JC_TRY(driver->check(a.cuDevicePrimaryCtxRetain(&driver->m_context, device), "cuDevicePrimaryCtxRetain"));
   JC_TRY(driver->make_current());
   loaded[ordinal] = driver;

@@ -53,11 +53,8 @@ struct DeviceInfo {
   int major = 0;
   int minor = 0;
   int driver_version = 0;  // e.g. 13000
-  // The product target of this chip: sm_90 on Hopper, then the arch-specific sm_100a,
-  // sm_103a, sm_120a, sm_121a, ...
-  std::string target;
-  // Its architecture-generic counterpart, for a PTX fallback (sm_90, sm_100, sm_120).
-  std::string generic_target;
+  // Which targets' cubins run here follows from major.minor alone (kernel_spec.hpp:
+  // targets_for_device); the driver knows no target names.
 };
 
 class CudaDriver {
@@ -86,8 +83,5 @@ class CudaDriver {
   DeviceInfo m_device;
   CUcontext m_context = nullptr;
 };
-
-// "sm_90" for compute capability 9.0, "sm_100a" for 10.0, "sm_120a" for 12.0, ...
-std::string target_for_compute_capability(int major, int minor);
 
 }  // namespace jitcache

@@ -13,10 +13,17 @@ TEST(KernelModel, ArchLimitsOfTheProductTargets) {
   EXPECT_EQ(arch_limits("sm_100a")->max_warps_per_sm, 64);
   EXPECT_EQ(arch_limits("sm_120a")->max_warps_per_sm, 48);
   EXPECT_EQ(arch_limits("sm_121a")->max_warps_per_sm, 48);
+  // The family-specific targets have their family's limits.
+  ASSERT_TRUE(arch_limits("sm_100f"));
+  EXPECT_EQ(arch_limits("sm_100f")->max_warps_per_sm, 64);
+  ASSERT_TRUE(arch_limits("sm_120f"));
+  EXPECT_EQ(arch_limits("sm_120f")->max_warps_per_sm, 48);
+  EXPECT_EQ(arch_limits("sm_103a")->max_warps_per_sm, 64);
   EXPECT_EQ(arch_limits("sm_120a")->registers_per_sm, 65536);
   EXPECT_EQ(arch_limits("sm_120a")->max_ctas_per_sm, 32);
   EXPECT_FALSE(arch_limits("sm_110a"));
   EXPECT_FALSE(arch_limits("sm_89"));
+  EXPECT_FALSE(arch_limits("sm_100x"));
 }
 
 TEST(KernelModel, OccupancyFromRegisters) {

@@ -16,7 +16,7 @@ TEST(VariantDimensions, NamesArePinned) {
   EXPECT_EQ(k_kernel_kinds.joined("|"), "writer|gather");
   EXPECT_EQ(k_latent_scales.joined("|"), "identity|dynamic|per-token");
   EXPECT_EQ(k_record_formats.joined("|"), "b12x-432|b12x-368|b12x-304|flashmla-352");
-  EXPECT_EQ(k_targets.joined(" "), "sm_90 sm_90a sm_100 sm_100a sm_103a sm_110a sm_120 sm_120a sm_121a");
+  EXPECT_EQ(k_targets.joined(" "), "sm_90 sm_90a sm_100 sm_100a sm_100f sm_103a sm_110a sm_120 sm_120a sm_120f sm_121a");
   EXPECT_EQ(k_kernel_kinds.fact, "kernel");
   EXPECT_EQ(k_latent_scales.fact, "latent_scale");
   EXPECT_EQ(k_record_formats.fact, "format");
@@ -88,7 +88,7 @@ TEST(VariantDimensions, DefaultTargetsAreTheProductsInTableOrder) {
 TEST(VariantDimensions, AlternativesReadAsEnglish) {
   EXPECT_EQ(k_record_formats.alternatives(), "b12x-432, b12x-368, b12x-304 or flashmla-352");
   EXPECT_EQ(k_targets.alternatives().substr(0, 16), "sm_90, sm_90a, s");
-  EXPECT_TRUE(k_targets.alternatives().ends_with(", sm_120a or sm_121a"));
+  EXPECT_TRUE(k_targets.alternatives().ends_with(", sm_120a, sm_120f or sm_121a"));
   const auto names = k_latent_scales.names();
   EXPECT_EQ(names, (std::vector<std::string>{"identity", "dynamic", "per-token"}));
 }
@@ -216,8 +216,8 @@ TEST(KernelSpecFacts, FromFactsNamesAnUnknownValue) {
       {"latent_scale", "fact 'latent_scale' is 'scatter', expected identity, dynamic or per-token"},
       {"rope", "fact 'rope' is 'scatter', expected bf16 or fp8"},
       {"target",
-       "fact 'target' is 'scatter', expected sm_90, sm_90a, sm_100, sm_100a, sm_103a, sm_110a, sm_120, "
-       "sm_120a or sm_121a"},
+       "fact 'target' is 'scatter', expected sm_90, sm_90a, sm_100, sm_100a, sm_100f, sm_103a, sm_110a, sm_120, "
+       "sm_120a, sm_120f or sm_121a"},
   };
   for (const auto& [name, message] : cases) {
     FactMap facts = complete;

@@ -89,6 +89,37 @@ class GpuTest : public jitcache::testing::TempDirTest {
   CUmodule m_checks = nullptr;
 };
 
+// Without a target, prepare() gives the device the most specific target for it (the cache
+// is empty) and loads its cubins; a target whose cubin NVIDIA's rule says cannot run here
+// is refused before anything is compiled.
+TEST_F(GpuTest, PrepareGivesTheDeviceATargetThatRunsOnItAndRefusesOneThatCannot) {
+  const DeviceInfo& info = m_driver->device();
+  const std::vector<std::string> here = targets_for_device(info.major, info.minor);
+  if (here.empty()) GTEST_SKIP() << "no target of this build runs on " << info.name;
+  EXPECT_EQ(m_runtime->device().target, here.front());
+  const std::filesystem::path checkpoint = jitcache::testing::source_dir() / "examples" / "glm5-mini";
+  ModelSpec model;
+  model.checkpoint = checkpoint;
+  auto prepared = m_runtime->prepare(model);
+  ASSERT_OK(prepared);
+  EXPECT_EQ((*prepared)->target(), here.front());
+  for (const LayerBinding& b : (*prepared)->layers()) {
+    EXPECT_TRUE((*prepared)->info(*b.writer).loaded);
+    EXPECT_FALSE((*prepared)->info(*b.writer).ptx_fallback);
+  }
+  for (std::string_view other : supported_targets()) {
+    if (cubin_runs_on(other, info.major, info.minor)) continue;
+    model.target = std::string(other);
+    auto refused = m_runtime->prepare(model);
+    ASSERT_FALSE(refused) << other;
+    EXPECT_EQ(refused.error().code, ErrorCode::invalid_argument) << other;
+    EXPECT_NE(refused.error().message.find("cannot run on a device of compute capability " +
+                                           capability_text(info.major, info.minor)),
+              std::string::npos)
+        << refused.error().message;
+  }
+}
+
 // Check kernels: each runs the GPU's hardware path of one conversion and the software
 // definition the host executor uses (the same header text, compiled for the device)
 // side by side and counts the inputs where they differ.

@@ -339,5 +339,89 @@ TEST_F(CliAuditTest, GarbageIndexIsQuarantinedWithAWarningNamingIt) {
       << o.err;
 }
 
+// --device-cc holds the checkpoint's plan to NVIDIA's rule of which cubins run where
+// (docs/targets.md): an sm_120a cubin bound to a 12.1 device is a wrong-device finding for
+// every variant the checkpoint needs, cached or not; an sm_120f one is not.
+TEST_F(CliAuditTest, ACubinPlannedForADeviceItCannotRunOnIsAWrongDeviceFinding) {
+  const CliOutcome warmed = run({"warm", "--checkpoint", testing::example_checkpoint().string(), "--arch",
+                                 "sm_120a", "--jobs", "2"});
+  ASSERT_EQ(warmed.code, 0) << warmed.err;
+  const std::vector<std::string> plan{"audit", "--checkpoint", testing::example_checkpoint().string()};
+  auto audit = [&](const std::string& arch, const std::string& cc, bool json) {
+    std::vector<std::string> args = plan;
+    args.insert(args.end(), {"--arch", arch, "--device-cc", cc});
+    if (json) args.push_back("--json");
+    return run(args);
+  };
+
+  const CliOutcome o = audit("sm_120a", "12.1", true);
+  ASSERT_EQ(o.code, 1) << o.out << o.err;
+  const json doc = parse(o);
+  EXPECT_EQ(doc["clean"], false);
+  EXPECT_EQ(doc["checkpoint"]["device_cc"], "12.1");
+  const json& variants = doc["checkpoint"]["variants"];
+  ASSERT_EQ(variants.size(), 4u);
+  ASSERT_EQ(doc["findings"].size(), 4u) << o.out;
+  for (std::size_t i = 0; i < 4; ++i) {
+    const json& f = doc["findings"][i];
+    EXPECT_EQ(f["kind"], "wrong-device") << f.dump();
+    EXPECT_EQ(f["severity"], "error") << f.dump();
+    EXPECT_EQ(f["target"], "sm_120a") << f.dump();
+    EXPECT_EQ(f["key"], variants[i]["key"]) << "one finding per needed variant, in the plan's order";
+    EXPECT_TRUE(variants[i]["cached"].get<bool>()) << "the entry itself is sound: " << variants[i].dump();
+    const std::string why = f["explanation"];
+    EXPECT_NE(why.find(variants[i]["variant"].get<std::string>()), std::string::npos) << why;
+    EXPECT_NE(why.find("an sm_120a cubin cannot run on a device of compute capability 12.1: it runs on 12.0 "
+                       "only; the targets that run there: sm_121a, sm_120f, sm_120"),
+              std::string::npos)
+        << why;
+  }
+  const CliOutcome text = audit("sm_120a", "12.1", false);
+  EXPECT_EQ(text.code, 1) << text.err;
+  EXPECT_NE(text.out.find("4 finding(s)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("wrong-device"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("sm_120a for a 12.1 device, b12x-432"), std::string::npos) << text.out;
+
+  // Where the target's cubins run, nothing is found; the family-specific target serves
+  // both members of its family.
+  for (const auto& [arch, cc] : std::vector<std::pair<std::string, std::string>>{
+           {"sm_120a", "12.0"}, {"sm_120f", "12.1"}, {"sm_120f", "12.0"}, {"sm_120", "12.1"}, {"sm_121a", "12.1"}}) {
+    const CliOutcome clean = audit(arch, cc, true);
+    EXPECT_EQ(clean.code, 0) << arch << " on " << cc << ": " << clean.out << clean.err;
+    EXPECT_TRUE(parse(clean)["findings"].empty()) << arch << " on " << cc;
+  }
+  // Nor across families, either way.
+  EXPECT_EQ(audit("sm_100f", "12.0", false).code, 1);
+  EXPECT_EQ(audit("sm_120f", "10.3", false).code, 1);
+  EXPECT_EQ(audit("sm_100f", "10.3", false).code, 0);
+  EXPECT_EQ(audit("sm_100a", "10.3", false).code, 1);
+
+  // The entries are sound: clearing what the audit flags keeps them, and without a device
+  // the cache is clean.
+  const CliOutcome clear = run({"clear", "--stale"});
+  ASSERT_EQ(clear.code, 0) << clear.err;
+  const CliOutcome after = run({"audit", "--json"});
+  EXPECT_EQ(after.code, 0) << after.out;
+  EXPECT_EQ(parse(after)["entries"], 4);
+}
+
+TEST_F(CliAuditTest, DeviceCapabilityUsageErrorsExitTwo) {
+  const std::string checkpoint = testing::example_checkpoint().string();
+  expect_usage_error({"audit", "--device-cc", "12.1"}, "needs --checkpoint");
+  expect_usage_error({"audit", "--checkpoint", checkpoint, "--device-cc", "12.1"}, "needs --arch");
+  for (const char* bad : {"12", "12.", ".1", "twelve", "12.1.0", "123.0", "1 2.1"})
+    expect_usage_error({"audit", "--checkpoint", checkpoint, "--arch", "sm_120a", "--device-cc", bad},
+                       std::string("'") + bad + "' is not a compute capability");
+  expect_usage_error({"audit", "--remote", "--device-cc", "12.1"}, "--device-cc");
+  // 'device' is this machine's GPU: with none visible, the audit cannot run.
+  const CliOutcome none =
+      testing::run_cli(dir(), {"--cache-dir", m_root.string(), "audit", "--checkpoint", checkpoint, "--arch",
+                               "sm_120a", "--device-cc", "device"},
+                       {"CUDA_VISIBLE_DEVICES="}, {"JITCACHE_DIR=", "XDG_CACHE_HOME="});
+  EXPECT_EQ(none.code, 2) << none.out << none.err;
+  EXPECT_NE(none.err.find("--device-cc: 'device': no device here"), std::string::npos) << none.err;
+  EXPECT_EQ(none.out, "");
+}
+
 }  // namespace
 }  // namespace jitcache

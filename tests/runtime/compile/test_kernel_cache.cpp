@@ -63,7 +63,7 @@ TEST(KernelFacts, EveryFactChangesTheKey) {
   s = k_base;
   s.kernel = KernelKind::gather;
   EXPECT_NE(key_of(s, compiler), base) << "kernel";
-  for (const char* other : {"sm_120", "sm_121a", "sm_100a", "sm_90"}) {
+  for (const char* other : {"sm_120", "sm_120f", "sm_121a", "sm_100a", "sm_100f", "sm_90"}) {
     s = k_base;
     s.target = Target{other};
     EXPECT_NE(key_of(s, compiler), base) << other;

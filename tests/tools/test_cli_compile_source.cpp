@@ -183,7 +183,7 @@ TEST_F(CliCompileSourceTest, BitcodeThatMakesLibNvvmExitIsAReportedCompileError)
   const fs::path corrupted = write("corrupted.bc", bitcode);
   const CliOutcome o = run({"compile", "--source", corrupted.string(), "--kind", "nvvm", "--entry", "axpy",
                             "--arch", "sm_90"});
-  EXPECT_EQ(o.code, 1) << o.out << o.err;  // a source that does not compile (README); main exited 1 too, silently
+  EXPECT_EQ(o.code, 1) << o.out << o.err;  // a source that does not compile (docs/cli.md); main exited 1 too, silently
   EXPECT_NE(o.err.find("libNVVM"), std::string::npos) << "no report of the tool's end:\n" << o.err;
   EXPECT_NE(o.err.find("exited with status 1"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("jitcache-tool-worker"), std::string::npos) << o.err;

@@ -1,4 +1,4 @@
-// The exit-code table of README.md ("Exit codes") held against every command: 0 success,
+// The exit-code table of docs/cli.md ("Exit codes") held against every command: 0 success,
 // 1 refused or found (the command read what it was given and refuses it, or found
 // problems), 2 usage or environment (and, for audit and scales diff, whose 1 means
 // findings, anything that keeps them from running). One row per command and outcome.

@@ -1,6 +1,7 @@
 #include "tools/checkpoint_plan.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "jitcache/scales.hpp"
@@ -8,11 +9,27 @@
 
 namespace jitcache::cli {
 
-Result<CheckpointPlan> plan_checkpoint(const std::string& checkpoint, const std::string& scales,
-                                       const std::vector<std::string>& archs, const FormatArgs& format) {
+void add_checkpoint_options(CLI::App* cmd, CheckpointArgs& args) {
+  cmd->add_option("--checkpoint", args.checkpoint, "Checkpoint directory (holds config.json)")->required();
+  cmd->add_option("--scales", args.scales, "Explicit scales override file");
+  cmd->add_option("--arch", args.archs, "Target (repeat for several): sm_90, sm_100a, sm_120a, ...")->required();
+  add_format_options(cmd, args.format);
+}
+
+std::function<void(const GatherProgress&)> gather_progress(bool json) {
+  if (json) return {};
+  return [](const GatherProgress& p) {
+    std::fprintf(stderr, "[%zu/%zu] %s %s (%.0f ms)\n", p.done, p.total, p.label.c_str(),
+                 p.compiled ? "compiled" : "cached", p.ms);
+  };
+}
+
+Result<CheckpointPlan> plan_checkpoint(const CheckpointArgs& args) {
+  const std::vector<std::string>& archs = args.archs;
+  const FormatArgs& format = args.format;
   ResolveOptions resolve;
-  resolve.checkpoint_dir = checkpoint;
-  if (!scales.empty()) resolve.override_file = scales;
+  resolve.checkpoint_dir = args.checkpoint;
+  if (!args.scales.empty()) resolve.override_file = args.scales;
   const ResolvedScales resolved = JC_TRY(resolve_scales(resolve));
   CheckpointPlan plan;
   for (const std::string& arch : archs) {

@@ -35,11 +35,7 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-struct ExportArgs {
-  std::string checkpoint;
-  std::string scales;
-  std::vector<std::string> archs;
-  FormatArgs format;
+struct ExportArgs : CheckpointArgs {
   std::string out;
   unsigned jobs = 0;
   bool json = false;
@@ -66,7 +62,7 @@ int run_export(const ExportArgs& args, const GlobalOptions& global) {
   if (auto ok = check_output_target(args.out, inputs, files.pinned); !ok) return report_data(ok.error());
   auto key = remote::load_fleet_key();
   if (!key) return report(key.error());
-  auto planned = plan_checkpoint(args.checkpoint, args.scales, args.archs, args.format);
+  auto planned = plan_checkpoint(args);
   if (!planned) return report_data(planned.error());
   const auto& targets = planned->targets;
   const auto& specs = planned->specs;
@@ -79,13 +75,8 @@ int run_export(const ExportArgs& args, const GlobalOptions& global) {
     report(opened.error());
     return k_exit_usage;  // an unusable cache directory is an environment problem
   }
-  std::function<void(const GatherProgress&)> progress;
-  if (!args.json)
-    progress = [](const GatherProgress& p) {
-      std::fprintf(stderr, "[%zu/%zu] %s %s (%.0f ms)\n", p.done, p.total, p.label.c_str(),
-                   p.compiled ? "compiled" : "cached", p.ms);
-    };
-  auto entries = gather_export_entries(*opened->kernels, *opened->compiler, specs, args.jobs, progress);
+  auto entries = gather_export_entries(*opened->kernels, *opened->compiler, specs, args.jobs,
+                                       gather_progress(args.json));
   if (!entries) return report(entries.error());
 
   ArchiveInfo info;
@@ -265,11 +256,7 @@ int run_import(const ImportArgs& args, const GlobalOptions& global) {
 void register_export(CLI::App& root, Context& context) {
   auto args = std::make_shared<ExportArgs>();
   CLI::App* cmd = root.add_subcommand("export", "Write the variants a checkpoint needs into one signed file");
-  cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint directory (holds config.json)")->required();
-  cmd->add_option("--scales", args->scales, "Explicit scales override file");
-  cmd->add_option("--arch", args->archs, "Target (repeat for several): sm_90, sm_100a, sm_120a, ...")
-      ->required();
-  add_format_options(cmd, args->format);
+  add_checkpoint_options(cmd, *args);
   cmd->add_option("--out", args->out, "The export file to write")->required();
   cmd->add_option("--jobs", args->jobs, "Parallel compiles (default: one per core)");
   cmd->add_flag("--json", args->json, "One JSON document on stdout");

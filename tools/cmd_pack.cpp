@@ -42,11 +42,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-struct PackArgs {
-  std::string checkpoint;
-  std::string scales;
-  std::vector<std::string> archs;
-  FormatArgs format;
+struct PackArgs : CheckpointArgs {
   std::string out;
   std::string name;
   std::string version;
@@ -146,7 +142,7 @@ std::string python_string(std::string_view text) {
 int run_pack(const PackArgs& args, const GlobalOptions& global) {
   const auto started = Clock::now();
   const RecordFormat format = args.format.record_format();
-  auto planned = plan_checkpoint(args.checkpoint, args.scales, args.archs, args.format);
+  auto planned = plan_checkpoint(args);
   if (!planned) return report_data(planned.error());
 
   const std::string model = checkpoint_name(args.checkpoint);
@@ -201,13 +197,8 @@ int run_pack(const PackArgs& args, const GlobalOptions& global) {
     report(opened.error());
     return k_exit_usage;
   }
-  std::function<void(const GatherProgress&)> progress;
-  if (!args.json)
-    progress = [](const GatherProgress& p) {
-      std::fprintf(stderr, "[%zu/%zu] %s %s (%.0f ms)\n", p.done, p.total, p.label.c_str(),
-                   p.compiled ? "compiled" : "cached", p.ms);
-    };
-  auto entries = gather_export_entries(*opened->kernels, *opened->compiler, planned->specs, args.jobs, progress);
+  auto entries = gather_export_entries(*opened->kernels, *opened->compiler, planned->specs, args.jobs,
+                                       gather_progress(args.json));
   if (!entries) return report(entries.error());
 
   std::error_code ec;
@@ -311,10 +302,7 @@ int run_pack(const PackArgs& args, const GlobalOptions& global) {
 void register_pack(CLI::App& root, Context& context) {
   auto args = std::make_shared<PackArgs>();
   CLI::App* cmd = root.add_subcommand("pack", "Build a cache wheel: the variants a checkpoint needs, as a pip package");
-  cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint directory (holds config.json)")->required();
-  cmd->add_option("--scales", args->scales, "Explicit scales override file");
-  cmd->add_option("--arch", args->archs, "Target (repeat for several): sm_90, sm_100a, sm_120a, ...")->required();
-  add_format_options(cmd, args->format);
+  add_checkpoint_options(cmd, *args);
   cmd->add_option("--out", args->out, "Directory the wheel is written to (created when missing)")->required();
   cmd->add_option("--name", args->name,
                   "Package name (default: jitcache_cache_<checkpoint>[_<format>]_<targets>, e.g. "

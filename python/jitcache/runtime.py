@@ -373,6 +373,28 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
+def _prepare_options(
+    checkpoint: PathArg,
+    format: str | None,
+    rope: str | None,
+    latent_scale: str | None,
+    target: str | None,
+    scales_override: PathArg | None,
+    revision: str | None,
+) -> tuple[str, "_lib.PrepareOptions"]:
+    """The record format's name and the C options of prepare() and coverage(), checked."""
+    name, latent = _format_name(format, rope, latent_scale)
+    options = _lib.PrepareOptions()
+    _lib_.jitcache_prepare_options_init(byref(options))
+    options.checkpoint = _lib.encode_path("checkpoint", checkpoint)
+    options.format = _lib.FORMATS[name]
+    options.latent_scale = _latent_enum(latent)
+    options.target = _optional_text("target", target)
+    options.scales_override = _lib.encode_path("scales_override", scales_override)
+    options.revision = _optional_text("revision", revision)
+    return name, options
+
+
 class Runtime:
     """An open cache directory (and device): prepares checkpoints into :class:`Model` objects.
 
@@ -576,15 +598,7 @@ class Runtime:
         on it (else InvalidArgumentError). None: the most specific target for the GPU
         that the cache holds, else its arch-specific one (docs/targets.md)."""
         handle = self._live()
-        name, latent = _format_name(format, rope, latent_scale)
-        options = _lib.PrepareOptions()
-        _lib_.jitcache_prepare_options_init(byref(options))
-        options.checkpoint = _lib.encode_path("checkpoint", checkpoint)
-        options.format = _lib.FORMATS[name]
-        options.latent_scale = _latent_enum(latent)
-        options.target = _optional_text("target", target)
-        options.scales_override = _lib.encode_path("scales_override", scales_override)
-        options.revision = _optional_text("revision", revision)
+        name, options = _prepare_options(checkpoint, format, rope, latent_scale, target, scales_override, revision)
         out = c_void_p()
         _log.sync()
         _lib.check(_lib_.jitcache_prepare_with(handle, byref(options), byref(out)))
@@ -606,15 +620,7 @@ class Runtime:
         tiers. Each :class:`VariantCoverage` names its tier ("memory", "local", "provider",
         "remote"), or None when no tier holds it."""
         handle = self._live()
-        name, latent = _format_name(format, rope, latent_scale)
-        options = _lib.PrepareOptions()
-        _lib_.jitcache_prepare_options_init(byref(options))
-        options.checkpoint = _lib.encode_path("checkpoint", checkpoint)
-        options.format = _lib.FORMATS[name]
-        options.latent_scale = _latent_enum(latent)
-        options.target = _optional_text("target", target)
-        options.scales_override = _lib.encode_path("scales_override", scales_override)
-        options.revision = _optional_text("revision", revision)
+        _, options = _prepare_options(checkpoint, format, rope, latent_scale, target, scales_override, revision)
         out = c_void_p()
         _log.sync()
         _lib.check(_lib_.jitcache_runtime_coverage(handle, byref(options), byref(out)))

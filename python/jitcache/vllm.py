@@ -105,7 +105,8 @@ ENVIRONMENT_VARIABLES: dict[str, Callable[[], Optional[str]]] = {
 # says how often a cached kernel is checked against its source, never which kernel runs.
 # Where the tool worker is and how long it may take say where a compile runs, never what
 # it produces. Which file NVRTC, nvJitLink or libNVVM is loaded from says where a compiler
-# lives; which build it is goes into every key through its build-id fingerprint.
+# lives; which build it is goes into every key through its build-id fingerprint. Cache
+# providers (JITCACHE_PROVIDERS) are another place verified kernels are read from.
 NOT_REGISTERED: tuple[str, ...] = (
     "JITCACHE_DIR",
     "JITCACHE_LOG_LEVEL",
@@ -122,6 +123,7 @@ NOT_REGISTERED: tuple[str, ...] = (
     "JITCACHE_REMOTE_WAIT_MS",
     "JITCACHE_REMOTE_MAX_ENTRY_BYTES",
     "JITCACHE_VERIFY_SPEC",
+    "JITCACHE_PROVIDERS",
     "JITCACHE_TOOL_WORKER",
     "JITCACHE_TOOL_TIMEOUT_MS",
     "JITCACHE_TOOL_WORKERS",

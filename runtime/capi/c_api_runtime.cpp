@@ -142,7 +142,7 @@ jitcache_status prepare_model(const char* self, jitcache_runtime* runtime,
   if (const jitcache_status read = read_model(self, options, spec); read != JITCACHE_OK) return read;
   auto prepared = runtime->runtime->prepare(spec);
   if (!prepared) return fail(prepared.error());
-  *out = new jitcache_model{std::move(*prepared)};
+  *out = new jitcache_model{std::move(*prepared), {}};
   return JITCACHE_OK;
 }
 

@@ -42,7 +42,9 @@ TEST(MetricsTest, EveryCounterHasAValidUniqueCounterName) {
     EXPECT_TRUE(metric.family.ends_with("_total")) << metric.family;
     EXPECT_EQ(metric.family.find("_ms"), std::string::npos) << "Prometheus counts time in seconds";
     EXPECT_EQ(metric.factor, field.kind == CounterKind::milliseconds ? 0.001 : 1.0);
-    if (field.kind == CounterKind::milliseconds) EXPECT_NE(metric.family.find("_seconds"), std::string::npos);
+    if (field.kind == CounterKind::milliseconds) {
+      EXPECT_NE(metric.family.find("_seconds"), std::string::npos);
+    }
     EXPECT_TRUE(seen.insert({metric.family, metric.tier}).second) << "two counters in one series";
   }
 }

@@ -15,6 +15,7 @@
 #include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/source_cache.hpp"
 #include "support/sha256.hpp"
+#include "counting_compiler.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
@@ -28,22 +29,7 @@ const std::optional<std::string> k_key = std::string(32, 'k') + "-fleet";
 const std::optional<std::string> k_other_key = std::string(32, 'o') + "-other";
 const std::optional<std::string> k_no_key;
 
-class CountingCompiler final : public Compiler {
- public:
-  explicit CountingCompiler(const Compiler& inner) : m_inner(inner) {}
-  std::string name() const override { return m_inner.name(); }
-  std::string version() const override { return m_inner.version(); }
-  Result<std::string> fingerprint() const override { return m_inner.fingerprint(); }
-  std::vector<std::string> options(const KernelSpec& spec) const override { return m_inner.options(spec); }
-  Result<CompiledArtifact> compile(const GeneratedSource& source) const override {
-    ++compiles;
-    return m_inner.compile(source);
-  }
-  mutable std::atomic<int> compiles{0};
-
- private:
-  const Compiler& m_inner;
-};
+using testing::CountingCompiler;
 
 const KernelSpec k_identity{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}};
 const KernelSpec k_dynamic{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_90"}};

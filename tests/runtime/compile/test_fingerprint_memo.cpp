@@ -26,7 +26,7 @@ const std::string& true_fingerprint() {
 }
 
 std::string fingerprint_with_memo(const std::filesystem::path& memo) {
-  auto fingerprint = make_nvrtc_compiler(NvrtcOptions{memo})->fingerprint();
+  auto fingerprint = make_nvrtc_compiler(NvrtcOptions{memo, {}})->fingerprint();
   EXPECT_TRUE(fingerprint.has_value()) << fingerprint.error().to_string();
   return fingerprint.value_or("");
 }
@@ -87,7 +87,7 @@ TEST_F(FingerprintMemoTest, AFreshCompilerTakesTheMemoInsteadOfLoadingNvrtc) {
   const std::string planted = "0123456789abcdef0123456789abcdef";
   write_text(memo(), nlohmann::json{{"format", "jitcache_compiler_fingerprints_v1"},
                                     {"entries", {{key, {{"version", version}, {"fingerprint", planted}}}}}}.dump());
-  const auto compiler = make_nvrtc_compiler(NvrtcOptions{memo()});
+  const auto compiler = make_nvrtc_compiler(NvrtcOptions{memo(), {}});
   EXPECT_EQ(compiler->fingerprint().value_or(""), planted);
   EXPECT_EQ(compiler->version(), version);
   // An entry of a version the files do not tell is a miss.

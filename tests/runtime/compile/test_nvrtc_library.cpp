@@ -197,7 +197,9 @@ TEST_F(ToolkitSearchTest, ThePipPackageOfTheEnvironmentComesBeforeTheToolkit) {
   // The test's files are not libraries: the search passes over each (never loading it) and
   // goes on to the machine's own places.
   const auto located = locate_toolkit_file(ToolkitTool::nvrtc);
-  if (located) EXPECT_FALSE(located->path.starts_with(dir().string())) << located->path;
+  if (located) {
+    EXPECT_FALSE(located->path.starts_with(dir().string())) << located->path;
+  }
   // Neither of the test's files loads: the error names each place searched and the package
   // to install. (Only those: the machine's own places and the soname would load.)
   std::vector<ToolkitCandidate> files;

@@ -95,9 +95,12 @@ def prepare_in_child(site: Path, cache: Path, checkpoint: Path, python_env: dict
             "emit": lambda self, r: seen.append(r.getMessage())}})())
         found = providers.installed()
         with jitcache.Runtime(cache_dir={str(cache)!r}, device="none"{extra}) as rt:
+            before = [v.tier for v in rt.coverage({str(checkpoint)!r}, {TARGET!r})]
             model = rt.prepare({str(checkpoint)!r}, target={TARGET!r})
+            after = [v.tier for v in rt.coverage({str(checkpoint)!r}, {TARGET!r})]
             s = model.stats
             print(json.dumps({{"providers": [p.name for p in found], "given": list(rt.providers),
+                               "coverage_before": before, "coverage_after": after,
                                "compiled": s.compiled, "cached": s.cached, "from_provider": s.from_provider,
                                "kernels": [k.from_provider for k in model.kernels], "log": seen}}))
     """)
@@ -117,6 +120,10 @@ def test_an_installed_cache_wheel_serves_prepare_with_no_compile(packed: dict, t
     assert seen["providers"] == ["jitcache_cache_glm5_mini_sm90"]
     assert seen["compiled"] == 0 and seen["cached"] == 4 and seen["from_provider"] == 4
     assert seen["kernels"] == [True] * 4
+    # Coverage says where each variant is before (the provider) and after (the local cache
+    # it was copied into, found first in this process's memory).
+    assert seen["coverage_before"] == ["provider"] * 4
+    assert set(seen["coverage_after"]) <= {"memory", "local"} and len(seen["coverage_after"]) == 4
     # Copied into the local cache: the next start finds them there.
     again = prepare_in_child(site, cache, glm5_mini, python_env)
     assert again["compiled"] == 0 and again["from_provider"] == 0

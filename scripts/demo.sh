@@ -2,7 +2,8 @@
 # Quick start, main job: build, then run jitcache end to end on the bundled GLM-5.x-shaped
 # checkpoint (examples/glm5-mini: 78 calibrated layers + 1 draft layer, scales in a
 # sidecar): resolved scales, a warm cache, what the cache holds, the audit, a kernel from
-# outside (NVVM IR) cached by spec and shadow-verified, the kernels' resource table, and
+# outside (NVVM IR) cached by spec and shadow-verified, a fleet sharing a Redis, a cache
+# wheel that lets a fresh node start compiling nothing, the kernels' resource table, and
 # the error table of the identity, calibrated and per-token scales. With a GPU it also runs
 # both kernels and compares them with the host executor.
 set -euo pipefail
@@ -94,6 +95,32 @@ if command -v redis-server >/dev/null 2>&1; then
   kill "$(cat "$fleet/redis.pid")" && trap - EXIT
   unset JITCACHE_REMOTE JITCACHE_REMOTE_KEY_FILE
 fi
+
+section "Ship the kernels: a cache wheel, and a fresh node that compiles nothing"
+# pack makes the wheel with the `wheel` package: a small environment of the demo's own
+# (.venv-tools, git-ignored), made once and reused.
+tools_venv=.venv-tools
+if ! "$tools_venv/bin/python" -m wheel version >/dev/null 2>&1; then
+  python3 -m venv "$tools_venv"
+  "$tools_venv/bin/python" -m pip install -q --disable-pip-version-check "wheel>=0.43"
+fi
+ship="$PWD/build/demo-ship"
+rm -rf "$ship" && mkdir -p "$ship" && chmod 700 "$ship"
+"$jitcache" pack --checkpoint "$checkpoint" --arch sm_90 --out "$ship/dist" --python "$tools_venv/bin/python" 2>/dev/null
+# What `pip install` lays out in site-packages; the Python package finds it by its entry
+# point, a C++ engine or the CLI by JITCACHE_PROVIDERS.
+"$tools_venv/bin/python" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+  "$ship"/dist/jitcache_cache_glm5_mini_sm90-*.whl "$ship/site"
+provider=$(echo "$ship"/site/jitcache_cache_glm5_mini_sm90/provider)
+echo "a fresh node with the cache wheel installed, before it starts: where each variant is"
+JITCACHE_DIR="$ship/node" JITCACHE_PROVIDERS="$provider" "$jitcache" coverage --checkpoint "$checkpoint" --arch sm_90
+echo "its start in no-compile mode (a miss would be an error, not a compile):"
+JITCACHE_DIR="$ship/node" JITCACHE_PROVIDERS="$provider" JITCACHE_NO_COMPILE=1 \
+  "$jitcache" warm --checkpoint "$checkpoint" --arch sm_90 2>/dev/null
+echo "why the draft layer's writer would miss on that node for another target:"
+# The writer's part, without the list of every fact in its key.
+{ JITCACHE_DIR="$ship/node" "$jitcache" explain --checkpoint "$checkpoint" --arch sm_100a --layer 78 || true; } |
+  awk 'NR <= 2 { print } /in no tier/ { on = 1 } on && NF == 0 { exit } on { print }'
 
 section "Every kernel variant compiled with NVRTC (registers, spills, sizes)"
 "$jitcache" compile

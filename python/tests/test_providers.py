@@ -226,5 +226,12 @@ def test_pack_refuses_bad_names_and_versions(cli: Path, glm5_mini: Path, tmp_pat
     assert named in proc.stderr
 
 
-def test_installed_lists_nothing_in_a_plain_environment() -> None:
-    assert all(isinstance(p, providers.Provider) for p in providers.installed())
+def test_installed_is_scanned_once_per_process_unless_refreshed(monkeypatch: pytest.MonkeyPatch) -> None:
+    scans = []
+    real = providers._entry_points
+    monkeypatch.setattr(providers, "_entry_points", lambda: scans.append(1) or real())
+    monkeypatch.setattr(providers, "_installed", None)
+    first = providers.installed()
+    assert providers.installed() == first and len(scans) == 1
+    assert providers.installed(refresh=True) == first and len(scans) == 2
+    assert all(isinstance(p, providers.Provider) for p in first)

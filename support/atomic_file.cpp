@@ -256,4 +256,10 @@ Status write_file_atomic(const std::filesystem::path& path,
   return writer.commit();
 }
 
+Status write_text_atomic(const std::filesystem::path& path, std::string_view text) {
+  const std::span<const std::uint8_t> parts[] = {
+      std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())};
+  return write_file_atomic(path, parts);
+}
+
 }  // namespace jitcache

@@ -127,5 +127,7 @@ class AtomicFileWriter {
 // when this returns, or nothing changed at `path`; a non-regular file there is refused.
 Status write_file_atomic(const std::filesystem::path& path,
                          std::span<const std::span<const std::uint8_t>> parts);
+// The same for one text (or any bytes held in a string).
+Status write_text_atomic(const std::filesystem::path& path, std::string_view text);
 
 }  // namespace jitcache

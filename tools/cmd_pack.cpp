@@ -118,12 +118,6 @@ int run_program(const std::vector<std::string>& argv, int& spawn_error, bool qui
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-Status write_text(const fs::path& path, const std::string& text) {
-  const std::span<const std::uint8_t> parts[] = {
-      std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())};
-  return write_file_atomic(path, parts);
-}
-
 // Removes the staging directory whatever happens.
 struct StagingDir {
   fs::path path;
@@ -254,7 +248,7 @@ int run_pack(const PackArgs& args, const GlobalOptions& global) {
   for (const auto& [path, text] : {std::pair{package / "__init__.py", init}, std::pair{dist_info / "METADATA", metadata},
                                    std::pair{dist_info / "WHEEL", wheel},
                                    std::pair{dist_info / "entry_points.txt", entry_points}})
-    if (auto ok = write_text(path, text); !ok) return report(ok.error());
+    if (auto ok = write_text_atomic(path, text); !ok) return report(ok.error());
 
   const int packed = run_program({python, "-m", "wheel", "pack", stage.path.string(), "-d", out_dir.string()},
                                  spawn_error);

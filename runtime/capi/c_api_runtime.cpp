@@ -17,6 +17,7 @@
 
 #include "jitcache/runtime.hpp"
 #include "runtime/capi/c_api_support.hpp"
+#include "runtime/compile/cache_provider.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/capi/handles.hpp"
 #include "kernel_templates/kernel_spec.hpp"
@@ -275,15 +276,7 @@ jitcache_status jitcache_runtime_open(const jitcache_runtime_options* given, jit
     // short of it, and read_options left it at its default (NULL: JITCACHE_REMOTE).
     if (!is_unset(options.remote)) cxx.remote = options.remote;
     if (options.verify_spec >= 0.0) cxx.verify_spec = options.verify_spec;
-    if (!is_unset(options.providers)) {
-      std::string_view rest = options.providers;
-      while (!rest.empty()) {
-        const auto colon = rest.find(':');
-        if (colon != 0) cxx.providers.emplace_back(std::string(rest.substr(0, colon)));
-        if (colon == std::string_view::npos) break;
-        rest.remove_prefix(colon + 1);
-      }
-    }
+    if (!is_unset(options.providers)) cxx.providers = split_provider_list(options.providers);
     // Zero from a caller whose struct_size ends before it reads as "the environment" too:
     // read_input_struct fills what the caller's struct lacks from _init.
     if (options.no_compile >= 0) cxx.no_compile = options.no_compile == 1;

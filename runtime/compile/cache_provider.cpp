@@ -22,20 +22,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::span<const std::uint8_t> as_u8(std::string_view text) {
-  return {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()};
-}
-
 std::string_view as_text(std::span<const std::byte> bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
 std::string bundle_name(const cache::CacheKey& key) { return key.to_hex() + ".bundle"; }
-
-Status write_text(const fs::path& path, std::string_view text) {
-  const std::span<const std::uint8_t> parts[] = {as_u8(text)};
-  return write_file_atomic(path, parts);
-}
 
 // A field of a JSON object, with the manifest's error wording.
 struct Fields {
@@ -157,15 +148,15 @@ Result<std::uint64_t> write_provider(const fs::path& dir, const ProviderInfo& in
       return make_error(ErrorCode::invalid_argument, "provider entry " + e.label + ": its facts do not hash to its key");
     if (!seen.insert(e.key).second) continue;
     const fs::path path = dir / k_provider_bundles_dir / bundle_name(e.key);
-    JC_TRY(write_text(path, as_text(*e.bytes)));
+    JC_TRY(write_text_atomic(path, as_text(*e.bytes)));
     written += e.bytes->size();
   }
   const std::string manifest = encode_provider_manifest(info, entries);
-  JC_TRY(write_text(dir / k_provider_manifest_name, manifest));
+  JC_TRY(write_text_atomic(dir / k_provider_manifest_name, manifest));
   written += manifest.size();
   if (fleet_key) {
     const std::string mac = sign_provider_manifest(manifest, *fleet_key);
-    JC_TRY(write_text(dir / k_provider_signature_name, mac));
+    JC_TRY(write_text_atomic(dir / k_provider_signature_name, mac));
     written += mac.size();
   }
   return written;
@@ -294,6 +285,17 @@ Result<cache::SharedBytes> read_provider_bundle(const ProviderManifest& manifest
   return cache::SharedBytes(std::move(shared));
 }
 
+std::vector<fs::path> split_provider_list(std::string_view list) {
+  std::vector<fs::path> dirs;
+  while (!list.empty()) {
+    const auto colon = list.find(':');
+    if (colon != 0) dirs.emplace_back(std::string(list.substr(0, colon)));
+    if (colon == std::string_view::npos) break;
+    list.remove_prefix(colon + 1);
+  }
+  return dirs;
+}
+
 std::vector<fs::path> provider_dirs(std::span<const fs::path> extra) {
   std::vector<fs::path> dirs;
   auto add = [&](const fs::path& dir) {
@@ -302,15 +304,8 @@ std::vector<fs::path> provider_dirs(std::span<const fs::path> extra) {
     if (!normal.has_filename() && normal != normal.root_path()) normal = normal.parent_path();  // "/b/" is "/b"
     if (std::find(dirs.begin(), dirs.end(), normal) == dirs.end()) dirs.push_back(normal);
   };
-  if (const auto listed = env::get(env::jitcache_providers)) {
-    std::string_view rest = *listed;
-    while (!rest.empty()) {
-      const auto colon = rest.find(':');
-      add(fs::path(std::string(rest.substr(0, colon))));
-      if (colon == std::string_view::npos) break;
-      rest.remove_prefix(colon + 1);
-    }
-  }
+  if (const auto listed = env::get(env::jitcache_providers))
+    for (const fs::path& dir : split_provider_list(*listed)) add(dir);
   for (const fs::path& dir : extra) add(dir);
   return dirs;
 }

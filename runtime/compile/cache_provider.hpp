@@ -141,6 +141,10 @@ using ProviderContentCheck = std::function<Status(const cache::Facts&, std::span
 Result<cache::SharedBytes> read_provider_bundle(const ProviderManifest& manifest, const ProviderItem& item,
                                                 const ProviderContentCheck& check);
 
+// The directories of a ':'-separated list (JITCACHE_PROVIDERS, the C option), empty
+// segments dropped.
+std::vector<std::filesystem::path> split_provider_list(std::string_view list);
+
 // The provider directories a process uses: JITCACHE_PROVIDERS (directories separated by
 // ':'; empty segments ignored), then `extra` (RuntimeOptions::providers, the Python
 // package's installed cache wheels), each once, in that order.

@@ -2,10 +2,12 @@
 #include "jitcache/runtime.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -346,6 +348,16 @@ class RuntimeImpl final {
     std::vector<FactMap> embedded;
     for (const auto& k : prepared.m_kernels) embedded.push_back(JC_TRY(facts_from_cubin(k->artifact->cubin)));
     prepared.m_layers.reserve(prepared.m_scales.layers.size());
+    // A check's outcome depends on the layer only through the latent scale it needs, so
+    // each (variant, latent scale) pair is checked once, at the first layer that uses it
+    // (that layer is the one an error names): 79 layers bind to 4 variants.
+    std::vector<std::array<bool, k_latent_scales.size()>> checked(prepared.m_kernels.size());
+    auto check_once = [&](const LayerScale& l, LatentScale latent, std::size_t variant) -> Status {
+      bool& done = checked[variant][static_cast<std::size_t>(std::to_underlying(latent))];
+      if (!done) JC_TRY(check_binding(l, prepared.m_policy, prepared.m_kernels[variant]->spec, embedded[variant]));
+      done = true;
+      return {};
+    };
     for (std::size_t i = 0; i < plan.layers.size(); ++i) {
       const LayerScale& l = prepared.m_scales.layers[i];
       const LatentScale latent = latent_scale_for(l, prepared.m_policy);
@@ -354,8 +366,8 @@ class RuntimeImpl final {
       const VariantPlan::Layer& uses = plan.layers[i];
       b.writer = prepared.m_kernels[uses.writer].get();
       b.gather = prepared.m_kernels[uses.gather].get();
-      JC_TRY(check_binding(l, prepared.m_policy, b.writer->spec, embedded[uses.writer]));
-      JC_TRY(check_binding(l, prepared.m_policy, b.gather->spec, embedded[uses.gather]));
+      JC_TRY(check_once(l, latent, uses.writer));
+      JC_TRY(check_once(l, latent, uses.gather));
       prepared.m_layers.push_back(b);
     }
     return {};

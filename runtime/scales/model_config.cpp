@@ -1,5 +1,6 @@
 #include "runtime/scales/model_config.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <system_error>
 
@@ -81,8 +82,13 @@ std::vector<KeyNearMiss> scales_key_near_misses(const json& config) {
   if (!config.is_object()) return found;
   const std::string expected = k_scales_config_field;
   const std::string wanted = text::ascii_lower(expected);
+  // An edit distance is at least the difference of the lengths: most keys of a config.json
+  // are far shorter than the field's name and cost no distance at all.
+  constexpr std::size_t k_most_edits = 3;
   auto near = [&](const std::string& key) {
-    return text::edit_distance(text::ascii_lower(key), wanted) <= 3;
+    const std::size_t longer = std::max(key.size(), wanted.size());
+    const std::size_t shorter = std::min(key.size(), wanted.size());
+    return longer - shorter <= k_most_edits && text::edit_distance(text::ascii_lower(key), wanted) <= k_most_edits;
   };
   for (const auto& [key, value] : config.items())
     if (key != expected && near(key)) found.push_back({key, expected});

@@ -61,7 +61,7 @@ Result<ClearReport> DiskTier::clear_all() {
 }
 
 Result<VerifyReport> DiskTier::verify() {
-  JC_TRY(flush());
+  JC_TRY(flush_and_settle());
   VerifyReport report;
   report.integrity_problems = JC_TRY(with_index([&](Index& index) { return index.integrity_check(); }));
   for (std::string& problem : JC_TRY(with_index([&](Index& index) { return index.check_values(); })))
@@ -101,7 +101,7 @@ Result<VerifyReport> DiskTier::verify() {
     }
   }
   report.orphan_blobs = JC_TRY(orphan_blobs(std::chrono::milliseconds(0))).size();
-  JC_TRY(flush());
+  JC_TRY(flush_and_settle());
   // Last: a damaged page met during this run is recovered (and recorded) on the way.
   report.index_quarantined = index_recoveries();
   return report;
@@ -109,7 +109,7 @@ Result<VerifyReport> DiskTier::verify() {
 
 Result<GcReport> DiskTier::gc(const GcOptions& options) {
   if (m_mode != StoreMode::read_write) return std::unexpected(needs_writable("gc"));
-  JC_TRY(flush());
+  JC_TRY(flush_and_settle());
   GcReport report;
   const std::uint64_t cap = options.max_bytes.value_or(m_options.max_bytes);
   report.max_bytes = cap;
@@ -127,19 +127,21 @@ Result<GcReport> DiskTier::gc(const GcOptions& options) {
   report.temp_files = JC_TRY(m_blobs.sweep_tmp(cutoff));
   report.quarantine_files = JC_TRY(m_blobs.sweep_quarantine(cutoff));
   report.lock_files = JC_TRY(KeyLock::sweep(m_locks_fd.get(), m_root / "locks", cutoff));
-  JC_TRY(flush());
+  JC_TRY(flush_and_settle());
   report.bytes_after = JC_TRY(with_index([&](Index& index) { return index.totals(); })).bytes;
   return report;
 }
 
 Result<Stats> DiskTier::stats() {
-  JC_TRY(flush());
+  JC_TRY(flush_and_settle());
   Stats stats;
   const IndexTotals totals = JC_TRY(with_index([&](Index& index) { return index.totals(); }));
   stats.entries = totals.entries;
   stats.bytes = totals.bytes;
   stats.max_bytes = m_options.max_bytes;
   stats.totals = JC_TRY(with_index([&](Index& index) { return index.counters(); }));
+  // A store that may not write folds nothing: the journal's counts are added as read.
+  if (m_mode != StoreMode::read_write) stats.totals += JC_TRY(m_journal.read()).counters;
   return stats;
 }
 

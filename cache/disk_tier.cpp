@@ -56,6 +56,7 @@ DiskTier::DiskTier(std::filesystem::path root, DiskTierOptions options, StoreMod
       m_options(std::move(options)),
       m_mode(mode),
       m_root_fd(std::move(root_fd)),
+      m_journal(m_root_fd.get(), m_root / k_usage_journal_name),
       m_blobs(std::move(blobs)),
       m_locks_fd(std::move(locks_fd)),
       m_tally(tally),
@@ -147,7 +148,7 @@ Status DiskTier::evict_if_over(const IndexTotals& totals, const CacheKey& key) {
   if (totals.bytes <= m_options.max_bytes) return {};
   // Evict to 90% of the cap, so that the next few publishes do not each evict again.
   // Uses are written first, so that eviction sees what was used recently.
-  JC_TRY(flush());
+  JC_TRY(flush_and_settle());
   const Removed removed =
       JC_TRY(with_index([&](Index& index) { return index.evict(m_options.max_bytes / 10 * 9, key); }));
   remove_blobs(removed.unreferenced);
@@ -246,7 +247,24 @@ Status DiskTier::flush() {
   m_last_flush_ms = now;
   delta += pending.counters;
   if (usage.empty() && delta == Counters{}) return {};
+  switch (m_journal.append(usage, delta)) {
+    case AppendResult::appended: return {};
+    case AppendResult::full: JC_TRY(fold_journal()); break;
+    case AppendResult::unavailable: break;
+  }
   return with_index([&](Index& index) { return index.record_usage(usage, delta); });
+}
+
+Status DiskTier::fold_journal() {
+  if (m_mode != StoreMode::read_write) return {};
+  return m_journal.fold([&](const JournalContents& contents) {
+    return with_index([&](Index& index) { return index.record_usage(contents.uses, contents.counters); });
+  });
+}
+
+Status DiskTier::flush_and_settle() {
+  JC_TRY(flush());
+  return fold_journal();
 }
 
 void DiskTier::maybe_flush() {
@@ -261,7 +279,7 @@ void DiskTier::maybe_flush() {
 }
 
 Status DiskTier::flush_and_fold() {
-  JC_TRY(flush());
+  JC_TRY(flush_and_settle());
   if (m_mode != StoreMode::read_write) return {};
   return with_index([&](Index& index) { return index.fold_usage(); });
 }

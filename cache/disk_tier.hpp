@@ -41,6 +41,7 @@
 #include "cache/recovering_index.hpp"
 #include "cache/tally.hpp"
 #include "cache/tier.hpp"
+#include "cache/usage_journal.hpp"
 
 namespace jitcache::cache {
 
@@ -171,9 +172,10 @@ class DiskTier final : public StorageTier {
   // Whether the index has an entry under `key` (its blob is not read).
   Result<bool> contains(const CacheKey& key);
 
-  // Writes batched uses and counters to the index (appended to usage_log; list, remove
-  // and eviction fold them into the entries' hits and last_used). A read_only tier
-  // discards them.
+  // Writes batched uses and counters: one line appended to the usage journal
+  // (cache/usage_journal.hpp), or, when the journal cannot take it, to the index's
+  // usage_log. list, remove, gc, stats and eviction fold both into the entries' hits and
+  // last_used and the counters. A read_only tier discards them.
   Status flush();
   // Flushes when the last flush is old or many uses wait.
   void maybe_flush();
@@ -214,12 +216,17 @@ class DiskTier final : public StorageTier {
   void remove_blobs(const std::vector<BlobDigest>& digests);
   // Flushes, then folds every process's recorded uses into the entries' rows.
   Status flush_and_fold();
+  // Flushes, then moves the usage journal into the index (usage_log and the counters):
+  // what every reader of uses or counters does first.
+  Status flush_and_settle();
+  Status fold_journal();
 
   std::filesystem::path m_root;
   DiskTierOptions m_options;
   StoreMode m_mode;
   std::string m_mode_reason;
   UniqueFd m_root_fd;
+  UsageJournal m_journal;  // in m_root_fd
   BlobFiles m_blobs;
   UniqueFd m_locks_fd;  // absent unless read_write
   std::unique_ptr<RecoveringIndex> m_index;

@@ -300,17 +300,24 @@ TEST_F(StoreTest, MemoryHitsAreNotWrittenUntilFlush) {
   EXPECT_EQ(sql_query(store->index_path(), hits_sql), std::vector<std::string>{"0"});
   EXPECT_EQ(sql_query(store->index_path(), used_sql), used_before);
   EXPECT_EQ(sql_query(store->index_path(), "SELECT count(*) FROM usage_log"), std::vector<std::string>{"0"});
-  // A flush appends one row for the thousand hits; the wide entries row is untouched.
+  // A flush appends one line for the thousand hits to the usage journal; the index is
+  // untouched.
   ASSERT_OK(store->flush());
-  EXPECT_EQ(sql_query(store->index_path(), "SELECT hits FROM usage_log"), std::vector<std::string>{"1000"});
+  const JournalContents journal = parse_journal(read_file(root() / k_usage_journal_name));
+  EXPECT_EQ(journal.batches, 1u);
+  ASSERT_EQ(journal.uses.size(), 1u);
+  EXPECT_EQ(journal.uses[0].key, facts.key());
+  EXPECT_EQ(journal.uses[0].hits, 1000u);
+  EXPECT_EQ(sql_query(store->index_path(), "SELECT count(*) FROM usage_log"), std::vector<std::string>{"0"});
   EXPECT_EQ(sql_query(store->index_path(), hits_sql), std::vector<std::string>{"0"});
-  // Listing (inspect) folds the log into the entry.
+  // Listing (inspect) folds the journal and the log into the entry, and empties both.
   auto entries = store->list();
   ASSERT_OK(entries);
   ASSERT_EQ(entries->size(), 1u);
   EXPECT_EQ((*entries)[0].hits, 1000u);
   EXPECT_EQ(sql_query(store->index_path(), hits_sql), std::vector<std::string>{"1000"});
   EXPECT_EQ(sql_query(store->index_path(), "SELECT count(*) FROM usage_log"), std::vector<std::string>{"0"});
+  EXPECT_EQ(std::filesystem::file_size(root() / k_usage_journal_name), 0u);
   EXPECT_GT(std::stoll(sql_query(store->index_path(), used_sql).at(0)), std::stoll(used_before.at(0)));
 }
 
@@ -348,7 +355,10 @@ TEST_F(StoreTest, OlderIndexSchemaIsMigrated) {
   ASSERT_OK(hit);
   ASSERT_TRUE(*hit) << "entries survive a migration";
   ASSERT_OK(store->flush());
-  EXPECT_EQ(sql_query(root() / "index.db", "SELECT hits FROM usage_log"), std::vector<std::string>{"1"});
+  auto entries = store->list();
+  ASSERT_OK(entries);
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].hits, 1u) << "the migrated index takes the journal's uses";
 }
 
 TEST_F(StoreTest, CountersPersistAcrossProcessesAndSessions) {

@@ -36,7 +36,7 @@ fi
 
 # The SGLang plugin's tests against the real sglang package, in .venv-sglang: sglang
 # installed without its dependencies over .venv (its pins conflict with vLLM's; made once
-# by scripts/sglang_env.sh, about 25 s). The main run above skips that file.
+# by scripts/sglang_env.sh, about a minute). The main run above skips that file.
 sglang_rc=0
 sglang_python=$(scripts/sglang_env.sh "$python") || sglang_rc=$?
 if [ "$sglang_rc" -eq 0 ]; then

@@ -42,7 +42,6 @@ __all__ = [
     "HOOK_TARGETS",
     "register",
     "record_format",
-    "device_target",
     "prepare_model",
     "pool_class",
 ]
@@ -87,21 +86,9 @@ def record_format(value: Optional[str] = None) -> str:
     return value
 
 
-def device_target(device: Union[int, str, "torch.device", None] = None) -> str:
-    """The target of a CUDA device ("sm_90", "sm_100a", ...): jitcache's arch-specific
-    target for its compute capability (sm_90a and newer need the ``a`` form). RuntimeError
-    without CUDA."""
-    import torch
-
-    if not torch.cuda.is_available():
-        raise RuntimeError("device_target: CUDA is not available (a pool on the CPU needs a prepared Model)")
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
-
-
 def prepare_model(
     model_path: PathArg,
-    target: str,
+    target: Optional[str] = None,
     revision: Optional[str] = None,
     format: Optional[str] = None,
     scales_override: Optional[PathArg] = None,
@@ -110,7 +97,8 @@ def prepare_model(
     """Prepares the checkpoint's kernels for ``nvfp4_ds_mla`` (``format`` as in
     :func:`record_format`) with each layer's scale from jitcache's resolver (the same
     precedence as :meth:`jitcache.Runtime.prepare`). ``model_path``: what SGLang serves, a
-    directory or a Hugging Face repo id in the local cache (:func:`jitcache.vllm.model_dir`)."""
+    directory or a Hugging Face repo id in the local cache (:func:`jitcache.vllm.model_dir`);
+    ``target`` None: the runtime's device picks it (docs/targets.md)."""
     from . import vllm as jv
 
     return jv.prepare_model(
@@ -166,14 +154,14 @@ def _configure_kv_cache_dtype(original: Callable[..., Any], *args: Any, **kwargs
     return KV_CACHE_DTYPE, torch.bfloat16
 
 
-def _model_target(configurator: Any) -> str:
+def _device_ordinal(configurator: Any) -> int:
     device = str(getattr(configurator, "device", "cuda"))
     if not device.startswith("cuda"):
         raise ValueError(
             f"--kv-cache-dtype {KV_CACHE_DTYPE}: jitcache's kernels run on CUDA devices, the pool's "
             f"device is {device!r}"
         )
-    return device_target(getattr(configurator, "gpu_id", None))
+    return int(getattr(configurator, "gpu_id", 0) or 0)
 
 
 def _build_mla_kv_pool(original: Callable[..., Any], configurator: Any, *args: Any, **kwargs: Any) -> Any:
@@ -185,13 +173,11 @@ def _build_mla_kv_pool(original: Callable[..., Any], configurator: Any, *args: A
         raise ValueError(f"--kv-cache-dtype {KV_CACHE_DTYPE} does not support --enable-kv-cache-sharding")
     from sglang.srt.runtime_context import get_exec
 
-    target = _model_target(configurator)
+    ordinal = _device_ordinal(configurator)
     config = configurator.model_config
-    model = prepare_model(
-        config.model_path,
-        target=target,
-        revision=getattr(config, "revision", None),
-    )
+    # The device's target: the most specific one the cache holds, else its arch-specific one.
+    with Runtime(device_ordinal=ordinal) as runtime:
+        model = prepare_model(config.model_path, revision=getattr(config, "revision", None), runtime=runtime)
     info = configurator.layer_info
     return pool_class()(
         kwargs.get("max_total_num_tokens", args[0] if args else None),

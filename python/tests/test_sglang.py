@@ -306,6 +306,24 @@ def test_checkpoint_scales_reach_their_layers(sgl, models, glm5_mini: Path, seed
     assert not torch.equal(stage.kv_buffer[0], stage.kv_buffer[5])  # two scales, two records
 
 
+def test_prepare_model_takes_the_format_and_the_checkpoint_scales(
+    warm_cache: Path, glm5_mini: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the pool builder prepares: the chosen per-layer format, each layer's scale."""
+    with jitcache.Runtime(cache_dir=warm_cache, device="none") as rt:
+        default = js.prepare_model(glm5_mini, target=TARGET, runtime=rt)
+        monkeypatch.setenv("JITCACHE_SGLANG_FORMAT", "b12x-368")
+        chosen = js.prepare_model(glm5_mini, target=TARGET, runtime=rt)
+        explicit = js.prepare_model(glm5_mini, target=TARGET, runtime=rt, format="flashmla-352")
+    try:
+        assert (default.record, chosen.record, explicit.record) == ("b12x-432", "b12x-368", "flashmla-352")
+        assert default.layers == chosen.layers == jitcache.resolve_scales(glm5_mini).layers
+        assert default.stats.compiled == 0  # the warm cache served it
+    finally:
+        for model in (default, chosen, explicit):
+            model.close()
+
+
 # ---- the identity guard ------------------------------------------------------------------
 
 
@@ -383,6 +401,3 @@ def test_bad_inputs_give_clear_errors(sgl, models, warm_cache: Path, glm5_mini: 
     assert js.record_format() == "b12x-432"
     with pytest.raises(ValueError, match="format: expected one of b12x-432, b12x-368, flashmla-352, got 'fp4'"):
         js.record_format("fp4")
-    if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="CUDA is not available"):
-            js.device_target()

@@ -34,6 +34,17 @@ if [ "$pytest_rc" -eq 5 ]; then
   echo "error: pytest collected no tests from python/tests" >&2
 fi
 
+# The SGLang plugin's tests against the real sglang package, in .venv-sglang: sglang
+# installed without its dependencies over .venv (its pins conflict with vLLM's; made once
+# by scripts/sglang_env.sh, about a minute). The main run above skips that file.
+sglang_rc=0
+sglang_python=$(scripts/sglang_env.sh "$python") || sglang_rc=$?
+if [ "$sglang_rc" -eq 0 ]; then
+  JITCACHE_CLI="$PWD/build/tools/jitcache" "$sglang_python" -m pytest -p no:cacheprovider -q \
+    python/tests/test_sglang.py || sglang_rc=$?
+fi
+[ "$sglang_rc" -eq 0 ] || pytest_rc=$sglang_rc
+
 # The self-contained wheel (scripts/wheel.sh, ./build reused), installed into a fresh
 # environment with only NVIDIA's compiler packages and run with the toolkit and the Debian
 # libraries hidden (scripts/wheel_test.sh; exit 3: not permitted here, skipped).

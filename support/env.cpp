@@ -65,6 +65,10 @@ const EnvVar jitcache_library{"JITCACHE_LIBRARY", EnvType::path, "",
 const EnvVar jitcache_cli{"JITCACHE_CLI", EnvType::path, "",
                           "Python package: the jitcache CLI that `python -m jitcache` runs instead "
                           "of the bundled one."};
+const EnvVar jitcache_sglang_format{"JITCACHE_SGLANG_FORMAT", EnvType::string, "b12x-432",
+                                    "Python package, SGLang plugin: the record format of "
+                                    "--kv-cache-dtype nvfp4_ds_mla (b12x-432, b12x-368 or "
+                                    "flashmla-352; docs/sglang.md)."};
 
 // The shared remote tier (remote/remote_tier.hpp, docs/remote.md).
 const EnvVar jitcache_remote{.name = "JITCACHE_REMOTE",
@@ -142,7 +146,7 @@ namespace {
 const EnvVar* const k_registry[] = {&jitcache_dir,      &jitcache_log_level,  &jitcache_strict,
                                     &vllm_nvfp4_mla_scales_file, &xdg_cache_home, &home,
                                     &jitcache_lineinfo, &jitcache_require_cache, &jitcache_no_compile, &jitcache_library,
-                                    &jitcache_cli,
+                                    &jitcache_cli, &jitcache_sglang_format,
                                     &jitcache_remote, &jitcache_remote_key_file,
                                     &jitcache_remote_password_file, &jitcache_remote_prefix,
                                     &jitcache_remote_connect_timeout_ms, &jitcache_remote_timeout_ms,

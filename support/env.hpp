@@ -56,6 +56,7 @@ extern const EnvVar jitcache_require_cache;
 extern const EnvVar jitcache_no_compile;
 extern const EnvVar jitcache_library;
 extern const EnvVar jitcache_cli;
+extern const EnvVar jitcache_sglang_format;
 extern const EnvVar jitcache_remote;
 extern const EnvVar jitcache_remote_key_file;
 extern const EnvVar jitcache_remote_password_file;

@@ -112,6 +112,7 @@ NOT_REGISTERED: tuple[str, ...] = (
     "JITCACHE_LOG_LEVEL",
     "JITCACHE_LIBRARY",
     "JITCACHE_CLI",
+    "JITCACHE_SGLANG_FORMAT",  # the SGLang plugin's record format; vLLM's comes from its backend
     "JITCACHE_REMOTE",
     "JITCACHE_REMOTE_KEY_FILE",
     "JITCACHE_REMOTE_PASSWORD_FILE",

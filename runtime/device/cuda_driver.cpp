@@ -62,6 +62,18 @@ Result<std::shared_ptr<CudaDriver>> CudaDriver::load(int ordinal) {
   if (!ok)
     return make_error(ErrorCode::unavailable, std::string("the CUDA driver lacks an entry point jitcache needs (") +
                                                   dlerror() + ")");
+  // Optional entry points, by the names cuda.h maps the calls to (CUDA 11.4 and later):
+  // cuStreamBeginCapture_v2 takes a capture mode, cuGraphInstantiateWithFlags is
+  // cuGraphInstantiate since CUDA 12; the others have one version.
+  resolve(lib, a.cuStreamCreate, "cuStreamCreate");
+  resolve(lib, a.cuStreamDestroy, "cuStreamDestroy_v2");
+  resolve(lib, a.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
+  resolve(lib, a.cuStreamEndCapture, "cuStreamEndCapture");
+  resolve(lib, a.cuGraphInstantiate, "cuGraphInstantiateWithFlags");
+  resolve(lib, a.cuGraphLaunch, "cuGraphLaunch");
+  resolve(lib, a.cuGraphExecDestroy, "cuGraphExecDestroy");
+  resolve(lib, a.cuGraphDestroy, "cuGraphDestroy");
+  resolve(lib, a.cuMemGetInfo, "cuMemGetInfo_v2");
 
   JC_TRY(driver->check(a.cuInit(0), "cuInit"));
   int count = 0;

@@ -45,6 +45,23 @@ struct CudaDriverApi {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  // Optional (null when this driver lacks them): streams, stream capture and CUDA graphs,
+  // and the device's free memory, for the GPU check (bench/bench_gpu_kernels.cpp).
+  CUresult (*cuStreamCreate)(CUstream*, unsigned int);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
+  CUresult (*cuMemGetInfo)(size_t*, size_t*);
+
+  // Whether the optional stream, capture and graph entry points are all there.
+  bool has_graphs() const {
+    return cuStreamCreate && cuStreamDestroy && cuStreamBeginCapture && cuStreamEndCapture && cuGraphInstantiate &&
+           cuGraphLaunch && cuGraphExecDestroy && cuGraphDestroy;
+  }
 };
 
 struct DeviceInfo {

@@ -12,13 +12,16 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "bench/rcp_table_kernel.hpp"
 #include "jitcache/runtime.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/device/cuda_driver.hpp"
 #include "runtime/kv/host_executor.hpp"
+#include "runtime/kv/rcp_approx.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/source_compiler.hpp"
 #include "test_support.hpp"
@@ -746,6 +749,84 @@ TEST_F(GpuTest, KernelsFromOutsideRunOnTheDevice) {
     }
     m_driver->api().cuModuleUnload(module);
   }
+}
+
+// The table of rcp.approx.ftz.f32 that scripts/gpu_check.sh measured (bench/rcp_table.cpp,
+// its path in JCTEST_RCP_TABLE) and the rule of runtime/kv/rcp_approx.hpp give the
+// hardware's result for every one of the 2^32 fp32 inputs: normal inputs of every exponent,
+// zeros, subnormals, infinities and NaNs (a NaN input needs a NaN; its payload is counted,
+// not required). The hardware side is the same inline PTX run on the inputs in chunks of
+// 2^28; the comparison runs on the host, through the helper itself.
+TEST_F(GpuTest, RcpApproxTableReproducesEveryInput) {
+  const char* path = std::getenv("JCTEST_RCP_TABLE");
+  if (path == nullptr || *path == '\0') GTEST_SKIP() << "JCTEST_RCP_TABLE names no table (scripts/gpu_check.sh sets it)";
+  auto table = RcpApproxTable::read(path);
+  ASSERT_OK(table);
+  auto artifact = compile_rcp_kernel(m_runtime->device().target);
+  ASSERT_OK(artifact);
+  CUmodule module = nullptr;
+  ASSERT_OK(m_driver->check(m_driver->api().cuModuleLoadDataEx(&module, artifact->cubin.data(), 0, nullptr, nullptr),
+                            "cuModuleLoadDataEx"));
+  CUfunction fn = nullptr;
+  ASSERT_OK(m_driver->check(m_driver->api().cuModuleGetFunction(&fn, module, k_rcp_kernel_entry), "cuModuleGetFunction"));
+  constexpr std::uint64_t chunk = std::uint64_t{1} << 28;
+  DeviceBuffer out(*m_driver, chunk * 4);
+  std::vector<std::uint32_t> gpu(chunk);
+  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::uint64_t mismatches = 0, nan_inputs = 0, noncanonical_nans = 0;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> examples;
+  for (std::uint64_t first = 0; first < (std::uint64_t{1} << 32); first += chunk) {
+    std::uint32_t first_arg = static_cast<std::uint32_t>(first);
+    std::uint64_t count = chunk;
+    CUdeviceptr out_ptr = out.addr();
+    void* args[] = {&first_arg, &count, &out_ptr};
+    ASSERT_OK(m_driver->check(m_driver->api().cuLaunchKernel(fn, 65535, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr),
+                              "cuLaunchKernel"));
+    ASSERT_OK(m_driver->check(m_driver->api().cuCtxSynchronize(), "cuCtxSynchronize"));
+    ASSERT_OK(m_driver->check(m_driver->api().cuMemcpyDtoH(gpu.data(), out.addr(), chunk * 4), "cuMemcpyDtoH"));
+    struct Counts {
+      std::uint64_t mismatches = 0, nan_inputs = 0, noncanonical = 0;
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> examples;  // (input, gpu)
+    };
+    std::vector<Counts> counts(threads);
+    std::vector<std::thread> workers;
+    for (unsigned w = 0; w < threads; ++w)
+      workers.emplace_back([&, w] {
+        Counts& c = counts[w];
+        for (std::uint64_t i = w; i < chunk; i += threads) {
+          const std::uint32_t input = first_arg + static_cast<std::uint32_t>(i);
+          const std::uint32_t expected = table->rcp_bits(input);
+          const std::uint32_t got = gpu[i];
+          bool same = got == expected;
+          if (expected == k_canonical_nan) {
+            ++c.nan_inputs;
+            same = (got & 0x7f800000u) == 0x7f800000u && (got & 0x7fffffu) != 0;
+            if (same && got != k_canonical_nan) ++c.noncanonical;
+          }
+          if (!same && ++c.mismatches <= 4) c.examples.emplace_back(input, got);
+        }
+      });
+    for (auto& worker : workers) worker.join();
+    for (const Counts& c : counts) {
+      mismatches += c.mismatches;
+      nan_inputs += c.nan_inputs;
+      noncanonical_nans += c.noncanonical;
+      examples.insert(examples.end(), c.examples.begin(), c.examples.end());
+    }
+  }
+  m_driver->api().cuModuleUnload(module);
+  std::printf("[gpu] rcp.approx.ftz.f32: 2^32 inputs, %llu differ from the table's rule; %llu NaN inputs, %llu of them "
+              "give a NaN other than 0x7fffffff\n",
+              static_cast<unsigned long long>(mismatches), static_cast<unsigned long long>(nan_inputs),
+              static_cast<unsigned long long>(noncanonical_nans));
+  std::string text;
+  for (std::size_t i = 0; i < std::min<std::size_t>(examples.size(), 8); ++i) {
+    char item[80];
+    const auto [input, got] = examples[i];
+    std::snprintf(item, sizeof item, " 0x%08x (gpu 0x%08x, rule 0x%08x)", input, got, table->rcp_bits(input));
+    text += item;
+  }
+  EXPECT_EQ(mismatches, 0u) << "inputs:" << text;
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 # of every format at 64k tokens against a device-to-device copy. Without a GPU the tests skip.
 # The tests (GpuTest.*):
 #   * device output bit-identical to the host executor for both kernels x every record
-#     format (b12x-432, b12x-368, b12x-304, flashmla-352) x every latent-scale mode it takes
+#     format (b12x-432, b12x-368, b12x-304, flashmla-352, flashinfer-glm-416) x every latent-scale mode it takes
 #     (identity, dynamic, per-token), on random data and on adversarial data (every bf16 pattern, NaN, infinities,
 #     subnormals, zero blocks, tiny and huge latent scales, records of random bytes);
 #   * the identity guard on the device;

@@ -186,8 +186,13 @@ Status check_format_mode(RecordFormat format, LatentScale scale) {
   std::string modes;
   for (const LatentScaleRow& mode : k_latent_scales.rows)
     if (allows(row, mode.value)) modes += std::string(modes.empty() ? "" : ", ") + mode.name;
+  // A reader with no per-token scale is named: no record of it can carry one.
+  const std::string why = scale == LatentScale::per_token ? std::string(": its reader, ") + row.reader +
+                                                                ", has no per-token scale"
+                                                          : std::string();
   return make_error(ErrorCode::invalid_argument, std::string("format ") + row.name + " is not written with a " +
-                                                     to_string(scale) + " latent scale (it takes: " + modes + ")");
+                                                     to_string(scale) + " latent scale (it takes: " + modes + ")" +
+                                                     why);
 }
 
 LatentScale latent_scale_for(ScaleMode mode) {

@@ -19,10 +19,13 @@
 //   b12x-368       368   [0,256)   [256,288) linear       [304,368) 64 x E4M3 / scale   fp32 RoPE scale, s_t*, zero
 //   b12x-304       304   [0,256)   [256,288) linear       none                          zero, s_t, zero
 //   flashmla-352   352   [0,256)   [320,352) permuted     [256,320) 64 x E4M3, unscaled (no such bytes)
+//   flashinfer-glm-416  416  [0,256)  [256,288) linear   [288,416) 64 x bf16           (no such bytes)
 //
 // (* the per-token scale s_t occupies [292,296) in the per-token mode only.) The
 // flashmla-352 scale of block s is byte 320 + 8 * (s & 3) + (s >> 2), and its block scale
-// has a floor of 2^-9 (E4M3's smallest subnormal), so it is never 0.
+// has a floor of 2^-9 (E4M3's smallest subnormal), so it is never 0. flashinfer-glm-416 is
+// b12x-432 without its 16 bytes [288,304), the RoPE moved up to 288; the reader's one fp32
+// global scale per layer is s_l.
 //
 // Scaling: identity (no outer scale), dynamic (the layer's s_l, a launch argument: the
 // writer stores kv_c / s_l, the reader multiplies by s_l) and per-token (the writer
@@ -44,7 +47,7 @@
 namespace jc {
 namespace fmt {
 
-enum class Format { b12x_432 = 0, b12x_368 = 1, b12x_304 = 2, flashmla_352 = 3 };
+enum class Format { b12x_432 = 0, b12x_368 = 1, b12x_304 = 2, flashmla_352 = 3, flashinfer_glm_416 = 4 };
 enum class Scaling { identity = 0, dynamic = 1, per_token = 2 };
 // How a record holds the 64 RoPE values: bf16 as given; E4M3 of k_pe / rope_scale with
 // the fp32 rope_scale = rn(amax / 448) at [288,292); E4M3 of k_pe itself; or not at all.
@@ -76,6 +79,7 @@ JC_HD constexpr Layout layout(Format f) {
     case Format::b12x_368: return Layout{368, k_scales_offset, false, Rope::fp8_scaled, k_rope_offset, true, false, k_out_dim};
     case Format::b12x_304: return Layout{304, k_scales_offset, false, Rope::none, -1, true, false, k_latent_dim};
     case Format::flashmla_352: return Layout{352, 320, true, Rope::fp8_unscaled, k_latent_bytes, false, true, k_out_dim};
+    case Format::flashinfer_glm_416: return Layout{416, k_scales_offset, false, Rope::bf16, k_pad_offset, false, false, k_out_dim};
   }
   return Layout{0, 0, false, Rope::none, -1, false, false, 0};
 }

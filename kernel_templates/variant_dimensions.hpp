@@ -178,7 +178,7 @@ struct RecordFormatRow {
 
 inline constexpr unsigned k_static_modes = latent_bit(LatentScale::identity) | latent_bit(LatentScale::dynamic);
 
-inline constexpr Dimension<RecordFormatRow, 4> k_record_formats{
+inline constexpr Dimension<RecordFormatRow, 5> k_record_formats{
     "format",
     {{
         {RecordFormat::b12x_432, "b12x-432", "bf16", jc::fmt::Format::b12x_432, "jc::fmt::Format::b12x_432",
@@ -195,6 +195,10 @@ inline constexpr Dimension<RecordFormatRow, 4> k_record_formats{
          "jc::fmt::Format::flashmla_352", nullptr, 352, k_static_modes,
          "codes, 64 unscaled E4M3 RoPE, 32 permuted E4M3 scales floored at 2^-9",
          "vLLM FlashMLASparseBackend (SM100), nvfp4_ds_mla"},
+        {RecordFormat::flashinfer_glm_416, "flashinfer-glm-416", nullptr, jc::fmt::Format::flashinfer_glm_416,
+         "jc::fmt::Format::flashinfer_glm_416", nullptr, 416, k_static_modes,
+         "codes, 32 linear E4M3 scales, 64 bf16 RoPE; s_l as kv_global_scale",
+         "FlashInfer SparseMLAGlmNvfp4Sm120Wrapper (SM120)"},
     }}};
 static_assert(k_record_formats.in_enumerator_order() && k_record_formats.device_values_match());
 

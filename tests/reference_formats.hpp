@@ -5,6 +5,10 @@
 //   ignored), sf = E4M3(amax / 6) (flashmla-352: E4M3(max(amax / 6, 2^-9))), q = E2M1(x / sf)
 //   (sf == 0: 0); s_t = rn(min(max|kv|, largest bf16) / 2688), 0 for a token of zeros.
 // Reader: bf16((q * sf) * s), s read from the record when per-token.
+// flashinfer-glm-416's byte map is FlashInfer's reader's (csrc/sparse_mla_sm120/
+// glm_nvfp4_binding.cu and include/flashinfer/attention/sparse_mla_sm120/common/
+// nvfp4_to_fp8.cuh at flashinfer-ai/flashinfer be75a2b19137e93b29618c5c03a36ef2f30e712c):
+// 416-byte rows, codes [0,256), block b's scale byte 256 + b, 64 bf16 RoPE at 288.
 #pragma once
 
 #include <cmath>
@@ -16,7 +20,7 @@
 
 namespace jitcache::reference {
 
-enum class RefFormat { b12x_432, b12x_368, b12x_304, flashmla_352 };
+enum class RefFormat { b12x_432, b12x_368, b12x_304, flashmla_352, flashinfer_glm_416 };
 enum class RefMode { identity, dynamic, per_token };
 
 inline int ref_bytes(RefFormat f) {
@@ -25,6 +29,7 @@ inline int ref_bytes(RefFormat f) {
     case RefFormat::b12x_368: return 368;
     case RefFormat::b12x_304: return 304;
     case RefFormat::flashmla_352: return 352;
+    case RefFormat::flashinfer_glm_416: return 416;
   }
   return 0;
 }
@@ -87,6 +92,7 @@ inline std::vector<std::uint8_t> ref_write(RefFormat f, RefMode mode, const std:
     case RefFormat::flashmla_352:
       for (int i = 0; i < k_rope; ++i) rec[static_cast<std::size_t>(256 + i)] = ref_e4m3(ref_bf16_to_float(pe[i]));
       break;
+    case RefFormat::flashinfer_glm_416: std::memcpy(rec.data() + 288, pe, 128); break;
   }
   if (mode == RefMode::per_token) std::memcpy(rec.data() + 292, &s, 4);
   return rec;
@@ -122,6 +128,7 @@ inline std::vector<std::uint16_t> ref_read(RefFormat f, RefMode mode, const std:
       for (int i = 0; i < k_rope; ++i)
         out[static_cast<std::size_t>(k_latent + i)] = ref_float_to_bf16(static_cast<float>(ref_e4m3_value(rec[256 + i])));
       break;
+    case RefFormat::flashinfer_glm_416: std::memcpy(out.data() + k_latent, rec + 288, 128); break;
   }
   return out;
 }

@@ -6,6 +6,7 @@
 //   with --source     compiles one kernel from outside (CUDA C++, NVVM IR or PTX) through
 //                     the cache, as a library would with Runtime::compile: the family and
 //                     spec facts key it, and a second run is a hit.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -174,9 +175,16 @@ int run_compile(const CompileArgs& args, const GlobalOptions& global) {
   }
   const auto compiler = make_nvrtc_compiler();
   nlohmann::json rows = nlohmann::json::array();
+  // The variant column fits the longest label the tables make.
+  const auto label = [](const KernelSpec& spec) {
+    return std::string(to_string(spec.kernel)) + "/" + to_string(spec.latent_scale) + "/" + to_string(spec.format);
+  };
+  int width = 30;
+  for (const Target& target : targets)
+    for (const KernelSpec& spec : all_variants(target)) width = std::max(width, static_cast<int>(label(spec).size()));
   if (!args.json) {
     std::printf("Compiling with %s %s\n\n", compiler->name().c_str(), compiler->version().c_str());
-    std::printf("%-30s %-8s %10s %11s %9s %7s\n", "variant", "target", "compile ms", "cubin bytes",
+    std::printf("%-*s %-8s %10s %11s %9s %7s\n", width, "variant", "target", "compile ms", "cubin bytes",
                 "registers", "spills");
   }
   int failures = 0;
@@ -191,8 +199,7 @@ int run_compile(const CompileArgs& args, const GlobalOptions& global) {
         std::fprintf(stderr, "jitcache: error: %s\n", artifact.error().to_string().c_str());
         continue;
       }
-      const std::string variant = std::string(to_string(spec.kernel)) + "/" +
-                                  to_string(spec.latent_scale) + "/" + to_string(spec.format);
+      const std::string variant = label(spec);
       const int spills = artifact->usage.spill_store_bytes + artifact->usage.spill_load_bytes;
       if (args.json) {
         rows.push_back({{"variant", variant},
@@ -203,7 +210,7 @@ int run_compile(const CompileArgs& args, const GlobalOptions& global) {
                         {"spill_store_bytes", artifact->usage.spill_store_bytes},
                         {"spill_load_bytes", artifact->usage.spill_load_bytes}});
       } else {
-        std::printf("%-30s %-8s %10.1f %11zu %9d %7d\n", variant.c_str(), target.name.c_str(),
+        std::printf("%-*s %-8s %10.1f %11zu %9d %7d\n", width, variant.c_str(), target.name.c_str(),
                     artifact->compile_ms, artifact->cubin.size(), artifact->usage.registers, spills);
       }
     }

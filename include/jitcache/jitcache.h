@@ -115,7 +115,8 @@ typedef enum jitcache_record_format {
   JITCACHE_FORMAT_B12X_432 = 0,    /* b12x, bf16 RoPE: 432-byte records */
   JITCACHE_FORMAT_B12X_368 = 1,    /* b12x, fp8 RoPE: 368-byte records */
   JITCACHE_FORMAT_B12X_304 = 2,    /* b12x GLM_NEXT, no RoPE, per-token only: 304-byte records */
-  JITCACHE_FORMAT_FLASHMLA_352 = 3 /* vLLM / FlashMLA nvfp4_ds_mla: 352-byte records */
+  JITCACHE_FORMAT_FLASHMLA_352 = 3, /* vLLM / FlashMLA nvfp4_ds_mla: 352-byte records */
+  JITCACHE_FORMAT_FLASHINFER_GLM_416 = 4 /* FlashInfer GLM NVFP4 sparse MLA: 416-byte records */
 } jitcache_record_format;
 
 /* Where the latent's outer scale comes from. */
@@ -449,7 +450,8 @@ JITCACHE_API jitcache_status jitcache_prepare_with(jitcache_runtime* runtime,
 JITCACHE_API void jitcache_string_free(char* text);
 
 /* Everything prepare decided, as one JSON object:
- *   "target", "format" ("b12x-432" | "b12x-368" | "b12x-304" | "flashmla-352"),
+ *   "target", "format" ("b12x-432" | "b12x-368" | "b12x-304" | "flashmla-352" |
+ *             "flashinfer-glm-416"),
  *   "rope" ("bf16" | "fp8" for the first two formats, else null),
  *   "stats": {"variants", "cached", "compiled", "stored", "wall_ms"},
  *   "kernels": [{"kernel" ("writer" | "gather"), "latent_scale" ("identity" | "dynamic" |
@@ -519,7 +521,7 @@ JITCACHE_API uint32_t jitcache_record_bytes(jitcache_rope rope);
  * latent choice (a jitcache_latent_choice):
  *   - JITCACHE_LATENT_PER_LAYER: `scale` is the layer's s_l as above (identity exactly at
  *     1.0, dynamic otherwise); refused for a format the layer's mode does not exist for
- *     (b12x-304, and flashmla-352 has no per-token records).
+ *     (b12x-304, and flashmla-352 and flashinfer-glm-416 have no per-token records).
  *   - JITCACHE_LATENT_PER_TOKEN: `scale` must be exactly 1.0 (the token's scale is in its
  *     record); b12x-368 and b12x-304 only.
  * b12x-304 has no RoPE: the writer reads no k_pe (it may be 0) and the gather's rows are

@@ -37,7 +37,7 @@ ROPE_BF16 = 0
 ROPE_FP8 = 1
 # jitcache_record_format, by name (the names of the C++ API and the CLI); -1 in the prepare
 # options: the record of `rope`
-FORMATS = {"b12x-432": 0, "b12x-368": 1, "b12x-304": 2, "flashmla-352": 3}
+FORMATS = {"b12x-432": 0, "b12x-368": 1, "b12x-304": 2, "flashmla-352": 3, "flashinfer-glm-416": 4}
 FORMAT_FROM_ROPE = -1
 # jitcache_latent_choice
 LATENT_PER_LAYER = 0

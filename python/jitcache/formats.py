@@ -2,14 +2,17 @@
 
 Each serving engine reads its own record under the name ``nvfp4_ds_mla``:
 
-=============  =====  =========================================================
-format         bytes  read by
-=============  =====  =========================================================
-b12x-432       432    b12x sparse MLA, bf16 RoPE (the RoPE name "bf16")
-b12x-368       368    b12x sparse MLA, fp8 RoPE ("fp8"); also per-token scales
-b12x-304       304    b12x GLM_NEXT (GLM-5.3 Flash): no RoPE, per-token only
-flashmla-352   352    vLLM's FlashMLASparseBackend (``kv_cache_dtype="nvfp4_ds_mla"``)
-=============  =====  =========================================================
+==================  =====  ====================================================
+format              bytes  read by
+==================  =====  ====================================================
+b12x-432            432    b12x sparse MLA, bf16 RoPE (the RoPE name "bf16")
+b12x-368            368    b12x sparse MLA, fp8 RoPE ("fp8"); also per-token scales
+b12x-304            304    b12x GLM_NEXT (GLM-5.3 Flash): no RoPE, per-token only
+flashmla-352        352    vLLM's FlashMLASparseBackend (``kv_cache_dtype="nvfp4_ds_mla"``)
+flashinfer-glm-416  416    FlashInfer's ``SparseMLAGlmNvfp4Sm120Wrapper`` (SM120), with
+                           the layer's s_l as its ``kv_global_scale``
+                           (:func:`jitcache.torch.kv_global_scale`)
+==================  =====  ====================================================
 
 A record is a format and the latent scale its tokens are written with (:data:`RECORDS`).
 Every format has one record of its own name, except b12x-368, which holds two that read
@@ -37,7 +40,7 @@ __all__ = [
     "latent_scales",
 ]
 
-FORMATS = ("b12x-432", "b12x-368", "b12x-304", "flashmla-352")
+FORMATS = ("b12x-432", "b12x-368", "b12x-304", "flashmla-352", "flashinfer-glm-416")
 # The RoPE names of the older API and the CLI's --rope: the first two formats.
 ROPE_ALIASES = {"bf16": "b12x-432", "fp8": "b12x-368"}
 RECORD_BYTES = {
@@ -48,6 +51,7 @@ RECORD_BYTES = {
     "b12x-368-per-token": 368,
     "b12x-304": 304,
     "flashmla-352": 352,
+    "flashinfer-glm-416": 416,
 }
 LATENT_DIM = 512
 ROPE_DIM = 64
@@ -60,6 +64,7 @@ RECORDS = {
     "b12x-368-per-token": ("b12x-368", "per-token"),
     "b12x-304": ("b12x-304", "per-token"),
     "flashmla-352": ("flashmla-352", "per-layer"),
+    "flashinfer-glm-416": ("flashinfer-glm-416", "per-layer"),
 }
 _PER_TOKEN_RECORDS = {fmt: name for name, (fmt, latent) in RECORDS.items() if latent == "per-token"}
 # The latent scales each format's records are written with (the library's table,
@@ -70,6 +75,7 @@ _LATENT_SCALES = {
     "b12x-368": ("identity", "dynamic", "per-token"),
     "b12x-304": ("per-token",),
     "flashmla-352": ("identity", "dynamic"),
+    "flashinfer-glm-416": ("identity", "dynamic"),
 }
 
 

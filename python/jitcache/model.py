@@ -331,7 +331,7 @@ class Model:
 
     @property
     def format(self) -> str:
-        """The record format the kernels write and read ("b12x-432", ..., "flashmla-352")."""
+        """The record format the kernels write and read ("b12x-432", ..., "flashinfer-glm-416")."""
         self._live()
         return self._format
 

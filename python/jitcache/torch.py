@@ -40,6 +40,9 @@ tokens, before anything is written; on CUDA it is not checked (the mapping is de
 memory) and leaves that slot's record undefined.
 
 :func:`write` and :func:`gather` take the model itself and check every argument.
+
+:func:`kv_global_scale` gives FlashInfer's GLM NVFP4 reader (flashinfer-glm-416 records)
+the one device fp32 scale per layer it multiplies every latent value by.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ __all__ = [
     "write",
     "gather",
     "new_cache",
+    "kv_global_scale",
 ]
 
 # The kernels' status bits (kernel_templates/nvfp4_mla.cuh and nvfp4_mla_formats.cuh,
@@ -487,3 +491,36 @@ def new_cache(
     """A zeroed uint8 KV cache [num_blocks, block_size, record_bytes] for ``model``."""
     entry = _entry(model_id(model))
     return torch.zeros((num_blocks, block_size, entry.record_bytes), dtype=torch.uint8, device=device)
+
+
+# The format whose reader takes the layer's outer scale as a tensor of its own.
+_GLOBAL_SCALE_FORMAT = "flashinfer-glm-416"
+
+
+def kv_global_scale(
+    model: Union[Model, int],
+    layer: int,
+    device: Union[str, torch.device, None] = None,
+) -> torch.Tensor:
+    """The ``kv_global_scale`` of ``layer`` for FlashInfer's ``SparseMLAGlmNvfp4Sm120Wrapper.run``:
+    a new one-element float32 tensor on ``device`` (default: the CPU) holding the scale the
+    layer's records were written with, s_l for a dynamic layer and exactly 1.0 for an
+    identity one. The reader computes each latent value as E2M1 x E4M3 x kv_global_scale,
+    the value the layer's gather returns (docs/record-formats.md).
+
+    ``model`` must be a flashinfer-glm-416 model (InvalidArgumentError otherwise, naming its
+    format: the other engines' readers take no such tensor). ``layer`` is checked as the ops
+    check it. Make one per layer at model load and keep it: FlashInfer reads it on the
+    device during CUDA graph replay, and creating it copies to the device."""
+    _int("layer", layer)
+    m = get_model(model_id(model))
+    if m.format != _GLOBAL_SCALE_FORMAT:
+        raise InvalidArgumentError(
+            f"kv_global_scale: the model writes {m.format} records; only {_GLOBAL_SCALE_FORMAT} "
+            "records are read with a kv_global_scale tensor (FlashInfer's GLM NVFP4 reader)"
+        )
+    info = m.layer(layer)
+    value = 1.0 if info.mode == "identity" else float(info.scale)
+    if not value > 0.0 or value == float("inf"):  # never true of a prepared layer
+        raise InvalidArgumentError(f"kv_global_scale: layer {layer} has no positive finite scale ({value!r})")
+    return torch.tensor([value], dtype=torch.float32, device=device)

@@ -23,6 +23,9 @@ For an attention backend:
   ``FlashMLASparseBackend`` reads flashmla-352, the serving fork's ``B12X_MLA_SPARSE``
   backend b12x's records (b12x-368-per-token for b12x-368 with per-token scales);
   :func:`check_kv_cache` refuses a cache of another record size.
+- :func:`kv_global_scale` hands FlashInfer's GLM NVFP4 reader
+  (``SparseMLAGlmNvfp4Sm120Wrapper``, flashinfer-glm-416 records) a layer's
+  ``kv_global_scale``: its s_l as a one-element float32 tensor on the device.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ __all__ = [
     "layer_scales",
     "prepare_model",
     "layer_index",
+    "kv_global_scale",
     "KVCacheWriter",
     "do_kv_cache_update",
     "KV_CACHE_DTYPE",
@@ -497,6 +501,24 @@ def layer_index(layer_name: str) -> int:
     if len(numbers) != 1:
         raise ValueError(f"layer_name: expected exactly one layer number in {layer_name!r}")
     return numbers[0]
+
+
+def kv_global_scale(
+    model: Union[Model, int],
+    layer: Union[int, str],
+    device: Union[str, "torch.device", None] = None,
+) -> "torch.Tensor":
+    """The ``kv_global_scale`` argument of FlashInfer's ``SparseMLAGlmNvfp4Sm120Wrapper.run``
+    for one layer of a flashinfer-glm-416 model: a one-element float32 tensor on ``device``
+    (the GPU the cache is on) holding s_l, or 1.0 for an identity layer. ``layer``: its
+    index, or the vLLM module name (:func:`layer_index`). Create one per layer when the
+    attention layer is built, before CUDA graph capture, and pass the same tensor to every
+    call. InvalidArgumentError for a model of another format
+    (:func:`jitcache.torch.kv_global_scale`)."""
+    from . import torch as jt
+
+    index = layer_index(layer) if isinstance(layer, str) else layer
+    return jt.kv_global_scale(model, index, device)
 
 
 # ---- the KV-cache write ----------------------------------------------------------------

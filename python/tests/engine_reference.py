@@ -23,7 +23,8 @@ ROPE = 64
 BLOCK = 16
 BLOCKS = LATENT // BLOCK
 
-RECORD_BYTES = {"b12x-432": 432, "b12x-368": 368, "b12x-304": 304, "flashmla-352": 352}
+RECORD_BYTES = {"b12x-432": 432, "b12x-368": 368, "b12x-304": 304, "flashmla-352": 352,
+                "flashinfer-glm-416": 416}
 LAYOUT_BYTES = {432: "b12x-432", 368: "b12x-368", 304: "b12x-304"}
 
 # b12x 1.5.1 kv_cache.py:123 and :129: Python doubles rounded once to fp32 constants.
@@ -350,6 +351,84 @@ def vllm_flashmla_read(records):
 
 
 # ---------------------------------------------------------------------------------------
+# FlashInfer main (GLM-5.2 NVFP4 sparse MLA, SM120), commit
+# be75a2b19137e93b29618c5c03a36ef2f30e712c of flashinfer-ai/flashinfer:
+#   flashinfer/mla/_sparse_mla_glm_nvfp4_sm120.py   SparseMLAGlmNvfp4Sm120Wrapper: 416-byte
+#       rows in 64-token pages; "a latent value is E2M1 * E4M3_scale * global_scale", one
+#       positive finite fp32 kv_global_scale on the device
+#   csrc/sparse_mla_sm120/glm_nvfp4_binding.cu     kv stride 416, page_block_size 64
+#   include/flashinfer/attention/sparse_mla_sm120/common/nvfp4_to_fp8.cuh
+#       expand_nvfp4_kv_tile: lane b reads bytes [8b, 8b+8) (block b's 16 codes) and scale
+#       byte 256 + b; RoPE bf16 at 288; the row is expanded in shared memory to 512 E4M3
+#       bytes and four equal fp32 scales, described step by step in flashinfer_glm_expand.
+
+FLASHINFER_GLM_BYTES = 416
+FLASHINFER_GLM_SCALES = 256
+FLASHINFER_GLM_ROPE = 288
+FLASHINFER_GLM_PAGE = 64
+_RCP_E4M3_MAX_TIMES_6 = np.float32(6.0) / np.float32(448.0)  # the fp32 constant 6.f / 448.f
+
+
+def _global_scale(kv_global_scale) -> np.float32:
+    g = np.float32(kv_global_scale)
+    if not (np.isfinite(g) and g > 0):
+        raise ValueError(f"kv_global_scale: expected a positive finite fp32, got {kv_global_scale!r}")
+    return g
+
+
+def flashinfer_glm_values(records, kv_global_scale):
+    """The values the wrapper's documentation defines for each row: latent e = E2M1(code e)
+    * E4M3(scale byte 256 + e // 16) * kv_global_scale (the first product is exact, the
+    second one fp32 multiply), RoPE the bf16 at [288, 416). float32 [N, 576]."""
+    r = _records(records, FLASHINFER_GLM_BYTES)
+    g = _global_scale(kv_global_scale)
+    n = r.shape[0]
+    q = e2m1_decode(unpack_nibbles(r[:, :256])).reshape(n, BLOCKS, BLOCK)
+    sf = e4m3_decode(r[:, FLASHINFER_GLM_SCALES:FLASHINFER_GLM_SCALES + BLOCKS])[:, :, None]
+    with np.errstate(all="ignore"):
+        latent = ((q * sf).astype(np.float32) * g).astype(np.float32).reshape(n, LATENT)
+    rope = bf16_to_f32(np.ascontiguousarray(r[:, FLASHINFER_GLM_ROPE:]).view("<u2").reshape(n, ROPE))
+    return np.concatenate([latent, rope], axis=1).astype(np.float32)
+
+
+def flashinfer_glm_expand(records, kv_global_scale):
+    """expand_nvfp4_kv_tile, one row at a time: (E4M3 codes uint8 [N, 512], the row's fp32
+    scale [N], the values the FP8 MMA multiplies, float32 [N, 512]).
+
+      max_scale     = E4M3 value of the largest scale byte of the row (an integer maximum
+                      of the bytes: nonnegative E4M3 codes order as their values)
+      lower_bound   = fp32(max_scale * fp32(6 / 448))
+      compute_scale = lower_bound raised to a power of two (the exponent bits plus one
+                      when any mantissa bit is set), 0 when lower_bound is 0
+      multiplier    = fp32(block_scale * (1 / compute_scale)) (exact: a power of two), 0
+                      when compute_scale is 0, then rounded to f16
+      code          = E4M3 round-to-nearest-even, satfinite, of the f16 product
+                      f16(E2M1) * f16(multiplier)
+      row scale     = fp32(compute_scale * kv_global_scale), stored four times at 512
+    """
+    r = _records(records, FLASHINFER_GLM_BYTES)
+    g = _global_scale(kv_global_scale)
+    n = r.shape[0]
+    scale_bytes = r[:, FLASHINFER_GLM_SCALES:FLASHINFER_GLM_SCALES + BLOCKS]
+    max_scale = e4m3_decode(scale_bytes.max(axis=1))
+    lower = (max_scale * _RCP_E4M3_MAX_TIMES_6).astype(np.float32)
+    bits = lower.view(np.uint32)
+    bits = np.where(bits & 0x007FFFFF, (bits + 0x00800000) & 0x7F800000, bits).astype(np.uint32)
+    compute = bits.view(np.float32)
+    block = e4m3_decode(scale_bytes)
+    with np.errstate(all="ignore"):
+        multiplier = np.where(compute[:, None] > 0, block / compute[:, None], np.float32(0)).astype(np.float32)
+    multiplier_h = multiplier.astype(np.float16)
+    q = e2m1_decode(unpack_nibbles(r[:, :256])).astype(np.float16).reshape(n, BLOCKS, BLOCK)
+    product = (q * multiplier_h[:, :, None]).astype(np.float16).reshape(n, LATENT)
+    codes = e4m3_encode(product.astype(np.float32))
+    row_scale = (compute * g).astype(np.float32)
+    with np.errstate(all="ignore"):
+        values = (e4m3_decode(codes) * row_scale[:, None]).astype(np.float32)
+    return codes, row_scale, values
+
+
+# ---------------------------------------------------------------------------------------
 # jitcache's exact rule, written from the issue's table
 
 MODES = ("identity", "layer", "per-token")
@@ -361,7 +440,8 @@ def _check_format_mode(fmt: str, mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
     allowed = {"b12x-432": ("identity", "layer"), "b12x-368": MODES,
-               "b12x-304": ("per-token",), "flashmla-352": ("identity", "layer")}[fmt]
+               "b12x-304": ("per-token",), "flashmla-352": ("identity", "layer"),
+               "flashinfer-glm-416": ("identity", "layer")}[fmt]
     if mode not in allowed:
         raise ValueError(f"mode: {fmt} takes {allowed}, got {mode!r}")
 
@@ -411,10 +491,11 @@ def exact_write(kv_c, k_pe, fmt: str, mode: str, s: float = 1.0, flashmla_round_
     out[:, 256:288] = sf_code
     if s_t is not None:
         out[:, 292:296] = f32_bytes(s_t)
-    if fmt == "b12x-432":
+    if fmt in ("b12x-432", "flashinfer-glm-416"):
         pe = np.asarray(k_pe)
         _rows(pe, ROPE, "k_pe")
-        out[:, 304:432] = np.ascontiguousarray(pe.astype("<u2")).view(np.uint8).reshape(n, 128)
+        at = FLASHINFER_GLM_ROPE if fmt == "flashinfer-glm-416" else 304
+        out[:, at:at + 128] = np.ascontiguousarray(pe.astype("<u2")).view(np.uint8).reshape(n, 128)
     elif fmt == "b12x-368":
         pe = _rows(k_pe, ROPE, "k_pe")
         with np.errstate(all="ignore"):
@@ -445,6 +526,11 @@ def exact_read(records, fmt: str, mode: str, s: float = 1.0):
             product = ((q * sf).astype(np.float32) * _F32(s)).astype(np.float32)
         read[:, :LATENT] = bf16_to_f32(f32_to_bf16(product.reshape(n, LATENT)))
         return read
+    if fmt == "flashinfer-glm-416":
+        # The values FlashInfer's wrapper defines, rounded once to bf16: the gather's output.
+        values = flashinfer_glm_values(records, s if mode == "layer" else 1.0)
+        values[:, :LATENT] = bf16_to_f32(f32_to_bf16(values[:, :LATENT]))
+        return values
     nbytes = RECORD_BYTES[fmt]
     r = _records(records, nbytes)
     n = r.shape[0]

@@ -13,7 +13,7 @@ import jitcache
 from jitcache import _lib, formats, host
 from conftest import TARGET, run_cli
 
-ALL = ("b12x-432", "b12x-368", "b12x-304", "flashmla-352")
+ALL = ("b12x-432", "b12x-368", "b12x-304", "flashmla-352", "flashinfer-glm-416")
 
 
 def rows(seed: int, n: int = 9) -> tuple[np.ndarray, np.ndarray]:
@@ -29,15 +29,16 @@ def test_format_names_sizes_and_aliases() -> None:
     for name in ALL:
         assert host.RECORD_BYTES[name] == _lib.lib.jitcache_format_record_bytes(_lib.FORMATS[name])
         assert formats.record_format(name) == name
-    assert [host.RECORD_BYTES[n] for n in ALL] == [432, 368, 304, 352]
+    assert [host.RECORD_BYTES[n] for n in ALL] == [432, 368, 304, 352, 416]
     assert (host.RECORD_BYTES["bf16"], host.RECORD_BYTES["fp8"]) == (432, 368)
     assert formats.record_format() == "b12x-432"
     assert formats.record_format(rope="fp8") == formats.record_format("fp8") == "b12x-368"
     assert formats.record_format("b12x-368", rope="fp8") == "b12x-368"
-    assert [formats.row_width(n) for n in ALL] == [576, 576, 512, 576]
+    assert [formats.row_width(n) for n in ALL] == [576, 576, 512, 576, 576]
     assert formats.latent_scales("b12x-304") == ("per-token",)
     assert "per-token" in formats.latent_scales("b12x-368")
     assert "per-token" not in formats.latent_scales("flashmla-352")
+    assert formats.latent_scales("flashinfer-glm-416") == ("identity", "dynamic")
     with pytest.raises(ValueError, match="format: expected one of b12x-432"):
         formats.record_format("nvfp4_ds_mla")
     with pytest.raises(ValueError, match="rope: expected 'bf16' or 'fp8'"):
@@ -55,6 +56,7 @@ def test_record_names() -> None:
         "b12x-368-per-token": ("b12x-368", "per-token"),
         "b12x-304": ("b12x-304", "per-token"),
         "flashmla-352": ("flashmla-352", "per-layer"),
+        "flashinfer-glm-416": ("flashinfer-glm-416", "per-layer"),
     }
     assert host.RECORD_BYTES["b12x-368-per-token"] == 368
     assert formats.record_format("b12x-368-per-token") == "b12x-368"
@@ -69,7 +71,7 @@ def test_record_names() -> None:
     assert formats.record_latent_scale("b12x-368-per-token") == "per-token"
     assert formats.record_latent_scale("b12x-368", "per-token") == "per-token"
     assert formats.record_latent_scale("b12x-368") is None
-    for name in ("b12x-432", "flashmla-352"):
+    for name in ("b12x-432", "flashmla-352", "flashinfer-glm-416"):
         with pytest.raises(ValueError, match=f"latent_scale: {name} has no per-token records"):
             formats.record_name(name, "per-token")
     with pytest.raises(ValueError, match="latent_scale: b12x-304 has no per-layer records"):
@@ -232,7 +234,7 @@ def test_prepare_per_token_and_refusals(runtime, glm5_mini: Path) -> None:
 # ---- against the CLI's kv tools, format by format --------------------------------------------
 
 FORMAT_MODES = [("b12x-432", None), ("b12x-368", None), ("b12x-368", "per-token"),
-                ("b12x-304", "per-token"), ("flashmla-352", None)]
+                ("b12x-304", "per-token"), ("flashmla-352", None), ("flashinfer-glm-416", None)]
 
 
 @pytest.fixture(scope="module")

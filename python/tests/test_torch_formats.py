@@ -43,7 +43,7 @@ def bits(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().view(torch.int16).numpy().view(np.uint16)
 
 
-@pytest.mark.parametrize("name", ["b12x-304", "flashmla-352", "b12x-368"])
+@pytest.mark.parametrize("name", ["b12x-304", "flashmla-352", "b12x-368", "flashinfer-glm-416"])
 @pytest.mark.parametrize("layer", [0, 78])
 def test_ops_match_host_for_each_format(models, name: str, layer: int, seed: int) -> None:
     model = models[name]
@@ -214,7 +214,7 @@ def test_opcheck_and_compile_with_a_format(models, seed: int) -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
-@pytest.mark.parametrize("name", ["b12x-304", "flashmla-352", "b12x-368"])
+@pytest.mark.parametrize("name", ["b12x-304", "flashmla-352", "b12x-368", "flashinfer-glm-416"])
 def test_cuda_ops_match_cpu_for_each_format(cache_dir: Path, glm5_mini: Path, name: str, seed: int) -> None:
     """The device kernels of each format write and gather what the host executor does
     (dense 512-wide rows for b12x-304: the launch's default row stride is the format's)."""
@@ -242,3 +242,37 @@ def test_cuda_ops_match_cpu_for_each_format(cache_dir: Path, glm5_mini: Path, na
             assert np.array_equal(bits(g_out.cpu()), bits(cpu_out)), (name, layer)
     finally:
         model.close()
+
+
+def test_kv_global_scale_is_each_layers_s_l_as_flashinfer_takes_it(models) -> None:
+    """FlashInfer's GLM reader takes one fp32 element per layer: s_l for a dynamic layer,
+    1.0 for an identity one (the draft layer 78 of the example), the scale the layer's
+    records were written with; the writer's records, times it, read back as the gather."""
+    import jitcache.vllm as jv
+
+    model = models["flashinfer-glm-416"]
+    for layer in (0, 40, 77, 78):
+        info = model.layer(layer)
+        g = jt.kv_global_scale(model, layer)
+        assert g.dtype == torch.float32 and g.shape == (1,) and g.device.type == "cpu"
+        want = 1.0 if info.mode == "identity" else info.scale
+        assert g.item() == np.float32(want) and g.item() > 0
+        assert torch.equal(jv.kv_global_scale(model, f"model.layers.{layer}.self_attn.attn"), g)
+    assert model.layer(0).mode == "dynamic" and jt.kv_global_scale(model, 0).item() != 1.0
+    assert jt.kv_global_scale(model, 78).item() == 1.0, "the draft layer is identity"
+    assert jt.kv_global_scale(model, 3, device="meta").device.type == "meta"
+
+
+def test_kv_global_scale_refuses_other_formats_and_bad_layers(models) -> None:
+    with pytest.raises(jitcache.InvalidArgumentError, match="writes b12x-432 records; only flashinfer-glm-416"):
+        jt.kv_global_scale(models["b12x-432"], 0)
+    with pytest.raises(TypeError, match="layer: expected an int"):
+        jt.kv_global_scale(models["flashinfer-glm-416"], "0")
+    with pytest.raises(jitcache.InvalidArgumentError):
+        jt.kv_global_scale(models["flashinfer-glm-416"], 500)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
+def test_kv_global_scale_lands_on_the_gpu(models) -> None:
+    g = jt.kv_global_scale(models["flashinfer-glm-416"], 0, device="cuda")
+    assert g.is_cuda and g.dtype == torch.float32 and g.numel() == 1

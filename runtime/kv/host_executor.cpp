@@ -213,6 +213,8 @@ Result<jc::u32> dispatch_format(RecordFormat format, const Params& p, float scal
       return fn.template operator()<S, k_record_formats[RecordFormat::b12x_304].device>(p, scale);
     case RecordFormat::flashmla_352:
       return fn.template operator()<S, k_record_formats[RecordFormat::flashmla_352].device>(p, scale);
+    case RecordFormat::flashinfer_glm_416:
+      return fn.template operator()<S, k_record_formats[RecordFormat::flashinfer_glm_416].device>(p, scale);
   }
   return make_error(ErrorCode::invalid_argument,
                     "no record format " + std::to_string(std::to_underlying(format)) + ": no kernel to run");

@@ -6,6 +6,7 @@
 
 #include "kernel_templates/nvfp4_mla_formats.cuh"
 #include "kernel_templates/variant_dimensions.hpp"
+#include "runtime/kv/fp8_expansion.hpp"
 #include "runtime/kv/kv_tools.hpp"
 
 namespace jitcache::study {
@@ -41,7 +42,31 @@ Result<ModeResult> measure(std::span<const float> x, RecordFormat format, kv::Sc
   records_options.scale = report.scale;
   records_options.format = format;
   const auto records = JC_TRY(kv::quantize(x, jc::k_latent_dim, records_options));
-  return ModeResult{report.latent.rel_rms, subnormal_block_share(records, format)};
+  ModeResult result{report.latent.rel_rms, subnormal_block_share(records, format), std::nullopt, std::nullopt};
+  if (reader_expands_to_fp8(format)) {
+    const auto gathered = JC_TRY(kv::dequantize(records, records_options));
+    const std::size_t width = kv::output_columns(format);
+    const std::size_t rb = static_cast<std::size_t>(record_bytes(format));
+    // The reader's global scale is the one the records were written with: s_l, 1.0 for identity.
+    const float global = report.scale.variant == LatentScale::identity ? 1.0f : report.scale.value;
+    double added = 0.0, total = 0.0, reference = 0.0;
+    const std::size_t tokens = x.size() / jc::k_latent_dim;
+    for (std::size_t t = 0; t < tokens; ++t) {
+      const kv::Fp8Row row =
+          JC_TRY(kv::expand_glm_row_to_fp8(std::span(records).subspan(t * rb, rb), global));
+      const std::array<float, 512> expanded = kv::fp8_row_values(row);
+      for (std::size_t c = 0; c < jc::k_latent_dim; ++c) {
+        const double in = jc::bf16_to_float(jc::float_to_bf16(x[t * jc::k_latent_dim + c]));
+        const double bf16_out = gathered[t * width + c];
+        added += (expanded[c] - bf16_out) * (expanded[c] - bf16_out);
+        total += (expanded[c] - in) * (expanded[c] - in);
+        reference += in * in;
+      }
+    }
+    result.fp8_added_rel_rms = reference > 0.0 ? std::sqrt(added / reference) : 0.0;
+    result.fp8_rel_rms = reference > 0.0 ? std::sqrt(total / reference) : 0.0;
+  }
+  return result;
 }
 
 }  // namespace
@@ -95,6 +120,8 @@ const std::optional<ModeResult>& LayerRow::result(StudyMode mode) const {
   }
   return identity;
 }
+
+bool reader_expands_to_fp8(RecordFormat format) { return format == RecordFormat::flashinfer_glm_416; }
 
 bool study_measures(RecordFormat format, StudyMode mode) {
   switch (mode) {

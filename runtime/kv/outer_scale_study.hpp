@@ -33,13 +33,24 @@ const char* to_string(StudyMode mode);  // "identity", "calibrated", "per-token"
 struct ModeResult {
   double rel_rms = 0.0;           // relative RMS round-trip error of the latent
   double subnormal_blocks = 0.0;  // share of block scales below E4M3's 2^-6
+  // A format whose reader expands each row to E4M3 before its MMAs (flashinfer-glm-416,
+  // runtime/kv/fp8_expansion.hpp): the error that expansion adds to the gathered bf16
+  // row, and the expanded row's own round-trip error, both relative RMS against the
+  // latent as rel_rms is. None for the other formats.
+  std::optional<double> fp8_added_rel_rms;
+  std::optional<double> fp8_rel_rms;
 };
+
+// Whether the engine that reads `format` expands its rows to FP8 (the study then measures
+// the expansion too).
+bool reader_expands_to_fp8(RecordFormat format);
 
 struct LayerRow {
   float max_abs = 0.0f;
   float calibrated_scale = 0.0f;  // max_abs / 2688
   // One result per mode; none where the study's format is not written with that mode
-  // (b12x-304 takes per-token only; b12x-432 and flashmla-352 take no per-token).
+  // (b12x-304 takes per-token only; b12x-432, flashmla-352 and flashinfer-glm-416 take no
+  // per-token).
   std::optional<ModeResult> identity;
   std::optional<ModeResult> calibrated;
   std::optional<ModeResult> per_token;
@@ -61,7 +72,9 @@ struct StudyOptions {
 // kernel, even when a layer's calibrated scale happens to be 1.0).
 bool study_measures(RecordFormat format, StudyMode mode);
 
-// One row per layer magnitude, computed with the host executor (the GPU's numerics).
+// One row per layer magnitude, computed with the host executor (the GPU's numerics). The
+// magnitudes are the study's default span, or a checkpoint's layers (the CLI's
+// --checkpoint: each layer's recorded max_abs, else s_l * 2688).
 Result<std::vector<LayerRow>> run_outer_scale_study(std::span<const float> layer_max_abs,
                                                     const StudyOptions& options);
 

@@ -15,7 +15,7 @@ namespace {
 TEST(VariantDimensions, NamesArePinned) {
   EXPECT_EQ(k_kernel_kinds.joined("|"), "writer|gather");
   EXPECT_EQ(k_latent_scales.joined("|"), "identity|dynamic|per-token");
-  EXPECT_EQ(k_record_formats.joined("|"), "b12x-432|b12x-368|b12x-304|flashmla-352");
+  EXPECT_EQ(k_record_formats.joined("|"), "b12x-432|b12x-368|b12x-304|flashmla-352|flashinfer-glm-416");
   EXPECT_EQ(k_targets.joined(" "), "sm_90 sm_90a sm_100 sm_100a sm_100f sm_103a sm_110a sm_120 sm_120a sm_120f sm_121a");
   EXPECT_EQ(k_kernel_kinds.fact, "kernel");
   EXPECT_EQ(k_latent_scales.fact, "latent_scale");
@@ -26,6 +26,10 @@ TEST(VariantDimensions, NamesArePinned) {
   EXPECT_EQ(format_fact(RecordFormat::b12x_368), (std::pair<std::string, std::string>("rope", "fp8")));
   EXPECT_EQ(format_fact(RecordFormat::b12x_304), (std::pair<std::string, std::string>("format", "b12x-304")));
   EXPECT_EQ(format_fact(RecordFormat::flashmla_352), (std::pair<std::string, std::string>("format", "flashmla-352")));
+  EXPECT_EQ(format_fact(RecordFormat::flashinfer_glm_416),
+            (std::pair<std::string, std::string>("format", "flashinfer-glm-416")));
+  EXPECT_EQ(std::to_underlying(RecordFormat::flashinfer_glm_416), 4);
+  EXPECT_EQ(std::to_underlying(jc::fmt::Format::flashinfer_glm_416), 4);
   EXPECT_EQ(k_targets.fact, "target");
 }
 
@@ -74,6 +78,7 @@ TEST(VariantDimensions, RecordSizesAreTheKernels) {
   EXPECT_EQ(record_bytes(RecordFormat::b12x_368), 368);
   EXPECT_EQ(record_bytes(RecordFormat::b12x_304), 304);
   EXPECT_EQ(record_bytes(RecordFormat::flashmla_352), 352);
+  EXPECT_EQ(record_bytes(RecordFormat::flashinfer_glm_416), 416);
   for (const auto& row : k_record_formats.rows) EXPECT_EQ(row.record_bytes, jc::fmt::layout(row.device).record_bytes);
 }
 
@@ -86,7 +91,7 @@ TEST(VariantDimensions, DefaultTargetsAreTheProductsInTableOrder) {
 }
 
 TEST(VariantDimensions, AlternativesReadAsEnglish) {
-  EXPECT_EQ(k_record_formats.alternatives(), "b12x-432, b12x-368, b12x-304 or flashmla-352");
+  EXPECT_EQ(k_record_formats.alternatives(), "b12x-432, b12x-368, b12x-304, flashmla-352 or flashinfer-glm-416");
   EXPECT_EQ(k_targets.alternatives().substr(0, 16), "sm_90, sm_90a, s");
   EXPECT_TRUE(k_targets.alternatives().ends_with(", sm_120a, sm_120f or sm_121a"));
   const auto names = k_latent_scales.names();
@@ -101,8 +106,8 @@ TEST(VariantDimensions, LatentScaleFollowsTheScaleMode) {
 TEST(VariantDimensions, AllVariantsIsEveryAllowedCombinationOnce) {
   const Target target{"sm_100a"};
   const auto specs = all_variants(target);
-  // Per kernel: b12x-432 2 modes, b12x-368 3, b12x-304 1, flashmla-352 2.
-  EXPECT_EQ(specs.size(), k_kernel_kinds.size() * 8);
+  // Per kernel: b12x-432 2 modes, b12x-368 3, b12x-304 1, flashmla-352 2, flashinfer-glm-416 2.
+  EXPECT_EQ(specs.size(), k_kernel_kinds.size() * 10);
   std::set<std::string> labels;
   for (const KernelSpec& spec : specs) {
     labels.insert(spec.label());

@@ -27,7 +27,8 @@ const std::set<std::string> k_variants{
     "writer/identity/flashmla-352", "writer/dynamic/flashmla-352", "gather/identity/b12x-432",
     "gather/dynamic/b12x-432",  "gather/identity/b12x-368",    "gather/dynamic/b12x-368",
     "gather/per-token/b12x-368", "gather/per-token/b12x-304",  "gather/identity/flashmla-352",
-    "gather/dynamic/flashmla-352"};
+    "gather/dynamic/flashmla-352", "writer/identity/flashinfer-glm-416", "writer/dynamic/flashinfer-glm-416",
+    "gather/identity/flashinfer-glm-416", "gather/dynamic/flashinfer-glm-416"};
 
 class CliCompileTest : public testing::CliCommandTest {};
 
@@ -59,12 +60,15 @@ TEST_F(CliCompileTest, TextHasAHeaderAndOneRowPerVariant) {
   const CliOutcome o = run({"compile", "--arch", "sm_100a"});
   ASSERT_EQ(o.code, 0) << o.out << o.err;
   EXPECT_EQ(o.out.rfind("Compiling with nvrtc ", 0), 0u) << o.out;
-  EXPECT_NE(o.out.find("variant                        target   compile ms cubin bytes registers  spills"),
+  // The variant column is as wide as the longest variant (at least 30).
+  std::size_t width = 30;
+  for (const std::string& variant : k_variants) width = std::max(width, variant.size());
+  EXPECT_NE(o.out.find("variant" + std::string(width - 7, ' ') + " target   compile ms cubin bytes registers  spills"),
             std::string::npos)
       << o.out;
   std::size_t rows = 0;
   for (const std::string& variant : k_variants) {
-    const std::string row = variant + std::string(31 - variant.size(), ' ') + "sm_100a ";
+    const std::string row = variant + std::string(width + 1 - variant.size(), ' ') + "sm_100a ";
     EXPECT_NE(o.out.find(row), std::string::npos) << row << "\n" << o.out;
     for (std::size_t at = 0; (at = o.out.find(row, at)) != std::string::npos; at += row.size()) ++rows;
   }

@@ -188,7 +188,7 @@ TEST_F(CliKvTest, EveryFormatAndModeRoundTrips) {
       EXPECT_LT(std::sqrt(err / ref), 0.2);
       ++runs;
     }
-  EXPECT_EQ(runs, 8) << "2 + 3 + 1 + 2 (format, mode) pairs";
+  EXPECT_EQ(runs, 10) << "2 + 3 + 1 + 2 + 2 (format, mode) pairs";
 }
 
 TEST_F(CliKvTest, FormatWithOnlyPerTokenIsPerTokenWithoutAsking) {

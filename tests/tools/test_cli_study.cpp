@@ -1,7 +1,9 @@
 // `jitcache kv study`: the identity / calibrated / per-token error table over layer
 // magnitudes, from the host executor's numerics. Same seed, same table; the shape of the
 // result (identity error grows as layers get small, calibrated and per-token stay flat) is
-// what the table is for. It reads no file, so its only errors are usage errors (2).
+// what the table is for. It reads files only with --checkpoint, whose errors are those of
+// `scales show`; the others are usage errors (2). flashinfer-glm-416 adds the error of its reader's FP8
+// expansion, per layer of the example checkpoint.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "cli_fixture.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 
 namespace jitcache {
 namespace {
@@ -27,7 +30,7 @@ TEST_F(CliStudyTest, JsonShowsIdentityErrorGrowingAsLayersShrinkAndCalibratedFla
   EXPECT_EQ(doc["format"], "b12x-368") << "the default: the format written with all three modes";
   EXPECT_EQ(doc["rope"], "fp8");
   EXPECT_EQ(doc["bytes_per_token"], 368);
-  ASSERT_EQ(doc["formats"].size(), 4u);
+  ASSERT_EQ(doc["formats"].size(), k_record_formats.size());
   EXPECT_EQ(doc["formats"][2], json({{"name", "b12x-304"}, {"bytes_per_token", 304}, {"modes", {"per-token"}}}));
   const json& layers = doc["layers"];
   ASSERT_GE(layers.size(), 2u) << o.out;
@@ -112,8 +115,10 @@ TEST_F(CliStudyTest, FormatIsReportedUnderEitherName) {
   EXPECT_NE(text.out.find("(NVFP4, flashmla-352, 352 bytes per token; 16 synthetic"), std::string::npos)
       << text.out;
   // Every format's bytes per token, whichever was studied.
-  for (const char* line : {"  b12x-432       432  identity, dynamic\n", "  b12x-368       368  identity, dynamic, per-token\n",
-                           "  b12x-304       304  per-token\n", "  flashmla-352   352  identity, dynamic\n"})
+  for (const char* line : {"  b12x-432            432  identity, dynamic\n",
+                           "  b12x-368            368  identity, dynamic, per-token\n",
+                           "  b12x-304            304  per-token\n", "  flashmla-352        352  identity, dynamic\n",
+                           "  flashinfer-glm-416  416  identity, dynamic\n"})
     EXPECT_NE(text.out.find(line), std::string::npos) << line << text.out;
 }
 
@@ -135,6 +140,61 @@ TEST_F(CliStudyTest, TextTableHasOneRowPerLayerMagnitude) {
   // Four " | " per row, header included.
   EXPECT_EQ(rows, 4 * (doc["layers"].size() + 1)) << o.out;
   EXPECT_EQ(o.err, "");
+}
+
+// One row per layer of the example checkpoint, at its magnitude; for flashinfer-glm-416
+// the FP8 expansion's added error beside the bf16 gather's, which is b12x-432's.
+TEST_F(CliStudyTest, FlashInferGlmAddsItsFp8ExpansionPerCheckpointLayer) {
+  const std::string checkpoint = testing::example_checkpoint().string();
+  const CliOutcome o =
+      run({"kv", "study", "--tokens", "32", "--format", "flashinfer-glm-416", "--checkpoint", checkpoint, "--json"});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  const json glm = parse(o);
+  const json b12x = parse(run({"kv", "study", "--tokens", "32", "--format", "b12x-432", "--checkpoint", checkpoint, "--json"}));
+  EXPECT_EQ(glm["bytes_per_token"], 416);
+  EXPECT_EQ(glm["reader_expands_to_fp8"], true);
+  EXPECT_EQ(b12x["reader_expands_to_fp8"], false);
+  const json& layers = glm["layers"];
+  ASSERT_EQ(layers.size(), 78u) << "the example's layers";
+  ASSERT_EQ(b12x["layers"].size(), 78u);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const json& l = layers[i];
+    const json& b = b12x["layers"][i];
+    EXPECT_EQ(l["layer"], i);
+    EXPECT_EQ(l["max_abs"], b["max_abs"]);
+    // s_l is calibrated from the bf16-rounded synthetic latent, whose maximum is the layer's
+    // magnitude within bf16's rounding (2^-9).
+    EXPECT_NEAR(l["calibrated_scale"].get<double>(), l["max_abs"].get<double>() / 2688.0,
+                0x1p-8 * l["max_abs"].get<double>() / 2688.0);
+    // The same latent bytes as b12x-432, so the same bf16 gather and error.
+    EXPECT_EQ(l["calibrated_rel_rms"], b["calibrated_rel_rms"]) << l.dump();
+    EXPECT_EQ(l["identity_rel_rms"], b["identity_rel_rms"]) << l.dump();
+    EXPECT_TRUE(b["calibrated_fp8_added_rel_rms"].is_null());
+    EXPECT_TRUE(l["per_token_rel_rms"].is_null());
+    // The expansion rounds each value once more to E4M3 (at most 2^-4 relative): some
+    // error, below the NVFP4 error itself, and the expanded row's error at least near it.
+    const double added = l["calibrated_fp8_added_rel_rms"];
+    const double nvfp4 = l["calibrated_rel_rms"];
+    EXPECT_GT(added, 0.0) << l.dump();
+    EXPECT_LT(added, nvfp4) << l.dump();
+    EXPECT_LT(added, 0.0625) << l.dump();
+    EXPECT_GE(l["calibrated_fp8_rel_rms"].get<double>(), 0.9 * nvfp4) << l.dump();
+    EXPECT_TRUE(l["identity_fp8_added_rel_rms"].is_number()) << l.dump();
+  }
+  const CliOutcome text =
+      run({"kv", "study", "--tokens", "16", "--format", "flashinfer-glm-416", "--checkpoint", checkpoint});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("layer  max_abs         s_l |   identity vs deep subnorm  fp8 add      fp8 |"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("'fp8 add' is the error that adds to the bf16 gather"), std::string::npos) << text.out;
+}
+
+// As `scales show`: a checkpoint directory that is not there is an environment error (2).
+TEST_F(CliStudyTest, AMissingCheckpointIsAnErrorNamingIt) {
+  const CliOutcome o = run({"kv", "study", "--checkpoint", (dir() / "nowhere").string()});
+  EXPECT_EQ(o.code, 2) << o.out << o.err;
+  EXPECT_NE(o.err.find("nowhere"), std::string::npos) << o.err;
 }
 
 TEST_F(CliStudyTest, UsageErrorsExitTwo) {

@@ -27,6 +27,7 @@ RefFormat ref_of(RecordFormat f) {
     case RecordFormat::b12x_368: return RefFormat::b12x_368;
     case RecordFormat::b12x_304: return RefFormat::b12x_304;
     case RecordFormat::flashmla_352: return RefFormat::flashmla_352;
+    case RecordFormat::flashinfer_glm_416: return RefFormat::flashinfer_glm_416;
   }
   return RefFormat::b12x_432;
 }
@@ -162,7 +163,7 @@ TEST(RecordFormats, EveryFormatAndModeEqualsTheReferenceByteForByte) {
         ++checked;
       }
     }
-  EXPECT_EQ(checked, 4 + 7 + 1 + 5);  // every allowed (format, mode), dynamic at 4 scales
+  EXPECT_EQ(checked, 4 + 7 + 1 + 5 + 5);  // every allowed (format, mode), dynamic at 4 scales
 }
 
 // nvfp4_mla_formats.cuh's bodies, run for the variants nvfp4_mla.cuh builds, write and read
@@ -231,6 +232,27 @@ TEST(RecordFormats, FlashMlaScalesAreFlooredAndPermuted) {
     EXPECT_EQ(run.records[static_cast<std::size_t>(256 + i)], ref_e4m3(ref_bf16_to_float(tk.row(0)[512 + i]))) << i;
 }
 
+// FlashInfer's GLM record is b12x-432's bytes without its 16-byte pad: the same codes and
+// linear scales, the same bf16 RoPE at 288 instead of 304, and the same gathered rows, for
+// identity and for dynamic at s_l (FlashInfer's kv_global_scale).
+TEST(RecordFormats, FlashInferGlmRecordsAreB12x432WithoutItsPad) {
+  const std::uint64_t seed = test_seed("RecordFormats.FlashInferGlmRecordsAreB12x432WithoutItsPad");
+  std::mt19937_64 rng(seed);
+  Tokens tk = make_tokens(rng, 64);
+  for (LatentScale m : {LatentScale::identity, LatentScale::dynamic})
+    for (float s : scales_for(m)) {
+      const FormatRun glm = write_and_gather(RecordFormat::flashinfer_glm_416, m, tk, s, HostBodies::as_generated);
+      const FormatRun b12x = write_and_gather(RecordFormat::b12x_432, m, tk, s, HostBodies::as_generated);
+      for (int slot = 0; slot < tk.count; ++slot) {
+        const std::uint8_t* g = glm.records.data() + static_cast<std::size_t>(slot) * 416;
+        const std::uint8_t* b = b12x.records.data() + static_cast<std::size_t>(slot) * 432;
+        for (int i = 0; i < 416; ++i)
+          ASSERT_EQ(g[i], b[i < 288 ? i : i + 16]) << to_string(m) << " s=" << s << " slot " << slot << " byte " << i;
+      }
+      EXPECT_EQ(glm.rows, b12x.rows) << to_string(m) << " s=" << s;
+    }
+}
+
 TEST(RecordFormats, AModeAFormatIsNotWrittenWithIsRefused) {
   Tokens tk(1);
   std::vector<jc::Vec16> cache(64);
@@ -242,6 +264,14 @@ TEST(RecordFormats, AModeAFormatIsNotWrittenWithIsRefused) {
   EXPECT_NE(per_token_432.error().message.find("b12x-432 is not written with a per-token latent scale"),
             std::string::npos)
       << per_token_432.error().message;
+  // FlashInfer's GLM reader takes one scale per layer and none per token: refused, saying so.
+  const auto per_token_416 = host_run_writer(LatentScale::per_token, RecordFormat::flashinfer_glm_416, w, 1.0f);
+  ASSERT_FALSE(per_token_416);
+  EXPECT_NE(per_token_416.error().message.find("flashinfer-glm-416 is not written with a per-token latent scale (it "
+                                               "takes: identity, dynamic): its reader, FlashInfer "
+                                               "SparseMLAGlmNvfp4Sm120Wrapper (SM120), has no per-token scale"),
+            std::string::npos)
+      << per_token_416.error().message;
   const auto static_304 = host_run_writer(LatentScale::dynamic, RecordFormat::b12x_304, w, 0.5f);
   ASSERT_FALSE(static_304);
   EXPECT_NE(static_304.error().message.find("(it takes: per-token)"), std::string::npos) << static_304.error().message;

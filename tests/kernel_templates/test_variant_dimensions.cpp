@@ -15,7 +15,8 @@ namespace {
 TEST(VariantDimensions, NamesArePinned) {
   EXPECT_EQ(k_kernel_kinds.joined("|"), "writer|gather");
   EXPECT_EQ(k_latent_scales.joined("|"), "identity|dynamic|per-token");
-  EXPECT_EQ(k_record_formats.joined("|"), "b12x-432|b12x-368|b12x-304|flashmla-352");
+  EXPECT_EQ(k_record_formats.joined("|"),
+            "b12x-432|b12x-368|b12x-304|flashmla-352|flashinfer-dsv4-384|flashmla-v41-288");
   EXPECT_EQ(k_targets.joined(" "), "sm_90 sm_90a sm_100 sm_100a sm_100f sm_103a sm_110a sm_120 sm_120a sm_120f sm_121a");
   EXPECT_EQ(k_kernel_kinds.fact, "kernel");
   EXPECT_EQ(k_latent_scales.fact, "latent_scale");
@@ -26,6 +27,10 @@ TEST(VariantDimensions, NamesArePinned) {
   EXPECT_EQ(format_fact(RecordFormat::b12x_368), (std::pair<std::string, std::string>("rope", "fp8")));
   EXPECT_EQ(format_fact(RecordFormat::b12x_304), (std::pair<std::string, std::string>("format", "b12x-304")));
   EXPECT_EQ(format_fact(RecordFormat::flashmla_352), (std::pair<std::string, std::string>("format", "flashmla-352")));
+  EXPECT_EQ(format_fact(RecordFormat::flashinfer_dsv4_384),
+            (std::pair<std::string, std::string>("format", "flashinfer-dsv4-384")));
+  EXPECT_EQ(format_fact(RecordFormat::flashmla_v41_288),
+            (std::pair<std::string, std::string>("format", "flashmla-v41-288")));
   EXPECT_EQ(k_targets.fact, "target");
 }
 
@@ -86,7 +91,8 @@ TEST(VariantDimensions, DefaultTargetsAreTheProductsInTableOrder) {
 }
 
 TEST(VariantDimensions, AlternativesReadAsEnglish) {
-  EXPECT_EQ(k_record_formats.alternatives(), "b12x-432, b12x-368, b12x-304 or flashmla-352");
+  EXPECT_EQ(k_record_formats.alternatives(),
+            "b12x-432, b12x-368, b12x-304, flashmla-352, flashinfer-dsv4-384 or flashmla-v41-288");
   EXPECT_EQ(k_targets.alternatives().substr(0, 16), "sm_90, sm_90a, s");
   EXPECT_TRUE(k_targets.alternatives().ends_with(", sm_120a, sm_120f or sm_121a"));
   const auto names = k_latent_scales.names();
@@ -101,8 +107,9 @@ TEST(VariantDimensions, LatentScaleFollowsTheScaleMode) {
 TEST(VariantDimensions, AllVariantsIsEveryAllowedCombinationOnce) {
   const Target target{"sm_100a"};
   const auto specs = all_variants(target);
-  // Per kernel: b12x-432 2 modes, b12x-368 3, b12x-304 1, flashmla-352 2.
-  EXPECT_EQ(specs.size(), k_kernel_kinds.size() * 8);
+  // Per kernel: b12x-432 2 modes, b12x-368 3, b12x-304 1, flashmla-352 2, the two
+  // page-major formats 1 each.
+  EXPECT_EQ(specs.size(), k_kernel_kinds.size() * 10);
   std::set<std::string> labels;
   for (const KernelSpec& spec : specs) {
     labels.insert(spec.label());

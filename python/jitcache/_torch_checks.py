@@ -15,6 +15,7 @@ from .formats import (
     RECORDS,
     ROPE_DIM,
     has_rope,
+    page_size,
     record_name,
     row_width,
 )
@@ -107,6 +108,14 @@ def _cache(t: torch.Tensor, layout: Layout) -> int:
                 f"{_shape(t)} with strides {t.stride()}"
             )
         expected *= size
+    # A page-major format's cache is whole pages, [num_pages, 64, R] as its engine shapes it
+    # (the row of a page is not a slot's record: data parts, then footers).
+    page = page_size(layout.format)
+    if page > 1 and ((t.dim() == 3 and t.shape[1] != page) or (t.numel() // record_bytes) % page):
+        raise ValueError(
+            f"kv_cache: {layout.format} records come in pages of {page} slots: expected "
+            f"[num_pages, {page}, {record_bytes}] or [num_pages * {page}, {record_bytes}], got {_shape(t)}"
+        )
     return t.numel() // record_bytes
 
 
@@ -151,6 +160,8 @@ def check_write(
     k_pe may be None only for a format without RoPE, which never reads it."""
     if k_pe is None and layout.has_rope:
         raise ValueError(f"k_pe: None, but {layout.format} records hold the RoPE key (bf16 [N, 64])")
+    if k_pe is not None and page_size(layout.format) > 1:
+        raise ValueError(f"k_pe: {layout.format} records are written from kv_c's rows of 512 alone (give None)")
     named = (("kv_c", kv_c), ("slot_mapping", slot_mapping), ("kv_cache", kv_cache))
     device = _same_device(named if k_pe is None else named + (("k_pe", k_pe),))
     kv_stride = _rows("kv_c", kv_c, LATENT_DIM)

@@ -27,6 +27,7 @@ int fail(const Error& e) {
 
 int main(int argc, char** argv) {
   const std::filesystem::path checkpoint = argc > 1 ? argv[1] : "examples/glm5-mini";
+  const std::filesystem::path identity_checkpoint = argc > 2 ? argv[2] : "examples/dsv4-mini";
   auto driver_or = CudaDriver::load();
   if (!driver_or) {
     std::printf("no GPU, nothing to time: %s\n", driver_or.error().message.c_str());
@@ -49,7 +50,10 @@ int main(int argc, char** argv) {
   for (const RecordFormatRow& row : k_record_formats.rows) models.emplace_back(row.value, std::nullopt);
   models.emplace_back(RecordFormat::b12x_368, LatentScale::per_token);
   for (const auto& [rope, latent_choice] : models) {
-    auto prepared = (*runtime)->prepare(ModelSpec{checkpoint, rope, "", std::nullopt, std::nullopt, latent_choice});
+    // An identity-only (page-major) format takes a checkpoint without per-layer scales.
+    const bool identity_only = !format_allows(rope, LatentScale::dynamic) && !format_allows(rope, LatentScale::per_token);
+    const std::filesystem::path model = identity_only ? identity_checkpoint : checkpoint;
+    auto prepared = (*runtime)->prepare(ModelSpec{model, rope, "", std::nullopt, std::nullopt, latent_choice});
     if (!prepared) return fail(prepared.error());
     const std::int64_t rb = record_bytes(rope);
     CUdeviceptr rows = 0, slots64 = 0, slots32 = 0, cache = 0, out = 0, copy_dst = 0;

@@ -3,10 +3,14 @@
 # of every format at 64k tokens against a device-to-device copy. Without a GPU the tests skip.
 # The tests (GpuTest.*):
 #   * device output bit-identical to the host executor for both kernels x every record
-#     format (b12x-432, b12x-368, b12x-304, flashmla-352) x every latent-scale mode it takes
+#     format (every row of k_record_formats: b12x-432, b12x-368, b12x-304, flashmla-352, and
+#     the page-major flashinfer-dsv4-384 and flashmla-v41-288 on examples/dsv4-mini, with
+#     duplicate slots) x every latent-scale mode it takes
 #     (identity, dynamic, per-token), on random data and on adversarial data (every bf16 pattern, NaN, infinities,
 #     subnormals, zero blocks, tiny and huge latent scales, records of random bytes);
 #   * the identity guard on the device;
+#   * MUFU.RCP (-use_fast_math's 1.0f / x) on every E4M3 scale value against rn(1 / x): the
+#     one step of FlashInfer's 384-byte writer jitcache's twin replaces (printed);
 #   * exhaustive checks of every hardware path the kernels use in place of the host's
 #     software: the E4M3 block-scale conversion on all non-negative fp32 inputs, E4M3
 #     decoding of every code, bf16 rounding of all 2^32 fp32 inputs, the packed bf16
@@ -56,4 +60,4 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 started=$SECONDS
 JITCACHE_DIR="$cache" "$test_runtime" --gtest_filter='GpuTest.*:GpuChecks.*:RuntimeTest.*' --gtest_color=no
 echo "==> GPU tests: $((SECONDS - started)) s"
-"$bench" examples/glm5-mini
+"$bench" examples/glm5-mini examples/dsv4-mini

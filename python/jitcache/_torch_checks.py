@@ -160,8 +160,6 @@ def check_write(
     k_pe may be None only for a format without RoPE, which never reads it."""
     if k_pe is None and layout.has_rope:
         raise ValueError(f"k_pe: None, but {layout.format} records hold the RoPE key (bf16 [N, 64])")
-    if k_pe is not None and page_size(layout.format) > 1:
-        raise ValueError(f"k_pe: {layout.format} records are written from kv_c's rows of 512 alone (give None)")
     named = (("kv_c", kv_c), ("slot_mapping", slot_mapping), ("kv_cache", kv_cache))
     device = _same_device(named if k_pe is None else named + (("k_pe", k_pe),))
     kv_stride = _rows("kv_c", kv_c, LATENT_DIM)

@@ -6,9 +6,11 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_fixture.hpp"
+#include "kernel_templates/variant_dimensions.hpp"
 
 namespace jitcache {
 namespace {
@@ -27,8 +29,10 @@ TEST_F(CliStudyTest, JsonShowsIdentityErrorGrowingAsLayersShrinkAndCalibratedFla
   EXPECT_EQ(doc["format"], "b12x-368") << "the default: the format written with all three modes";
   EXPECT_EQ(doc["rope"], "fp8");
   EXPECT_EQ(doc["bytes_per_token"], 368);
-  ASSERT_EQ(doc["formats"].size(), 4u);
+  ASSERT_EQ(doc["formats"].size(), k_record_formats.size());
   EXPECT_EQ(doc["formats"][2], json({{"name", "b12x-304"}, {"bytes_per_token", 304}, {"modes", {"per-token"}}}));
+  EXPECT_EQ(doc["formats"][std::to_underlying(RecordFormat::flashmla_v41_288)],
+            json({{"name", "flashmla-v41-288"}, {"bytes_per_token", 288}, {"modes", {"identity"}}}));
   const json& layers = doc["layers"];
   ASSERT_GE(layers.size(), 2u) << o.out;
   for (std::size_t i = 0; i < layers.size(); ++i) {

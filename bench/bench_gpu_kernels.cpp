@@ -10,7 +10,10 @@
 // divided by the batch's launches. GB/s counts the bytes a launch moves (read and written);
 // the copy moves 2 x 2 GiB. Every launch passes a status word, checked to be 0 at the end.
 //
-//   bench_gpu_kernels [CHECKPOINT] [--json REPORT] [--summary FILE] [--reps N] [--cache-dir DIR]
+//   bench_gpu_kernels [CHECKPOINT] [--identity-checkpoint DIR] [--json REPORT] [--summary FILE] [--reps N]
+//                     [--cache-dir DIR]
+// The identity checkpoint (examples/dsv4-mini) serves the formats written with the identity
+// scale alone (the page-major ones).
 //
 // CHECKPOINT defaults to examples/glm5-mini. Without a GPU it prints "skipped: no GPU: <why>",
 // writes {"status": "skipped"} to the report and exits 0.
@@ -50,6 +53,9 @@ constexpr std::size_t k_row_bytes = 576 * 2;  // a bf16 [576] row: the input and
 
 struct Options {
   std::filesystem::path checkpoint = "examples/glm5-mini";
+  // For the formats written with the identity scale alone (the page-major ones, whose
+  // readers take no per-layer scale): a checkpoint without calibrated layers.
+  std::filesystem::path identity_checkpoint = "examples/dsv4-mini";
   std::string json_path;
   std::string summary_path;
   int reps = 20;
@@ -153,8 +159,8 @@ class Gpu {
 
 int usage(const std::string& message) {
   std::fprintf(stderr,
-               "bench_gpu_kernels: %s\nusage: bench_gpu_kernels [CHECKPOINT] [--json REPORT] [--summary FILE] "
-               "[--reps N] [--cache-dir DIR]\n",
+               "bench_gpu_kernels: %s\nusage: bench_gpu_kernels [CHECKPOINT] [--identity-checkpoint DIR] "
+               "[--json REPORT] [--summary FILE] [--reps N] [--cache-dir DIR]\n",
                message.c_str());
   return 2;
 }
@@ -298,7 +304,9 @@ int run(const Options& options) {
   for (const RecordFormatRow& format : k_record_formats.rows) {
     for (const LatentScaleRow& mode : k_latent_scales.rows) {
       if ((format.latent_scales & latent_bit(mode.value)) == 0) continue;
-      ModelSpec spec{options.checkpoint, format.value, "", std::nullopt, std::nullopt, std::nullopt};
+      const bool identity_only = format.latent_scales == latent_bit(LatentScale::identity);
+      ModelSpec spec{identity_only ? options.identity_checkpoint : options.checkpoint, format.value, "", std::nullopt,
+                     std::nullopt, std::nullopt};
       if (mode.value == LatentScale::per_token) spec.latent_scale = LatentScale::per_token;
       auto prepared = (*runtime)->prepare(spec);
       if (!prepared) return fail(prepared.error());
@@ -409,6 +417,7 @@ int run(const Options& options) {
                                    {"compute_capability", std::to_string(info.major) + "." + std::to_string(info.minor)},
                                    {"driver_version", info.driver_version}}},
                        {"checkpoint", options.checkpoint.string()},
+                       {"identity_checkpoint", options.identity_checkpoint.string()},
                        {"reps", options.reps},
                        {"graphs", graphs},
                        {"copy", {{"bytes", k_copy_bytes}, {"timing", copy.to_json()}, {"gb_s", copy_gb_s}}},
@@ -446,6 +455,8 @@ int main(int argc, char** argv) {
       if (end == value.c_str() || *end != '\0' || reps < 1 || reps > 10000)
         return usage("--reps: expected a count in [1, 10000], got '" + value + "'");
       options.reps = int(reps);
+    } else if (arg == "--identity-checkpoint" && has_value) {
+      options.identity_checkpoint = argv[++i];
     } else if (!arg.starts_with("--") && !checkpoint_given) {
       options.checkpoint = arg;
       checkpoint_given = true;

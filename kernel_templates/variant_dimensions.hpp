@@ -174,37 +174,50 @@ struct RecordFormatRow {
   unsigned latent_scales;    // the latent_bit()s of the modes it can be written with
   const char* summary;       // for help texts and `jitcache kv formats`
   const char* reader;        // the engine that reads it
+  int page_size;             // slots per page of a page-major record (data, then footer); 1: per slot
 };
 
 inline constexpr unsigned k_static_modes = latent_bit(LatentScale::identity) | latent_bit(LatentScale::dynamic);
 
-inline constexpr Dimension<RecordFormatRow, 5> k_record_formats{
+inline constexpr Dimension<RecordFormatRow, 7> k_record_formats{
     "format",
     {{
         {RecordFormat::b12x_432, "b12x-432", "bf16", jc::fmt::Format::b12x_432, "jc::fmt::Format::b12x_432",
          "jc::RopeMode::bf16", 432, k_static_modes,
-         "codes, 32 linear E4M3 scales, 16 zero bytes, 64 bf16 RoPE", "b12x sparse MLA (SM120)"},
+         "codes, 32 linear E4M3 scales, 16 zero bytes, 64 bf16 RoPE", "b12x sparse MLA (SM120)", 1},
         {RecordFormat::b12x_368, "b12x-368", "fp8", jc::fmt::Format::b12x_368, "jc::fmt::Format::b12x_368",
          "jc::RopeMode::fp8", 368, k_static_modes | latent_bit(LatentScale::per_token),
          "codes, 32 linear E4M3 scales, fp32 RoPE scale, s_t (per-token), 64 E4M3 RoPE",
-         "b12x sparse MLA (SM120), per_token_scale for per-token"},
+         "b12x sparse MLA (SM120), per_token_scale for per-token", 1},
         {RecordFormat::b12x_304, "b12x-304", nullptr, jc::fmt::Format::b12x_304, "jc::fmt::Format::b12x_304",
          nullptr, 304, latent_bit(LatentScale::per_token), "codes, 32 linear E4M3 scales, s_t, no RoPE",
-         "b12x GLM_NEXT (GLM-5.3 Flash)"},
+         "b12x GLM_NEXT (GLM-5.3 Flash)", 1},
         {RecordFormat::flashmla_352, "flashmla-352", nullptr, jc::fmt::Format::flashmla_352,
          "jc::fmt::Format::flashmla_352", nullptr, 352, k_static_modes,
          "codes, 64 unscaled E4M3 RoPE, 32 permuted E4M3 scales floored at 2^-9",
-         "vLLM FlashMLASparseBackend (SM100), nvfp4_ds_mla"},
+         "vLLM FlashMLASparseBackend (SM100), nvfp4_ds_mla", 1},
         {RecordFormat::flashinfer_glm_416, "flashinfer-glm-416", nullptr, jc::fmt::Format::flashinfer_glm_416,
          "jc::fmt::Format::flashinfer_glm_416", nullptr, 416, k_static_modes,
          "codes, 32 linear E4M3 scales, 64 bf16 RoPE; s_l as kv_global_scale",
-         "FlashInfer SparseMLAGlmNvfp4Sm120Wrapper (SM120)"},
+         "FlashInfer SparseMLAGlmNvfp4Sm120Wrapper (SM120)", 1},
+        // Page-major: a page of 64 slots holds every slot's data part, then every footer.
+        // Identity only: neither reader takes a per-layer KV scale.
+        {RecordFormat::flashinfer_dsv4_384, "flashinfer-dsv4-384", nullptr, jc::fmt::Format::flashinfer_dsv4_384,
+         "jc::fmt::Format::flashinfer_dsv4_384", nullptr, 384, latent_bit(LatentScale::identity),
+         "page data: 448 NoPE codes, 64 bf16 RoPE; page footer: 28 E4M3 scales, 4 zero bytes",
+         "FlashInfer sparse MLA SM120, DeepSeek-V4 NVFP4 cache", jc::fmt::k_paged_page_size},
+        {RecordFormat::flashmla_v41_288, "flashmla-v41-288", nullptr, jc::fmt::Format::flashmla_v41_288,
+         "jc::fmt::Format::flashmla_v41_288", nullptr, 288, latent_bit(LatentScale::identity),
+         "page data: 512 codes (RoPE included); page footer: 32 E4M3 scales floored at 2^-9, NaN-poisoned",
+         "FlashInfer sparse MLA SM120, DeepSeek-V4.1 V41_FP4 extra cache", jc::fmt::k_paged_page_size},
     }}};
 static_assert(k_record_formats.in_enumerator_order() && k_record_formats.device_values_match());
 
 consteval bool record_sizes_are_the_kernels() {
   for (const RecordFormatRow& row : k_record_formats.rows) {
-    if (jc::fmt::layout(row.device).record_bytes != row.record_bytes) return false;
+    const jc::fmt::Layout layout = jc::fmt::layout(row.device);
+    if (layout.record_bytes != row.record_bytes || layout.page_size != row.page_size) return false;
+    if ((layout.placement == jc::fmt::Placement::paged) != (row.page_size > 1)) return false;
     // A format nvfp4_ds_mla.cuh also writes has that text's record size.
     if (row.legacy_text != nullptr && row.rope_alias == nullptr) return false;
   }

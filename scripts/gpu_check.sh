@@ -8,8 +8,11 @@
 #   tests    the GPU tests of test_runtime (GpuTest.*, GpuChecks.*, and RuntimeTest.*):
 #            device output bit-identical to the host executor for both kernels x every record
 #            format x every latent-scale mode it takes, on random and adversarial data; the
-#            identity guard; exhaustive checks of every hardware conversion the kernels use;
-#            the rcp table and its rule against the hardware on all 2^32 inputs.
+#            page-major formats on examples/dsv4-mini with duplicate slots; the identity guard;
+#            exhaustive checks of every hardware conversion the kernels use; MUFU.RCP
+#            (-use_fast_math's 1.0f / x) on every E4M3 scale value against rn(1 / x), the one
+#            step of FlashInfer's 384-byte writer jitcache's twin replaces (printed); the rcp
+#            table and its rule against the hardware on all 2^32 inputs.
 #   bench    bench/bench_gpu_kernels.cpp: both kernels x every format x mode at 1, 16, 256,
 #            4096 and 2^20 tokens, eager and as CUDA-graph replays, medians of event timings,
 #            GB/s against a 2 GiB device-to-device copy.

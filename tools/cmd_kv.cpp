@@ -205,6 +205,7 @@ int run_formats(bool json) {
                      {"rope_alias", row.rope_alias != nullptr ? nlohmann::json(row.rope_alias) : nullptr},
                      {"record_bytes", row.record_bytes},
                      {"output_columns", kv::output_columns(row.value)},
+                     {"page_size", row.page_size},
                      {"layout", row.summary},
                      {"modes", modes},
                      {"reader", row.reader}});
@@ -217,6 +218,9 @@ int run_formats(bool json) {
                 row.rope_alias != nullptr ? (std::string("  (--rope ") + row.rope_alias + ")").c_str() : "");
     std::printf("  %-7s %s\n  %-7s %s\n  %-7s %s\n", "layout", row.summary, "modes", modes_of(row).c_str(),
                 "reader", row.reader);
+    if (row.page_size > 1)
+      std::printf("  %-7s %d slots: every slot's data part, then every footer; input (T, 512)\n", "page",
+                  row.page_size);
   }
   return k_exit_ok;
 }

@@ -116,7 +116,11 @@ typedef enum jitcache_record_format {
   JITCACHE_FORMAT_B12X_368 = 1,    /* b12x, fp8 RoPE: 368-byte records */
   JITCACHE_FORMAT_B12X_304 = 2,    /* b12x GLM_NEXT, no RoPE, per-token only: 304-byte records */
   JITCACHE_FORMAT_FLASHMLA_352 = 3, /* vLLM / FlashMLA nvfp4_ds_mla: 352-byte records */
-  JITCACHE_FORMAT_FLASHINFER_GLM_416 = 4 /* FlashInfer GLM NVFP4 sparse MLA: 416-byte records */
+  JITCACHE_FORMAT_FLASHINFER_GLM_416 = 4, /* FlashInfer GLM NVFP4 sparse MLA: 416-byte records */
+  /* Page-major records (pages of 64 slots: every slot's data part, then every footer), one
+     bf16 input row of 512 values per token (kv_c; k_pe unused), identity only: */
+  JITCACHE_FORMAT_FLASHINFER_DSV4_384 = 5, /* FlashInfer DeepSeek-V4 NVFP4: 448 NoPE + 64 bf16 RoPE */
+  JITCACHE_FORMAT_FLASHMLA_V41_288 = 6     /* DeepSeek-V4.1 V41_FP4: 512 dims, NaN-poisoned groups */
 } jitcache_record_format;
 
 /* Where the latent's outer scale comes from. */

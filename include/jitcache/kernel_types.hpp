@@ -18,9 +18,19 @@ enum class KernelKind { writer, gather };
 enum class LatentScale { identity, dynamic, per_token };
 // The NVFP4 MLA KV record, one per layout the engines read (docs/record-formats.md):
 // b12x's 432-byte (bf16 RoPE), 368-byte (fp8 RoPE) and 304-byte (no RoPE, per-token) records
-// vLLM/FlashMLA's 352-byte record and FlashInfer's GLM NVFP4 416-byte record. The RoPE
-// formats bf16 and fp8 of the CLI and the older API are the first two.
-enum class RecordFormat { b12x_432, b12x_368, b12x_304, flashmla_352, flashinfer_glm_416 = 4 };
+// vLLM/FlashMLA's 352-byte record and FlashInfer's GLM NVFP4 416-byte record, one record
+// per slot; then the page-major records, whose bytes are split between a page's data and
+// its footer: FlashInfer's DeepSeek-V4 384-byte record and DeepSeek-V4.1's 288-byte one.
+// The RoPE formats bf16 and fp8 of the CLI and the older API are the first two.
+enum class RecordFormat {
+  b12x_432,
+  b12x_368,
+  b12x_304,
+  flashmla_352,
+  flashinfer_glm_416 = 4,
+  flashinfer_dsv4_384 = 5,
+  flashmla_v41_288 = 6
+};
 
 const char* to_string(KernelKind kind);
 const char* to_string(LatentScale scale);

@@ -26,6 +26,7 @@ from ctypes import (
 )
 from pathlib import Path
 
+from . import formats as _formats
 from .errors import error_for
 
 ABI_VERSION = 1
@@ -35,9 +36,11 @@ BUNDLED_NAME = "libjitcache.so.1"
 # jitcache_rope
 ROPE_BF16 = 0
 ROPE_FP8 = 1
-# jitcache_record_format, by name (the names of the C++ API and the CLI); -1 in the prepare
-# options: the record of `rope`
-FORMATS = {"b12x-432": 0, "b12x-368": 1, "b12x-304": 2, "flashmla-352": 3, "flashinfer-glm-416": 4}
+# jitcache_record_format, by name (the names of the C++ API and the CLI): its values are the
+# rows of the library's format table in order, as formats.FORMATS lists them (checked
+# against jitcache_format_record_bytes by the tests); -1 in the prepare options: the
+# record of `rope`
+FORMATS = {name: value for value, name in enumerate(_formats.FORMATS)}
 FORMAT_FROM_ROPE = -1
 # jitcache_latent_choice
 LATENT_PER_LAYER = 0

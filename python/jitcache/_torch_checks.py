@@ -15,6 +15,7 @@ from .formats import (
     RECORDS,
     ROPE_DIM,
     has_rope,
+    page_size,
     record_name,
     row_width,
 )
@@ -107,6 +108,14 @@ def _cache(t: torch.Tensor, layout: Layout) -> int:
                 f"{_shape(t)} with strides {t.stride()}"
             )
         expected *= size
+    # A page-major format's cache is whole pages, [num_pages, 64, R] as its engine shapes it
+    # (the row of a page is not a slot's record: data parts, then footers).
+    page = page_size(layout.format)
+    if page > 1 and ((t.dim() == 3 and t.shape[1] != page) or (t.numel() // record_bytes) % page):
+        raise ValueError(
+            f"kv_cache: {layout.format} records come in pages of {page} slots: expected "
+            f"[num_pages, {page}, {record_bytes}] or [num_pages * {page}, {record_bytes}], got {_shape(t)}"
+        )
     return t.numel() // record_bytes
 
 

@@ -2,17 +2,26 @@
 
 Each serving engine reads its own record under the name ``nvfp4_ds_mla``:
 
-==================  =====  ====================================================
-format              bytes  read by
-==================  =====  ====================================================
-b12x-432            432    b12x sparse MLA, bf16 RoPE (the RoPE name "bf16")
-b12x-368            368    b12x sparse MLA, fp8 RoPE ("fp8"); also per-token scales
-b12x-304            304    b12x GLM_NEXT (GLM-5.3 Flash): no RoPE, per-token only
-flashmla-352        352    vLLM's FlashMLASparseBackend (``kv_cache_dtype="nvfp4_ds_mla"``)
-flashinfer-glm-416  416    FlashInfer's ``SparseMLAGlmNvfp4Sm120Wrapper`` (SM120), with
-                           the layer's s_l as its ``kv_global_scale``
-                           (:func:`jitcache.torch.kv_global_scale`)
-==================  =====  ====================================================
+===================  =====  ====================================================
+format               bytes  read by
+===================  =====  ====================================================
+b12x-432             432    b12x sparse MLA, bf16 RoPE (the RoPE name "bf16")
+b12x-368             368    b12x sparse MLA, fp8 RoPE ("fp8"); also per-token scales
+b12x-304             304    b12x GLM_NEXT (GLM-5.3 Flash): no RoPE, per-token only
+flashmla-352         352    vLLM's FlashMLASparseBackend (``kv_cache_dtype="nvfp4_ds_mla"``)
+flashinfer-glm-416   416    FlashInfer's ``SparseMLAGlmNvfp4Sm120Wrapper`` (SM120), with
+                            the layer's s_l as its ``kv_global_scale``
+                            (:func:`jitcache.torch.kv_global_scale`)
+flashinfer-dsv4-384  384    FlashInfer's SM120 sparse MLA, DeepSeek-V4 NVFP4 cache
+                            (page-major)
+flashmla-v41-288     288    FlashInfer's SM120 DeepSeek-V4.1 V41_FP4 extra cache
+                            (page-major)
+===================  =====  ====================================================
+
+The page-major records (:data:`PAGE_SIZE`) split each record between its page's data
+part and its footer: a page of 64 slots holds every slot's data part, then every footer.
+Their writer takes one row of 512 values per token (:func:`input_width`: 448 NoPE + 64
+RoPE, or 512 dims) and no k_pe, and only the identity latent scale.
 
 A record is a format and the latent scale its tokens are written with (:data:`RECORDS`).
 Every format has one record of its own name, except b12x-368, which holds two that read
@@ -38,9 +47,19 @@ __all__ = [
     "row_width",
     "has_rope",
     "latent_scales",
+    "PAGE_SIZE",
+    "page_size",
 ]
 
-FORMATS = ("b12x-432", "b12x-368", "b12x-304", "flashmla-352", "flashinfer-glm-416")
+FORMATS = (
+    "b12x-432",
+    "b12x-368",
+    "b12x-304",
+    "flashmla-352",
+    "flashinfer-glm-416",
+    "flashinfer-dsv4-384",
+    "flashmla-v41-288",
+)
 # The RoPE names of the older API and the CLI's --rope: the first two formats.
 ROPE_ALIASES = {"bf16": "b12x-432", "fp8": "b12x-368"}
 RECORD_BYTES = {
@@ -52,7 +71,11 @@ RECORD_BYTES = {
     "b12x-304": 304,
     "flashmla-352": 352,
     "flashinfer-glm-416": 416,
+    "flashinfer-dsv4-384": 384,
+    "flashmla-v41-288": 288,
 }
+# Slots per page of the page-major formats (the others have one record per slot).
+PAGE_SIZE = {"flashinfer-dsv4-384": 64, "flashmla-v41-288": 64}
 LATENT_DIM = 512
 ROPE_DIM = 64
 ROW_DIM = LATENT_DIM + ROPE_DIM
@@ -65,6 +88,8 @@ RECORDS = {
     "b12x-304": ("b12x-304", "per-token"),
     "flashmla-352": ("flashmla-352", "per-layer"),
     "flashinfer-glm-416": ("flashinfer-glm-416", "per-layer"),
+    "flashinfer-dsv4-384": ("flashinfer-dsv4-384", "per-layer"),
+    "flashmla-v41-288": ("flashmla-v41-288", "per-layer"),
 }
 _PER_TOKEN_RECORDS = {fmt: name for name, (fmt, latent) in RECORDS.items() if latent == "per-token"}
 # The latent scales each format's records are written with (the library's table,
@@ -76,6 +101,8 @@ _LATENT_SCALES = {
     "b12x-304": ("per-token",),
     "flashmla-352": ("identity", "dynamic"),
     "flashinfer-glm-416": ("identity", "dynamic"),
+    "flashinfer-dsv4-384": ("identity",),
+    "flashmla-v41-288": ("identity",),
 }
 
 
@@ -135,13 +162,20 @@ def record_name(format: str, latent_scale: Optional[str] = None) -> str:
 
 
 def has_rope(format: str) -> bool:
-    """Whether the format's records hold the 64 RoPE values (all but b12x-304)."""
-    return record_format(format) != "b12x-304"
+    """Whether the writer takes a separate k_pe of 64 RoPE values (all but b12x-304 and the
+    page-major formats, whose RoPE, if any, is in the input row)."""
+    fmt = record_format(format)
+    return fmt != "b12x-304" and fmt not in PAGE_SIZE
 
 
 def row_width(format: str) -> int:
-    """Values per gathered row: 576, or 512 for a format without RoPE (b12x-304)."""
+    """Values per gathered row: 576, or 512 for b12x-304 and the page-major formats."""
     return ROW_DIM if has_rope(format) else LATENT_DIM
+
+
+def page_size(format: str) -> int:
+    """Slots per page: 64 for a page-major format, 1 for one record per slot."""
+    return PAGE_SIZE.get(record_format(format), 1)
 
 
 def latent_scales(format: str) -> tuple[str, ...]:

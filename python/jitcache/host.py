@@ -25,6 +25,7 @@ from .formats import (
     ROW_DIM,
     has_rope,
     latent_scales,
+    page_size,
     record_format,
     record_latent_scale,
     row_width,
@@ -147,6 +148,9 @@ def quantize(
     record_bytes = RECORD_BYTES[name]
     kv = _bf16_rows(kv_c, LATENT_DIM, "kv_c")
     n = kv.shape[0]
+    page = page_size(name)
+    if page > 1 and k_pe is not None:
+        raise ValueError(f"k_pe: {name} records are written from kv_c's rows of 512 alone (give k_pe=None)")
     if k_pe is None:
         pe = None if not has_rope(name) else _empty_aligned((n, ROPE_DIM), np.uint16, zero=True)
     else:
@@ -157,7 +161,10 @@ def quantize(
         pe = _bf16_rows(k_pe, ROPE_DIM, "k_pe")
         if pe.shape[0] != n:
             raise ValueError(f"k_pe: {pe.shape[0]} rows, but kv_c has {n}")
-    records = _empty_aligned((n, record_bytes), np.uint8, zero=True)
+    # A page-major format's cache is whole pages, [pages, 64, record bytes] as its engine
+    # shapes it; the last page's slots past N stay zero bytes.
+    pages = -(-n // page)
+    records = _empty_aligned((n, record_bytes) if page == 1 else (pages, page, record_bytes), np.uint8, zero=True)
     slots = np.arange(n, dtype=np.int64)
     status = np.zeros(1, dtype=np.uint32)
     args = _lib.WriterLaunch(
@@ -168,7 +175,7 @@ def quantize(
         slot_mapping=slots.ctypes.data,
         num_tokens=n,
         cache=records.ctypes.data,
-        num_slots=n,
+        num_slots=pages * page,
         status=status.ctypes.data,
     )
     _lib.check(_lib_.jitcache_host_write_format(value, fmt, latent, byref(args)))
@@ -205,7 +212,14 @@ def _gather_bits(
         r = records
         if r.dtype != np.uint8:
             raise TypeError(f"records: expected uint8, got {r.dtype}")
-        if r.ndim == 2:
+        if r.ndim == 3 and page_size(name) > 1:
+            if r.shape[1:] != (page_size(name), record_bytes):
+                raise ValueError(
+                    f"records: expected shape [pages, {page_size(name)}, {record_bytes}] for {name}, "
+                    f"got {list(r.shape)}"
+                )
+            r = r.reshape(-1)
+        elif r.ndim == 2:
             if r.shape[1] != record_bytes:
                 raise ValueError(
                     f"records: expected shape [N, {record_bytes}] for {name}, got {list(r.shape)}"
@@ -219,6 +233,10 @@ def _gather_bits(
             f"records: {r.size} bytes is not a multiple of the {record_bytes}-byte record ({name})"
         )
     n = r.size // record_bytes
+    if n % page_size(name):
+        raise ValueError(
+            f"records: {n} records is not a whole number of {page_size(name)}-slot pages of {name}"
+        )
     if n > 0x7FFFFFFF:
         raise ValueError(f"records: {n} records; at most 2^31 - 1 per call")
     r = _aligned(r.reshape(n, record_bytes))

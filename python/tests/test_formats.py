@@ -13,7 +13,18 @@ import jitcache
 from jitcache import _lib, formats, host
 from conftest import TARGET, run_cli
 
-ALL = ("b12x-432", "b12x-368", "b12x-304", "flashmla-352", "flashinfer-glm-416")
+ALL = (
+    "b12x-432",
+    "b12x-368",
+    "b12x-304",
+    "flashmla-352",
+    "flashinfer-glm-416",
+    "flashinfer-dsv4-384",
+    "flashmla-v41-288",
+)
+# One record per slot; the page-major formats' own file is test_paged_formats.py.
+PER_SLOT = ALL[:5]
+PAGE_MAJOR = ALL[5:]
 
 
 def rows(seed: int, n: int = 9) -> tuple[np.ndarray, np.ndarray]:
@@ -29,12 +40,15 @@ def test_format_names_sizes_and_aliases() -> None:
     for name in ALL:
         assert host.RECORD_BYTES[name] == _lib.lib.jitcache_format_record_bytes(_lib.FORMATS[name])
         assert formats.record_format(name) == name
-    assert [host.RECORD_BYTES[n] for n in ALL] == [432, 368, 304, 352, 416]
+    assert [host.RECORD_BYTES[n] for n in ALL] == [432, 368, 304, 352, 416, 384, 288]
     assert (host.RECORD_BYTES["bf16"], host.RECORD_BYTES["fp8"]) == (432, 368)
     assert formats.record_format() == "b12x-432"
     assert formats.record_format(rope="fp8") == formats.record_format("fp8") == "b12x-368"
     assert formats.record_format("b12x-368", rope="fp8") == "b12x-368"
-    assert [formats.row_width(n) for n in ALL] == [576, 576, 512, 576, 576]
+    assert [formats.row_width(n) for n in ALL] == [576, 576, 512, 576, 576, 512, 512]
+    assert [formats.page_size(n) for n in ALL] == [1, 1, 1, 1, 1, 64, 64]
+    # The C ABI's values are the library's table order, which names them.
+    assert _lib.lib.jitcache_format_record_bytes(len(ALL)) == 0
     assert formats.latent_scales("b12x-304") == ("per-token",)
     assert "per-token" in formats.latent_scales("b12x-368")
     assert "per-token" not in formats.latent_scales("flashmla-352")
@@ -57,6 +71,8 @@ def test_record_names() -> None:
         "b12x-304": ("b12x-304", "per-token"),
         "flashmla-352": ("flashmla-352", "per-layer"),
         "flashinfer-glm-416": ("flashinfer-glm-416", "per-layer"),
+        "flashinfer-dsv4-384": ("flashinfer-dsv4-384", "per-layer"),
+        "flashmla-v41-288": ("flashmla-v41-288", "per-layer"),
     }
     assert host.RECORD_BYTES["b12x-368-per-token"] == 368
     assert formats.record_format("b12x-368-per-token") == "b12x-368"
@@ -94,7 +110,7 @@ def test_host_takes_the_per_token_record_name(seed: int) -> None:
             host.quantize(kv_c, k_pe, format="b12x-368-per-token", latent_scale=latent)
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", PER_SLOT)
 def test_latent_scales_are_the_librarys(name: str) -> None:
     """formats.latent_scales (Python's copy of the table) is what the library accepts."""
     kv_c = np.ones((1, 512), np.float32)
@@ -106,7 +122,7 @@ def test_latent_scales_are_the_librarys(name: str) -> None:
                 host.quantize(kv_c, None, scale, format=name, latent_scale=mode)
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", PER_SLOT)
 def test_quantize_shapes_and_round_trip(name: str, seed: int) -> None:
     kv_c, k_pe = rows(seed)
     records = host.quantize(kv_c, k_pe, format=name)
@@ -187,8 +203,18 @@ def runtime(tmp_path_factory: pytest.TempPathFactory):
         yield rt
 
 
-def test_prepare_each_format(runtime, glm5_mini: Path) -> None:
-    for name in ALL:
+def test_prepare_each_format(runtime, glm5_mini: Path, repo_root: Path) -> None:
+    # The page-major formats are identity only: a checkpoint without per-layer scales
+    # (examples/dsv4-mini), and glm5-mini's calibrated layers are refused.
+    dsv4_mini = repo_root / "examples" / "dsv4-mini"
+    for name in PAGE_MAJOR:
+        with runtime.prepare(dsv4_mini, target=TARGET, format=name) as model:
+            assert model.format == name and model.record_bytes == host.RECORD_BYTES[name]
+            assert {(k.kernel, k.latent_scale) for k in model.kernels} == {("writer", "identity"), ("gather", "identity")}
+            assert len(model.layers) == 5 and all(layer.scale == 1.0 for layer in model.layers)
+        with pytest.raises(jitcache.Error, match=f"format {name} is not written with a dynamic latent scale"):
+            runtime.prepare(glm5_mini, target=TARGET, format=name)
+    for name in PER_SLOT:
         with runtime.prepare(glm5_mini, target=TARGET, format=name) as model:
             assert model.format == name and model.record_bytes == host.RECORD_BYTES[name]
             assert model.rope == {"b12x-432": "bf16", "b12x-368": "fp8"}.get(name)

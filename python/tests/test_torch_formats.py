@@ -18,11 +18,15 @@ from conftest import TARGET  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory, glm5_mini: Path):
+def models(tmp_path_factory: pytest.TempPathFactory, glm5_mini: Path, repo_root: Path):
     path = tmp_path_factory.mktemp("torch-formats") / "cache"
     path.mkdir(mode=0o700)
+    # The page-major formats are identity only: a checkpoint without per-layer scales.
+    def checkpoint(name: str) -> Path:
+        return repo_root / "examples" / "dsv4-mini" if jitcache.formats.page_size(name) > 1 else glm5_mini
+
     with jitcache.Runtime(cache_dir=path, device="none") as rt:
-        prepared = {name: rt.prepare(glm5_mini, target=TARGET, format=name) for name in host.FORMATS}
+        prepared = {name: rt.prepare(checkpoint(name), target=TARGET, format=name) for name in host.FORMATS}
         # the per-token b12x-368 model, in the older spelling (format and latent_scale)
         prepared["b12x-368-per-token"] = rt.prepare(
             glm5_mini, target=TARGET, format="b12x-368", latent_scale="per-token")
@@ -65,6 +69,41 @@ def test_ops_match_host_for_each_format(models, name: str, layer: int, seed: int
     jt.gather(model, layer, kv_cache, slot_mapping.to(torch.int32), out)
     want = host.dequantize(expected, info.scale, format=name, latent_scale=latent)
     assert np.array_equal(bits(out), (want.view(np.uint32) >> 16).astype(np.uint16))
+
+
+@pytest.mark.parametrize("name", ["flashinfer-dsv4-384", "flashmla-v41-288"])
+def test_ops_write_page_major_caches_as_the_host_does(models, name: str, seed: int) -> None:
+    """A page-major cache is [num_pages, 64, R] as its engine shapes it; the writer takes
+    kv_c's rows of 512 and no k_pe, and the lowest row of a duplicate slot wins."""
+    model = models[name]
+    n = 100
+    gen = torch.Generator().manual_seed(seed)
+    kv_c = (torch.randn(n, 512, generator=gen) * 10.0 ** (torch.rand(n, 1, generator=gen) * 4 - 3)).bfloat16()
+    kv_cache = jt.new_cache(model, 2, 64)
+    assert tuple(kv_cache.shape) == (2, 64, host.RECORD_BYTES[name])
+    jt.write(model, 1, kv_c, None, torch.arange(n, dtype=torch.int64), kv_cache, format=name)
+    expected = host.quantize(bits(kv_c), None, format=name)
+    assert np.array_equal(kv_cache.numpy(), expected)
+    out = torch.empty(128, 512, dtype=torch.bfloat16)
+    jt.gather(model, 1, kv_cache, torch.arange(128, dtype=torch.int32), out)
+    want = host.dequantize(expected, format=name)
+    assert np.array_equal(bits(out), (want.view(np.uint32) >> 16).astype(np.uint16))
+    # Rows 3 and 7 both map to slot 9, row 5 is padding: slot 9 holds row 3's record.
+    again = jt.new_cache(model, 2, 64)
+    jt.write(model, 1, kv_c[:8], None, torch.tensor([0, 1, 2, 9, 4, -1, 6, 9]), again)
+    alone = jt.new_cache(model, 2, 64)
+    jt.write(model, 1, kv_c[3:4], None, torch.tensor([9]), alone)
+    rows9 = torch.empty(1, 512, dtype=torch.bfloat16)
+    jt.gather(model, 1, again, torch.tensor([9], dtype=torch.int32), rows9)
+    first = torch.empty(1, 512, dtype=torch.bfloat16)
+    jt.gather(model, 1, alone, torch.tensor([9], dtype=torch.int32), first)
+    assert torch.equal(rows9, first)
+    # k_pe, as for b12x-304, is not read: the RoPE (if any) is in kv_c's row.
+    with_pe = jt.new_cache(model, 2, 64)
+    jt.write(model, 1, kv_c[:8], kv_c[:8, :64].contiguous(), torch.tensor([0, 1, 2, 9, 4, -1, 6, 9]), with_pe)
+    assert torch.equal(with_pe, again)
+    with pytest.raises(ValueError, match="pages of 64 slots"):
+        jt.write(model, 1, kv_c[:2], None, torch.arange(2), jt.new_cache(model, 4, 16))
 
 
 def test_b12x_304_takes_no_rope_and_gathers_512(models, seed: int) -> None:

@@ -87,7 +87,9 @@ static_assert(JITCACHE_FORMAT_B12X_432 == static_cast<int>(RecordFormat::b12x_43
               JITCACHE_FORMAT_B12X_304 == static_cast<int>(RecordFormat::b12x_304) &&
               JITCACHE_FORMAT_FLASHMLA_352 == static_cast<int>(RecordFormat::flashmla_352) &&
               JITCACHE_FORMAT_FLASHINFER_GLM_416 == static_cast<int>(RecordFormat::flashinfer_glm_416) &&
-              JITCACHE_FORMAT_FLASHINFER_GLM_416 + 1 == static_cast<int>(k_record_formats.size()),
+              JITCACHE_FORMAT_FLASHINFER_DSV4_384 == static_cast<int>(RecordFormat::flashinfer_dsv4_384) &&
+              JITCACHE_FORMAT_FLASHMLA_V41_288 == static_cast<int>(RecordFormat::flashmla_v41_288) &&
+              JITCACHE_FORMAT_FLASHMLA_V41_288 + 1 == static_cast<int>(k_record_formats.size()),
               "a record format needs its jitcache_record_format value in jitcache.h");
 
 std::optional<RecordFormat> read_format(std::int32_t format) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "kernel_templates/variant_dimensions.hpp"
@@ -198,6 +199,59 @@ jc::u32 run_formats_gather(const jc::GatherParams& p, float scale) {
   return status;
 }
 
+// The page-major formats' bodies: rows in order, a row whose in-range slot an earlier row
+// took writes nothing (the GPU warp's scan of the earlier rows), then the lanes with the
+// kernel's one exchange, each chunk amax with its partner's (xor 1).
+template <jc::fmt::Scaling S, jc::fmt::Format F>
+jc::u32 run_paged_writer(const jc::WriterParams& p, float scale) {
+  jc::u32 status = 0;
+  jc::WriterParams q = p;
+  q.status = &status;
+  if (!jc::fmt::outer_scale_ok<S>(scale)) {
+    jc::report(q.status, jc::fmt::outer_scale_error_bit<S>());
+  } else {
+    std::unordered_set<jc::i64> taken;
+    jc::WriterLoads in[jc::k_warp];
+    float amax[jc::k_warp][2];
+    for (jc::i64 t = 0; t < q.num_tokens; ++t) {
+      const jc::i64 slot = q.slot_mapping[t];
+      if (slot >= 0 && slot < q.num_slots && !taken.insert(slot).second) continue;
+      for (int lane = 0; lane < jc::k_warp; ++lane) {
+        in[lane] = jc::fmt::writer_load<F>(q, t, lane);
+        for (int j = 0; j < 2; ++j) amax[lane][j] = jc::fmt::paged_chunk_amax<F>(in[lane].latent[j]);
+      }
+      for (int lane = 0; lane < jc::k_warp; ++lane) {
+        const jc::fmt::PagedScale scales[2] = {
+            jc::fmt::paged_scale<F>(jc::max_num(amax[lane][0], amax[lane ^ 1][0])),
+            jc::fmt::paged_scale<F>(jc::max_num(amax[lane][1], amax[lane ^ 1][1]))};
+        jc::fmt::paged_writer_lane<F>(q, lane, in[lane], scales);
+      }
+    }
+  }
+  if (p.status != nullptr) *p.status |= status;
+  return status;
+}
+
+template <jc::fmt::Scaling S, jc::fmt::Format F>
+jc::u32 run_paged_gather(const jc::GatherParams& p, float scale) {
+  jc::u32 status = 0;
+  jc::GatherParams q = p;
+  q.status = &status;
+  if (!jc::fmt::outer_scale_ok<S>(scale)) {
+    jc::report(q.status, jc::fmt::outer_scale_error_bit<S>());
+  } else {
+    for (jc::i64 row = 0; row < q.num_rows; ++row)
+      for (int lane = 0; lane < jc::k_warp; ++lane) jc::fmt::paged_gather_lane<F>(q, row, lane);
+  }
+  if (p.status != nullptr) *p.status |= status;
+  return status;
+}
+
+template <jc::fmt::Format F>
+constexpr bool is_paged() {
+  return jc::fmt::layout(F).placement == jc::fmt::Placement::paged;
+}
+
 // The run-time values to template arguments: one case per enumerator (a new one fails to
 // compile here until it has a case), each instantiating with its table row's device
 // enumerator (a new one fails to compile until it has a row). `fn` is called with the
@@ -215,6 +269,10 @@ Result<jc::u32> dispatch_format(RecordFormat format, const Params& p, float scal
       return fn.template operator()<S, k_record_formats[RecordFormat::flashmla_352].device>(p, scale);
     case RecordFormat::flashinfer_glm_416:
       return fn.template operator()<S, k_record_formats[RecordFormat::flashinfer_glm_416].device>(p, scale);
+    case RecordFormat::flashinfer_dsv4_384:
+      return fn.template operator()<S, k_record_formats[RecordFormat::flashinfer_dsv4_384].device>(p, scale);
+    case RecordFormat::flashmla_v41_288:
+      return fn.template operator()<S, k_record_formats[RecordFormat::flashmla_v41_288].device>(p, scale);
   }
   return make_error(ErrorCode::invalid_argument,
                     "no record format " + std::to_string(std::to_underlying(format)) + ": no kernel to run");
@@ -253,10 +311,20 @@ Status check_mode(LatentScale latent, RecordFormat format) { return check_format
 
 }  // namespace
 
+// A page-major cache is whole pages.
+Status check_whole_pages(std::int64_t num_slots, RecordFormat format) {
+  const int page = k_record_formats[format].page_size;
+  if (num_slots % page != 0)
+    return invalid("num_slots", std::string("must be a multiple of ") + to_string(format) + "'s page size " +
+                                    std::to_string(page) + ", got " + std::to_string(num_slots));
+  return {};
+}
+
 Status validate(const jc::WriterParams& p, RecordFormat format) {
-  const bool has_rope = jc::fmt::layout(k_record_formats[format].device).rope != jc::fmt::Rope::none;
+  const bool has_rope = jc::fmt::reads_k_pe(jc::fmt::layout(k_record_formats[format].device));
   JC_TRY(check_count(p.num_tokens, "num_tokens", k_max_launch_rows));
   JC_TRY(check_count(p.num_slots, "num_slots", std::numeric_limits<std::int64_t>::max()));
+  JC_TRY(check_whole_pages(p.num_slots, format));
   if (p.num_tokens == 0) return {};
   JC_TRY(check_pointer(p.kv_c, "kv_c", 16, "bf16 rows"));
   if (has_rope) JC_TRY(check_pointer(p.k_pe, "k_pe", 16, "bf16 rows"));
@@ -281,6 +349,7 @@ Status validate(const jc::GatherParams& p, RecordFormat format) {
   const int row_elems = gathered_row_elems(format);
   JC_TRY(check_count(p.num_rows, "num_rows", k_max_launch_rows));
   JC_TRY(check_count(p.num_slots, "num_slots", std::numeric_limits<std::int64_t>::max()));
+  JC_TRY(check_whole_pages(p.num_slots, format));
   if (p.num_rows == 0) return {};
   JC_TRY(check_pointer(p.slots, "slots", alignof(std::int32_t), "int32"));
   JC_TRY(check_pointer(p.out, "out", 16, "bf16 rows"));
@@ -301,13 +370,18 @@ Result<jc::u32> host_run_writer(LatentScale latent, RecordFormat format, const j
                                 float scale, HostBodies bodies) {
   JC_TRY(check_mode(latent, format));
   JC_TRY(validate(p, format));
-  JC_TRY(check_distinct_slots(p));
+  // A page-major writer defines duplicates (the lowest row wins), as its engine's does.
+  if (k_record_formats[format].page_size == 1) JC_TRY(check_distinct_slots(p));
   return dispatch(latent, format, p, scale,
                   [bodies]<jc::fmt::Scaling S, jc::fmt::Format F>(const jc::WriterParams& q, float s) {
-                    if constexpr (built_from_first_text<S, F>())
-                      if (bodies == HostBodies::as_generated)
-                        return run_writer<first_text_mode<S>(), first_text_rope<F>()>(q, s);
-                    return run_formats_writer<S, F>(q, s);
+                    if constexpr (is_paged<F>()) {
+                      return run_paged_writer<S, F>(q, s);
+                    } else {
+                      if constexpr (built_from_first_text<S, F>())
+                        if (bodies == HostBodies::as_generated)
+                          return run_writer<first_text_mode<S>(), first_text_rope<F>()>(q, s);
+                      return run_formats_writer<S, F>(q, s);
+                    }
                   });
 }
 
@@ -317,10 +391,14 @@ Result<jc::u32> host_run_gather(LatentScale latent, RecordFormat format, const j
   JC_TRY(validate(p, format));
   return dispatch(latent, format, p, scale,
                   [bodies]<jc::fmt::Scaling S, jc::fmt::Format F>(const jc::GatherParams& q, float s) {
-                    if constexpr (built_from_first_text<S, F>())
-                      if (bodies == HostBodies::as_generated)
-                        return run_gather<first_text_mode<S>(), first_text_rope<F>()>(q, s);
-                    return run_formats_gather<S, F>(q, s);
+                    if constexpr (is_paged<F>()) {
+                      return run_paged_gather<S, F>(q, s);
+                    } else {
+                      if constexpr (built_from_first_text<S, F>())
+                        if (bodies == HostBodies::as_generated)
+                          return run_gather<first_text_mode<S>(), first_text_rope<F>()>(q, s);
+                      return run_formats_gather<S, F>(q, s);
+                    }
                   });
 }
 

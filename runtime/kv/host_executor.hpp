@@ -46,8 +46,12 @@ enum class HostBodies { as_generated, formats };
 // Returns the status bits the kernel reports (jc::k_status_*; 0 = clean), or an error
 // when the parameters violate the preconditions. The writer also refuses, before writing
 // anything, a slot_mapping that maps two tokens to one slot in [0, num_slots)
-// (check_distinct_slots): what the device leaves undefined is an error here. A mode the
-// format is not written with (check_format_mode) is ErrorCode::invalid_argument.
+// (check_distinct_slots): what the device leaves undefined is an error here. A page-major
+// format's writer (flashinfer-dsv4-384, flashmla-v41-288) defines it instead, as its
+// engine's writer does: the lowest row of a slot writes it. Its cache is whole pages
+// (num_slots a multiple of the page size) and its writer reads no k_pe (the RoPE, if any,
+// is in kv_c's row of 512). A mode the format is not written with (check_format_mode) is
+// ErrorCode::invalid_argument.
 Result<jc::u32> host_run_writer(LatentScale latent_scale, RecordFormat format,
                                 const jc::WriterParams& params, float scale,
                                 HostBodies bodies = HostBodies::as_generated);

@@ -33,6 +33,10 @@ std::string record_label(RecordFormat format) {
 
 bool has_rope(RecordFormat format) { return output_columns(format) > k_latent_dim; }
 
+// Slots per page: 1, or a page-major format's page (records come in whole pages).
+std::int64_t page_slots(RecordFormat format) { return k_record_formats[format].page_size; }
+bool page_major(RecordFormat format) { return page_slots(format) > 1; }
+
 // The mode must be one the format is written with, and a per-token choice carries no
 // layer scale (the kernels would refuse any launch scale but 1.0).
 Status check_mode(const RecordOptions& options) {
@@ -96,7 +100,10 @@ Result<std::vector<std::uint8_t>> write_records(std::span<const std::uint16_t> r
   const auto tokens = static_cast<std::int64_t>(rows.size() / k_row_dim);
   JC_TRY(check_mode(options));
   const auto bytes = static_cast<std::size_t>(record_bytes(options.format));
-  std::vector<std::uint8_t> cache(static_cast<std::size_t>(tokens) * bytes);
+  // Whole pages: the last page's slots past the tokens stay zero bytes.
+  const std::int64_t page = page_slots(options.format);
+  const std::int64_t num_slots = (tokens + page - 1) / page * page;
+  std::vector<std::uint8_t> cache(static_cast<std::size_t>(num_slots) * bytes);
   std::vector<jc::i64> slots(static_cast<std::size_t>(tokens));
   std::iota(slots.begin(), slots.end(), jc::i64{0});
   const jc::u32 status =
@@ -111,7 +118,7 @@ Result<std::vector<std::uint8_t>> write_records(std::span<const std::uint16_t> r
         params.slot_mapping = slots.data() + begin;
         params.num_tokens = end - begin;
         params.cache = cache.data();
-        params.num_slots = tokens;
+        params.num_slots = num_slots;
         return host_run_writer(options.scale.variant, options.format, params, options.scale.value);
       }));
   JC_TRY(check_status(status, "writer"));
@@ -125,6 +132,12 @@ Result<std::vector<std::uint16_t>> gather_records(std::span<const std::uint8_t> 
                                                   std::string_view name) {
   JC_TRY(check_mode(options));
   const auto bytes = static_cast<std::size_t>(record_bytes(options.format));
+  if (const auto page = static_cast<std::size_t>(page_slots(options.format));
+      page > 1 && records.size() % bytes == 0 && records.size() % (bytes * page) != 0)
+    return make_error(ErrorCode::invalid_input,
+                      std::string(name) + ": field 'size': " + std::to_string(records.size()) + " bytes (" +
+                          std::to_string(records.size() / bytes) + " records) is not a whole number of " +
+                          std::to_string(page) + "-slot pages of the " + record_label(options.format));
   if (records.size() % bytes != 0) {
     std::string fits, meant;
     for (const RecordFormatRow& other : k_record_formats.rows)
@@ -170,9 +183,16 @@ Result<std::vector<std::uint16_t>> gather_records(std::span<const std::uint8_t> 
   return rows;
 }
 
-// A format without RoPE takes the latent only: a RoPE it would drop is refused.
+// A format without RoPE takes the latent only: a RoPE it would drop is refused. A page-major
+// format takes its engine's input row of 512 (448 NoPE + 64 RoPE, or 512 dims).
 Status check_format_columns(std::size_t columns, RecordFormat format, std::string_view name) {
   if (columns == k_latent_dim || has_rope(format)) return {};
+  if (page_major(format))
+    return make_error(ErrorCode::invalid_input,
+                      std::string(name) + ": field 'shape': " + to_string(format) +
+                          " records are written from one row of 512 values per token (its engine's "
+                          "input row), so the input must be float32 (T, 512); found " +
+                          std::to_string(columns) + " columns");
   return make_error(ErrorCode::invalid_input,
                     std::string(name) + ": field 'shape': " + to_string(format) +
                         " records hold no RoPE, so the input must be float32 (T, 512), the "

@@ -1,5 +1,5 @@
 // CPU KV tools: quantize real KV data into the NVFP4 MLA records of any format
-// (k_record_formats: b12x-432, b12x-368, b12x-304, flashmla-352), dequantize records, and
+// (k_record_formats), dequantize records, and
 // measure the round-trip error, all through the host executor. They run the GPU kernels'
 // own lane bodies, so their numbers are the GPU's numbers.
 //
@@ -8,7 +8,11 @@
 // refused rather than dropped. Values are first rounded to bf16 (round to nearest even,
 // NaN to the canonical 0x7FFF) exactly as a bf16 tensor would hold them. Records are T x
 // record_bytes(format) raw bytes, token t in slot t. Dequantized rows are float32
-// [T, gathered_row_elems(format)]: [T, 576], or [T, 512] for b12x-304. Non-finite inputs quantize as nvfp4_mla.cuh documents: a NaN
+// [T, gathered_row_elems(format)]: [T, 576], or [T, 512] for b12x-304.
+// A page-major format (flashinfer-dsv4-384, flashmla-v41-288) takes its engine's input row,
+// [T, 512] (448 NoPE + 64 RoPE, or 512 dims), and its records come in whole pages of 64
+// slots: T tokens fill ceil(T / 64) pages, the rest of the last page zero bytes (which
+// dequantize to zero rows), and a records file must be whole pages. Non-finite inputs quantize as nvfp4_mla.cuh documents: a NaN
 // never becomes a block's amax and encodes as +6 x block scale; an infinity saturates its
 // block scale to 448 (its finite block-mates mostly become 0); an infinity in fp8 RoPE
 // makes rope_scale infinite, so the token's other RoPE elements decode as 0 * inf = NaN.

@@ -20,9 +20,12 @@ double subnormal_block_share(std::span<const std::uint8_t> records, RecordFormat
   const jc::fmt::Layout layout = jc::fmt::layout(k_record_formats[format].device);
   const auto rb = static_cast<std::size_t>(layout.record_bytes);
   std::size_t blocks = 0, subnormal = 0;
-  for (std::size_t off = 0; off + rb <= records.size(); off += rb) {
-    for (int b = 0; b < jc::k_num_blocks; ++b) {
-      const std::uint8_t sf = records[off + jc::fmt::scale_position(layout, b)] & 0x7f;
+  // A page-major record's scales lie in its page's footer; only the quantized blocks have one.
+  const int scaled_blocks = layout.quant_dim / jc::k_block_elems;
+  for (std::size_t slot = 0; (slot + 1) * rb <= records.size(); ++slot) {
+    for (int b = 0; b < scaled_blocks; ++b) {
+      const auto at = jc::fmt::record_byte(layout, static_cast<jc::i64>(slot), jc::fmt::scale_position(layout, b));
+      const std::uint8_t sf = records[static_cast<std::size_t>(at)] & 0x7f;
       ++blocks;
       if (sf < 0x08) ++subnormal;
     }

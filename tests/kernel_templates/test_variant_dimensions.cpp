@@ -15,7 +15,8 @@ namespace {
 TEST(VariantDimensions, NamesArePinned) {
   EXPECT_EQ(k_kernel_kinds.joined("|"), "writer|gather");
   EXPECT_EQ(k_latent_scales.joined("|"), "identity|dynamic|per-token");
-  EXPECT_EQ(k_record_formats.joined("|"), "b12x-432|b12x-368|b12x-304|flashmla-352|flashinfer-glm-416");
+  EXPECT_EQ(k_record_formats.joined("|"),
+            "b12x-432|b12x-368|b12x-304|flashmla-352|flashinfer-glm-416|flashinfer-dsv4-384|flashmla-v41-288");
   EXPECT_EQ(k_targets.joined(" "), "sm_90 sm_90a sm_100 sm_100a sm_100f sm_103a sm_110a sm_120 sm_120a sm_120f sm_121a");
   EXPECT_EQ(k_kernel_kinds.fact, "kernel");
   EXPECT_EQ(k_latent_scales.fact, "latent_scale");
@@ -30,6 +31,10 @@ TEST(VariantDimensions, NamesArePinned) {
             (std::pair<std::string, std::string>("format", "flashinfer-glm-416")));
   EXPECT_EQ(std::to_underlying(RecordFormat::flashinfer_glm_416), 4);
   EXPECT_EQ(std::to_underlying(jc::fmt::Format::flashinfer_glm_416), 4);
+  EXPECT_EQ(format_fact(RecordFormat::flashinfer_dsv4_384),
+            (std::pair<std::string, std::string>("format", "flashinfer-dsv4-384")));
+  EXPECT_EQ(format_fact(RecordFormat::flashmla_v41_288),
+            (std::pair<std::string, std::string>("format", "flashmla-v41-288")));
   EXPECT_EQ(k_targets.fact, "target");
 }
 
@@ -91,7 +96,9 @@ TEST(VariantDimensions, DefaultTargetsAreTheProductsInTableOrder) {
 }
 
 TEST(VariantDimensions, AlternativesReadAsEnglish) {
-  EXPECT_EQ(k_record_formats.alternatives(), "b12x-432, b12x-368, b12x-304, flashmla-352 or flashinfer-glm-416");
+  EXPECT_EQ(k_record_formats.alternatives(),
+            "b12x-432, b12x-368, b12x-304, flashmla-352, flashinfer-glm-416, flashinfer-dsv4-384 or "
+            "flashmla-v41-288");
   EXPECT_EQ(k_targets.alternatives().substr(0, 16), "sm_90, sm_90a, s");
   EXPECT_TRUE(k_targets.alternatives().ends_with(", sm_120a, sm_120f or sm_121a"));
   const auto names = k_latent_scales.names();
@@ -106,8 +113,9 @@ TEST(VariantDimensions, LatentScaleFollowsTheScaleMode) {
 TEST(VariantDimensions, AllVariantsIsEveryAllowedCombinationOnce) {
   const Target target{"sm_100a"};
   const auto specs = all_variants(target);
-  // Per kernel: b12x-432 2 modes, b12x-368 3, b12x-304 1, flashmla-352 2, flashinfer-glm-416 2.
-  EXPECT_EQ(specs.size(), k_kernel_kinds.size() * 10);
+  // Per kernel: b12x-432 2 modes, b12x-368 3, b12x-304 1, flashmla-352 2, flashinfer-glm-416 2,
+  // the two page-major formats 1 each.
+  EXPECT_EQ(specs.size(), k_kernel_kinds.size() * 12);
   std::set<std::string> labels;
   for (const KernelSpec& spec : specs) {
     labels.insert(spec.label());

@@ -30,6 +30,12 @@ namespace jitcache {
 namespace {
 
 const std::filesystem::path k_checkpoint = jitcache::testing::source_dir() / "examples" / "glm5-mini";
+// The identity-only (page-major) formats take a checkpoint without per-layer scales.
+const std::filesystem::path k_identity_checkpoint = jitcache::testing::source_dir() / "examples" / "dsv4-mini";
+
+bool identity_only(RecordFormat format) {
+  return !format_allows(format, LatentScale::dynamic) && !format_allows(format, LatentScale::per_token);
+}
 
 // A device allocation freed on scope exit.
 class DeviceBuffer {
@@ -373,7 +379,7 @@ std::vector<std::uint16_t> random_rows(std::mt19937_64& rng, std::size_t tokens)
 TEST_F(GpuTest, DeviceMatchesHostExecutorBitForBit) {
   std::mt19937_64 rng(jitcache::testing::test_seed("GpuTest.DeviceMatchesHostExecutorBitForBit"));
   const std::size_t tokens = 4099;  // not a multiple of the CTA's four tokens
-  const std::size_t slots = tokens + 101;
+  const std::size_t slots = 4224;  // tokens + 125 free slots, and whole 64-slot pages
   // Every format as prepare() binds it (b12x-304 per-token, the others per layer), then
   // b12x-368 per-token.
   std::vector<std::pair<RecordFormat, std::optional<LatentScale>>> models;
@@ -381,12 +387,13 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorBitForBit) {
   models.emplace_back(RecordFormat::b12x_368, LatentScale::per_token);
   for (const auto& [rope, latent_choice] : models) {
     auto prepared =
-        m_runtime->prepare(ModelSpec{k_checkpoint, rope, "", std::nullopt, std::nullopt, latent_choice});
+        m_runtime->prepare(ModelSpec{identity_only(rope) ? k_identity_checkpoint : k_checkpoint, rope, "",
+                                     std::nullopt, std::nullopt, latent_choice});
     ASSERT_OK(prepared);
     const PreparedModel& m = **prepared;
     const std::size_t rb = static_cast<std::size_t>(record_bytes(rope));
     // Layer 0 is calibrated (dynamic), the draft layer 78 is identity.
-    for (int layer : {0, 40, 78}) {
+    for (int layer : identity_only(rope) ? std::vector<int>{0, 2, 4} : std::vector<int>{0, 40, 78}) {
       const LayerBinding* b = m.layer(layer);
       ASSERT_NE(b, nullptr);
       SCOPED_TRACE(std::string(to_string(rope)) + " layer " + std::to_string(layer));
@@ -396,6 +403,10 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorBitForBit) {
       for (std::size_t i = 0; i < slots; ++i) perm[i] = static_cast<std::int64_t>(i);
       std::shuffle(perm.begin(), perm.end(), rng);
       for (std::size_t t = 0; t < tokens; ++t) slot_of[t] = (rng() % 13 == 0) ? -1 : perm[t];
+      // A page-major writer defines duplicate slots (the lowest row wins): the warp's scan
+      // of the earlier rows against the host's record of them.
+      if (k_record_formats[rope].page_size > 1)
+        for (std::size_t t = 3; t < tokens; t += 11) slot_of[t] = slot_of[t - 3 + rng() % 2];
 
       // Host.
       std::vector<jc::Vec16> host_cache((slots * rb + 15) / 16);
@@ -585,7 +596,7 @@ std::vector<std::uint16_t> adversarial_rows(std::mt19937_64& rng) {
       rows.push_back(h);
     }
   }
-  while (rows.size() % 576 != 0) rows.push_back(0x3f80);
+  while (rows.size() % (576 * 64) != 0) rows.push_back(0x3f80);  // whole 64-slot pages
   return rows;
 }
 
@@ -682,6 +693,48 @@ TEST_F(GpuTest, DeviceMatchesHostExecutorOnAdversarialData) {
       for (CUmodule module : modules) api.cuModuleUnload(module);
     }
   }
+}
+
+// FlashInfer's 384-byte writer takes 1 / scale with MUFU.RCP (-use_fast_math); jitcache's
+// twin takes rn(1 / scale) (docs/record-formats.md, flashinfer-dsv4-384). This measures the
+// instruction on the 126 non-zero E4M3 scale values: each result is within an ulp of
+// rn(1 / s), and exact for the powers of two; the scales where it differs are printed, so
+// the one step the CPU twin cannot state exactly is known for this device.
+TEST_F(GpuTest, FastMathReciprocalOfEveryE4m3ScaleIsWithinAnUlp) {
+  const std::string target = m_runtime->device().target;
+  const std::string source =
+      "extern \"C\" __global__ void rcp(const float* in, float* out) { out[threadIdx.x] = 1.0f / in[threadIdx.x]; }\n";
+  auto compiled = compile_source(SourceInput{SourceKind::cuda, source, {}, "rcp", target, {"--use_fast_math"}, {}});
+  ASSERT_OK(compiled);
+  std::vector<float> scales;
+  for (int code = 1; code <= 0x7e; ++code) scales.push_back(jc::e4m3_to_float(static_cast<jc::u8>(code)));
+  CUmodule module = nullptr;
+  ASSERT_OK(m_driver->check(m_driver->api().cuModuleLoadDataEx(&module, compiled->cubin.data(), 0, nullptr, nullptr),
+                            "cuModuleLoadDataEx"));
+  CUfunction fn = nullptr;
+  ASSERT_OK(m_driver->check(m_driver->api().cuModuleGetFunction(&fn, module, "rcp"), "cuModuleGetFunction"));
+  DeviceBuffer din(*m_driver, scales.size() * 4), dout(*m_driver, scales.size() * 4);
+  din.upload(scales.data());
+  CUdeviceptr pin = din.addr(), pout = dout.addr();
+  void* args[] = {&pin, &pout};
+  ASSERT_OK(m_driver->check(m_driver->api().cuLaunchKernel(fn, 1, 1, 1, static_cast<unsigned>(scales.size()), 1, 1, 0,
+                                                           nullptr, args, nullptr),
+                            "cuLaunchKernel"));
+  ASSERT_OK(m_driver->check(m_driver->api().cuCtxSynchronize(), "cuCtxSynchronize"));
+  const auto got = dout.download<float>();
+  int differing = 0;
+  for (std::size_t i = 0; i < scales.size(); ++i) {
+    const float rn = jc::div_rn(1.0f, scales[i]);
+    const auto ulps = static_cast<std::int64_t>(jc::float_bits(got[i])) - static_cast<std::int64_t>(jc::float_bits(rn));
+    EXPECT_LE(std::abs(ulps), 1) << "scale " << scales[i];
+    if ((jc::float_bits(scales[i]) & 0x7fffffu) == 0) EXPECT_EQ(ulps, 0) << "a power of two " << scales[i];
+    if (ulps != 0) {
+      ++differing;
+      std::printf("  MUFU.RCP(%g) = rn(1/s) %+lld ulp\n", scales[i], static_cast<long long>(ulps));
+    }
+  }
+  std::printf("MUFU.RCP differs from rn(1/s) on %d of %zu E4M3 scale values\n", differing, scales.size());
+  m_driver->api().cuModuleUnload(module);
 }
 
 // Kernels from outside (Runtime::compile) run on the device: the compile tests' axpy as

@@ -28,7 +28,8 @@ const std::set<std::string> k_variants{
     "gather/dynamic/b12x-432",  "gather/identity/b12x-368",    "gather/dynamic/b12x-368",
     "gather/per-token/b12x-368", "gather/per-token/b12x-304",  "gather/identity/flashmla-352",
     "gather/dynamic/flashmla-352", "writer/identity/flashinfer-glm-416", "writer/dynamic/flashinfer-glm-416",
-    "gather/identity/flashinfer-glm-416", "gather/dynamic/flashinfer-glm-416"};
+    "gather/identity/flashinfer-glm-416", "gather/dynamic/flashinfer-glm-416", "writer/identity/flashinfer-dsv4-384",
+    "gather/identity/flashinfer-dsv4-384", "writer/identity/flashmla-v41-288", "gather/identity/flashmla-v41-288"};
 
 class CliCompileTest : public testing::CliCommandTest {};
 

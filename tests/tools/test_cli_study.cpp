@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_fixture.hpp"
@@ -32,6 +33,8 @@ TEST_F(CliStudyTest, JsonShowsIdentityErrorGrowingAsLayersShrinkAndCalibratedFla
   EXPECT_EQ(doc["bytes_per_token"], 368);
   ASSERT_EQ(doc["formats"].size(), k_record_formats.size());
   EXPECT_EQ(doc["formats"][2], json({{"name", "b12x-304"}, {"bytes_per_token", 304}, {"modes", {"per-token"}}}));
+  EXPECT_EQ(doc["formats"][std::to_underlying(RecordFormat::flashmla_v41_288)],
+            json({{"name", "flashmla-v41-288"}, {"bytes_per_token", 288}, {"modes", {"identity"}}}));
   const json& layers = doc["layers"];
   ASSERT_GE(layers.size(), 2u) << o.out;
   for (std::size_t i = 0; i < layers.size(); ++i) {

@@ -29,10 +29,11 @@ std::string last_error() { return jitcache_last_error(); }
 
 bool mentions(const std::string& text) { return last_error().find(text) != std::string::npos; }
 
+// The formats with one record per slot (the page-major ones have tests of their own).
 constexpr std::int32_t k_formats[] = {JITCACHE_FORMAT_B12X_432, JITCACHE_FORMAT_B12X_368, JITCACHE_FORMAT_B12X_304,
                                       JITCACHE_FORMAT_FLASHMLA_352, JITCACHE_FORMAT_FLASHINFER_GLM_416};
 // The first value that names no format.
-constexpr std::int32_t k_no_format = static_cast<std::int32_t>(std::size(k_formats));
+constexpr std::int32_t k_no_format = JITCACHE_FORMAT_FLASHMLA_V41_288 + 1;
 
 RecordFormat cpp_format(std::int32_t format) {
   switch (format) {
@@ -109,7 +110,9 @@ TEST(CApiFormats, RecordBytesPerFormat) {
   EXPECT_EQ(jitcache_format_record_bytes(JITCACHE_FORMAT_B12X_304), 304u);
   EXPECT_EQ(jitcache_format_record_bytes(JITCACHE_FORMAT_FLASHMLA_352), 352u);
   EXPECT_EQ(jitcache_format_record_bytes(JITCACHE_FORMAT_FLASHINFER_GLM_416), 416u);
-  EXPECT_EQ(jitcache_format_record_bytes(k_no_format), 0u);
+  EXPECT_EQ(jitcache_format_record_bytes(JITCACHE_FORMAT_FLASHINFER_DSV4_384), 384u);
+  EXPECT_EQ(jitcache_format_record_bytes(JITCACHE_FORMAT_FLASHMLA_V41_288), 288u);
+  EXPECT_EQ(jitcache_format_record_bytes(JITCACHE_FORMAT_FLASHMLA_V41_288 + 1), 0u);
   EXPECT_EQ(jitcache_format_record_bytes(-1), 0u);
   // The old function and the new one agree on the RoPE formats.
   EXPECT_EQ(jitcache_record_bytes(JITCACHE_ROPE_BF16), jitcache_format_record_bytes(JITCACHE_FORMAT_B12X_432));
@@ -263,10 +266,11 @@ TEST(CApiFormats, HostKernelsRefuseWhatTheFormatDoesNotHave) {
   std::uint32_t status = 0;
   jitcache_writer_launch w = tokens.launch(cache, &status);
 
-  EXPECT_EQ(jitcache_host_write_format(1.0f, k_no_format, JITCACHE_LATENT_PER_LAYER, &w), JITCACHE_ERROR_INVALID_ARGUMENT);
-  EXPECT_TRUE(mentions("jitcache_host_write_format: format is " + std::to_string(k_no_format))) << last_error();
-  EXPECT_TRUE(mentions("0 (b12x-432), 1 (b12x-368), 2 (b12x-304), 3 (flashmla-352) or 4 (flashinfer-glm-416)"))
-      << last_error();
+  const int unknown = JITCACHE_FORMAT_FLASHMLA_V41_288 + 1;
+  EXPECT_EQ(jitcache_host_write_format(1.0f, unknown, JITCACHE_LATENT_PER_LAYER, &w), JITCACHE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("jitcache_host_write_format: format is " + std::to_string(unknown))) << last_error();
+  EXPECT_TRUE(mentions("0 (b12x-432), 1 (b12x-368), 2 (b12x-304), 3 (flashmla-352), 4 (flashinfer-glm-416), ")) << last_error();
+  EXPECT_TRUE(mentions(" or " + std::to_string(JITCACHE_FORMAT_FLASHMLA_V41_288) + " (flashmla-v41-288)")) << last_error();
   EXPECT_EQ(jitcache_host_gather_format(1.0f, -1, JITCACHE_LATENT_PER_LAYER, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(mentions("args")) << last_error();
   EXPECT_EQ(jitcache_host_write_format(1.0f, JITCACHE_FORMAT_B12X_432, 2, &w), JITCACHE_ERROR_INVALID_ARGUMENT);

@@ -372,7 +372,9 @@ TEST(HostExecutor, EveryPointerIsAlignedForItsTypeAndNoExtentOverflows) {
   };
 
   const jc::WriterParams w{kv_c, 512, k_pe, 64, i64, 2, writer_cache, 2, u32};
-  for (RecordFormat rope : k_record_formats.values()) EXPECT_OK(validate(w, rope));
+  // (A page-major cache is whole pages of 64 slots: tests/runtime/kv/test_paged_formats.cpp.)
+  for (RecordFormat rope : k_record_formats.values())
+    if (k_record_formats[rope].page_size == 1) EXPECT_OK(validate(w, rope));
   auto bad = w;
   bad.slot_mapping = reinterpret_cast<const std::int64_t*>(buffer + 4);
   expect_refused(validate(bad, RecordFormat::b12x_432), "'slot_mapping': must be 8-byte aligned (int64)");

@@ -175,9 +175,17 @@ TEST(KvTools, RoundTripStaysWithinTheNvfp4ErrorBound) {
       const kv::RecordOptions opts = mode == LatentScale::per_token ? per_token(rope) : options(s, rope);
       const auto records = kv::quantize(input, columns, opts);
       ASSERT_OK(records);
-      ASSERT_EQ(records->size(), tokens * static_cast<std::size_t>(record_bytes(rope)));
-      const auto output = kv::dequantize(*records, opts);
+      // Whole pages for a page-major format: the last page's other slots stay zero bytes
+      // and gather as zero rows.
+      const std::size_t page = static_cast<std::size_t>(k_record_formats[rope].page_size);
+      const std::size_t slots = (tokens + page - 1) / page * page;
+      ASSERT_EQ(records->size(), slots * static_cast<std::size_t>(record_bytes(rope)));
+      auto output = kv::dequantize(*records, opts);
       ASSERT_OK(output);
+      ASSERT_EQ(output->size(), slots * kv::output_columns(rope));
+      for (std::size_t i = tokens * kv::output_columns(rope); i < output->size(); ++i)
+        ASSERT_EQ(bits((*output)[i]), 0u) << "padding slot value " << i;
+      output->resize(tokens * kv::output_columns(rope));
       expect_within_bounds(input, columns, *output, s, rope);
     }
   }
@@ -403,9 +411,11 @@ TEST(KvTools, ThreadCountNeverChangesTheBytes) {
   for (std::size_t t = 0; t < tokens; ++t)
     std::copy_n(&input[t * k_row_dim], k_latent_dim, &latent_only[t * k_latent_dim]);
   for (const RecordFormat rope : k_record_formats.values()) {
-    // Per-token where the format takes it, else a layer's dynamic scale.
+    // A layer's dynamic scale where the format takes it, else per-token, else identity.
     const auto opts = [&](unsigned threads) {
-      return format_allows(rope, LatentScale::dynamic) ? options(0.002f, rope, threads) : per_token(rope, threads);
+      return format_allows(rope, LatentScale::dynamic)     ? options(0.002f, rope, threads)
+             : format_allows(rope, LatentScale::per_token) ? per_token(rope, threads)
+                                                           : options(1.0f, rope, threads);
     };
     const std::size_t columns = kv::output_columns(rope);
     const std::vector<float>& in = columns == k_row_dim ? input : latent_only;

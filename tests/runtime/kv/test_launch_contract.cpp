@@ -81,7 +81,9 @@ const WriterField k_writer_fields[] = {
 };
 
 TEST(LaunchContract, AWriterBufferMayNotOverlapAnyOtherToTheByte) {
-  for (RecordFormat rope : k_record_formats.values()) EXPECT_OK(validate(writer(), rope));
+  // (8 slots: a page-major cache is whole pages of 64, tests/runtime/kv/test_paged_formats.cpp.)
+  for (RecordFormat rope : k_record_formats.values())
+    if (k_record_formats[rope].page_size == 1) EXPECT_OK(validate(writer(), rope));
   // The written buffers (cache, status) against every other buffer: ending right at the
   // other's first byte passes, one alignment unit further is refused; so is starting at
   // the other's last aligned unit, and starting right after its end passes.
@@ -141,7 +143,8 @@ TEST(LaunchContract, EveryGatherWriteIsCheckedAgainstEveryOtherBuffer) {
   constexpr std::uint64_t out_bytes = 4 * 1152;
   const jc::GatherParams g{at<const jc::u8>(cache), 8, at<const jc::i32>(slots), 4, at<jc::u16>(out), 576,
                            at<jc::u32>(status)};
-  for (RecordFormat rope : k_record_formats.values()) EXPECT_OK(validate(g, rope));
+  for (RecordFormat rope : k_record_formats.values())
+    if (k_record_formats[rope].page_size == 1) EXPECT_OK(validate(g, rope));
   auto with = [&](auto change) {
     jc::GatherParams p = g;
     change(p);

@@ -212,11 +212,8 @@ int run_pack(const PackArgs& args, const GlobalOptions& global) {
   info.checkpoint = model;
   info.record_format = to_string(format);
   info.targets = planned->targets;
-  std::vector<ProviderEntry> provider_entries;
-  for (const ExportEntry& e : *entries)
-    provider_entries.push_back(ProviderEntry{e.label, e.key, e.facts, e.bytes, e.compile_ms});
   const fs::path package = stage.path / name;
-  if (auto written = write_provider(package / "provider", info, provider_entries, *key); !written)
+  if (auto written = write_provider(package / "provider", info, *entries, *key); !written)
     return report(written.error());
 
   std::string targets_text;

@@ -129,7 +129,7 @@ void register_study(CLI::App& root, Context& context) {
   cmd->add_option("--tokens", args->tokens, "Synthetic tokens per layer")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seed", args->seed, "Seed of the synthetic data");
   add_format_options(cmd, args->format, /*latent=*/false);
-  cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  add_json_flag(cmd, args->json);
   context.bind(cmd, [args] { return run_study(*args); });
 }
 

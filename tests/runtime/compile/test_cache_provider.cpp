@@ -14,6 +14,7 @@
 #include "runtime/compile/cache_provider.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/source_cache.hpp"
+#include "shipping_fixture.hpp"
 #include "support/sha256.hpp"
 #include "counting_compiler.hpp"
 #include "test_support.hpp"
@@ -25,14 +26,8 @@ namespace fs = std::filesystem;
 using jitcache::testing::LogCapture;
 using jitcache::testing::ScopedEnv;
 
-const std::optional<std::string> k_key = std::string(32, 'k') + "-fleet";
-const std::optional<std::string> k_other_key = std::string(32, 'o') + "-other";
-const std::optional<std::string> k_no_key;
-
 using testing::CountingCompiler;
-
-const KernelSpec k_identity{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}};
-const KernelSpec k_dynamic{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_90"}};
+using namespace testing::shipping;  // the fleet keys and the variants
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -46,21 +41,10 @@ void write_file(const fs::path& path, std::string_view text) {
 
 class CacheProvider : public jitcache::testing::TempDirTest {
  protected:
-  // Two real variants compiled once for the suite: the reader checks each bundle's facts
-  // and its cubin's embedded facts, which only a real compile produces.
+  // Two real variants, compiled once for the suite.
   static void SetUpTestSuite() {
     s_compiler = make_nvrtc_compiler().release();
-    for (const KernelSpec& spec : {k_identity, k_dynamic}) {
-      auto artifact = s_compiler->compile(generate(spec));
-      ASSERT_TRUE(artifact.has_value()) << artifact.error().to_string();
-      auto facts = kernel_facts(generate(spec), *s_compiler);
-      ASSERT_TRUE(facts.has_value()) << facts.error().to_string();
-      s_entries->push_back(ExportEntry{.label = spec.label(),
-                                       .key = facts->key(),
-                                       .facts = *facts,
-                                       .bytes = std::make_shared<const cache::Bytes>(serialize_bundle(*artifact)),
-                                       .compile_ms = artifact->compile_ms});
-    }
+    *s_entries = compile_entries(*s_compiler, {k_identity, k_dynamic});
   }
 
   static ProviderInfo info() {

@@ -29,21 +29,9 @@ Bytes make_bytes(std::size_t size, std::uint64_t seed) {
 }
 
 // Temporary cache roots, removed at exit.
-struct Scratch {
-  std::filesystem::path base;
-  Scratch() {
-    base = std::filesystem::temp_directory_path() / ("jitcache-bench-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(base);
-    std::filesystem::permissions(base, std::filesystem::perms::owner_all, std::filesystem::perm_options::replace);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(base, ec);
-  }
-};
-Scratch& scratch() {
-  static Scratch s;
-  return s;
+const std::filesystem::path& scratch() {
+  static const jitcache::bench::ScratchDir dir("jitcache-bench-");
+  return dir.path();
 }
 
 std::unique_ptr<Store> open(const std::filesystem::path& root, std::uint64_t memory_max_bytes) {
@@ -67,7 +55,7 @@ void BM_KeyComputation(benchmark::State& state) {
 BENCHMARK(BM_KeyComputation);
 
 void BM_MemoryHit(benchmark::State& state) {
-  auto store = open(scratch().base / "memory", 256ull << 20);
+  auto store = open(scratch() / "memory", 256ull << 20);
   const Facts facts = jitcache::bench::sample_kernel_facts("hot");
   const CacheKey key = facts.key();
   if (!store->put(key, facts, make_bytes(64 * 1024, 1), 100.0)) std::abort();
@@ -79,7 +67,7 @@ void BM_MemoryHit(benchmark::State& state) {
 BENCHMARK(BM_MemoryHit);
 
 void BM_MemoryHitGetOrCreate(benchmark::State& state) {
-  auto store = open(scratch().base / "memory2", 256ull << 20);
+  auto store = open(scratch() / "memory2", 256ull << 20);
   const Facts facts = jitcache::bench::sample_kernel_facts("hot");
   const CacheKey key = facts.key();
   const Producer producer = [] { return jitcache::Result<Produced>(Produced{make_bytes(64 * 1024, 1), 1.0}); };
@@ -95,7 +83,7 @@ BENCHMARK(BM_MemoryHitGetOrCreate);
 // first get of a fresh store does: index lookup, open, read, re-hash.
 void BM_DiskHitFreshStore(benchmark::State& state) {
   const auto size = static_cast<std::size_t>(state.range(0));
-  const auto root = scratch().base / ("disk" + std::to_string(size));
+  const auto root = scratch() / ("disk" + std::to_string(size));
   const Facts facts = jitcache::bench::sample_kernel_facts("disk");
   {
     auto writer = open(root, 0);
@@ -121,7 +109,7 @@ const Population& population(std::size_t n) {
   auto it = built.find(n);
   if (it != built.end()) return it->second;
   Population p;
-  p.root = scratch().base / ("pop" + std::to_string(n));
+  p.root = scratch() / ("pop" + std::to_string(n));
   auto store = open(p.root, 0);
   for (std::size_t i = 0; i < n; ++i) {
     const Facts facts = jitcache::bench::sample_kernel_facts(std::to_string(i));

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "cache/hash.hpp"
 #include "cache/store.hpp"
 #include "kernel_templates/generator.hpp"
@@ -54,23 +55,9 @@ const KernelSpec& variant(const benchmark::State& state) {
   std::exit(1);
 }
 
-// A private cache root, removed at exit.
-struct Scratch {
-  std::filesystem::path base;
-  Scratch() {
-    base = std::filesystem::temp_directory_path() / ("jitcache-bench-mla-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(base);
-    std::filesystem::permissions(base, std::filesystem::perms::owner_all, std::filesystem::perm_options::replace);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(base, ec);
-  }
-};
-
 // The compiler and a cache holding every variant, compiled once on first use.
 struct Fixture {
-  Scratch scratch;
+  bench::ScratchDir scratch{"jitcache-bench-mla-"};  // a private cache root, removed at exit
   std::unique_ptr<Compiler> compiler = make_nvrtc_compiler();
   ToolFacts tools;
 
@@ -87,7 +74,7 @@ struct Fixture {
   std::unique_ptr<cache::Store> open_store(std::uint64_t memory_max_bytes) const {
     cache::StoreOptions options;
     options.memory_max_bytes = memory_max_bytes;
-    auto store = cache::Store::open(scratch.base / "cache", options);
+    auto store = cache::Store::open(scratch.path() / "cache", options);
     if (!store) die("opening the store", store.error());
     return std::move(*store);
   }

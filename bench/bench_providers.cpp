@@ -101,7 +101,7 @@ fs::path fresh_dir(const fs::path& scratch, const std::string& name) {
 
 // The checkpoint's entries on sm_90 written as a provider directory (what `jitcache pack`
 // puts in a cache wheel), compiled through a cache of its own.
-std::vector<ProviderEntry> make_provider(const fs::path& scratch, const fs::path& checkpoint, const fs::path& dir) {
+std::vector<ExportEntry> make_provider(const fs::path& scratch, const fs::path& checkpoint, const fs::path& dir) {
   KernelCacheOptions options;
   options.cache_dir = fresh_dir(scratch, "packer-cache");
   options.remote = RemoteUse::off;
@@ -117,13 +117,11 @@ std::vector<ProviderEntry> make_provider(const fs::path& scratch, const fs::path
   if (!plan) die(plan.error().to_string());
   auto gathered = gather_export_entries(*opened->kernels, *opened->compiler, plan->variants, 0);
   if (!gathered) die(gathered.error().to_string());
-  std::vector<ProviderEntry> entries;
-  for (const ExportEntry& e : *gathered) entries.push_back(ProviderEntry{e.label, e.key, e.facts, e.bytes, e.compile_ms});
   fs::remove_all(dir);
-  auto written = write_provider(dir, ProviderInfo{"bench", "now", "bench", "glm5-mini", "b12x-432", {"sm_90"}}, entries,
-                                std::nullopt);
+  auto written = write_provider(dir, ProviderInfo{"bench", "now", "bench", "glm5-mini", "b12x-432", {"sm_90"}},
+                                *gathered, std::nullopt);
   if (!written) die(written.error().to_string());
-  return entries;
+  return std::move(*gathered);
 }
 
 struct Summary {
@@ -152,7 +150,7 @@ int main(int argc, char** argv) {
   if (::mkdtemp(scratch_text.data()) == nullptr) die("mkdtemp");
   const fs::path scratch = scratch_text;
   const fs::path provider = scratch / "provider";
-  const std::vector<ProviderEntry> entries = make_provider(scratch, checkpoint, provider);
+  const std::vector<ExportEntry> entries = make_provider(scratch, checkpoint, provider);
 
   // 1. Time to a served model, each scenario in fresh processes.
   std::vector<double> from_provider, from_provider_memo, warm, cold;

@@ -30,11 +30,8 @@
 #include <benchmark/benchmark.h>
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,17 +82,11 @@ fs::path g_key_file;
 std::map<std::string, std::vector<double>> g_samples;
 std::vector<std::string> g_failures;
 
-double us_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
+using bench::us_since;
 
 // CPU time of the calling thread: what the lookup itself costs, apart from waiting for
 // redis-server, the disk or a turn on a loaded machine (wall time includes all three).
-double thread_cpu_us() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
-}
+double thread_cpu_us() { return bench::cpu_us(CLOCK_THREAD_CPUTIME_ID); }
 
 // One sample of a figure: wall time under `name`, this thread's CPU time under name.cpu.
 struct Timer {
@@ -137,14 +128,6 @@ const Producer& trivial_producer() {
   return producer;
 }
 
-fs::path fresh_dir(const std::string& name) {
-  static int counter = 0;
-  const fs::path dir = g_config.scratch / (name + "-" + std::to_string(++counter));
-  fs::create_directories(dir);
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
-  return dir;
-}
-
 // The remote tier as the runtime opens it, with the client's default timeouts (connect
 // 200 ms, operation 500 ms, breaker 30 s).
 std::shared_ptr<remote::RemoteTier> remote_tier(const std::string& host, int port) {
@@ -161,7 +144,7 @@ std::unique_ptr<Store> open_store(const std::string& name, Durability durability
   StoreOptions options;
   options.durability = durability;
   if (extra) options.extra_tiers.push_back(std::move(extra));
-  auto store = Store::open(fresh_dir(name), options);
+  auto store = Store::open(bench::fresh_dir(g_config.scratch, name), options);
   if (!store) {
     std::fprintf(stderr, "bench_remote: opening a store: %s\n", store.error().to_string().c_str());
     std::exit(2);
@@ -495,18 +478,6 @@ void BM_DeadRemote(benchmark::State& state, Dead dead) {
 
 // ---- 4. a fleet cold start -----------------------------------------------------------------
 
-struct Spawned {
-  pid_t pid = -1;
-  int out_fd = -1;
-  fs::path err;
-};
-
-struct Finished {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
 std::vector<std::string> child_environment(bool with_remote) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -517,51 +488,6 @@ std::vector<std::string> child_environment(bool with_remote) {
   }
   if (with_remote) env.push_back("JITCACHE_REMOTE_KEY_FILE=" + g_key_file.string());
   return env;
-}
-
-Spawned spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& err) {
-  int pipe_fds[2];
-  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  std::vector<char*> argv, envp;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  Spawned s;
-  s.err = err;
-  const int rc = ::posix_spawn(&s.pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(pipe_fds[1]);
-  if (rc != 0) {
-    ::close(pipe_fds[0]);
-    throw std::runtime_error("cannot run " + args[0]);
-  }
-  s.out_fd = pipe_fds[0];
-  return s;
-}
-
-Finished finish(const Spawned& s) {
-  Finished r;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(s.out_fd, buffer, sizeof buffer)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    r.out.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(s.out_fd);
-  int status = 0;
-  while (::waitpid(s.pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream in(s.err);
-  std::stringstream text;
-  text << in.rdbuf();
-  r.err = text.str();
-  return r;
 }
 
 // `nodes` cache directories, `per_node` processes each, all started at once, every one a
@@ -578,8 +504,8 @@ void BM_FleetColdStart(benchmark::State& state, bool with_remote) {
       if (auto flushed = g_server->command({"FLUSHALL"}); !flushed)
         return fail(state, "FLUSHALL failed: " + flushed.error().to_string());
     }
-    const fs::path fleet = fresh_dir(with_remote ? "fleet-remote" : "fleet-local");
-    std::vector<Spawned> children;
+    const fs::path fleet = bench::fresh_dir(g_config.scratch, with_remote ? "fleet-remote" : "fleet-local");
+    std::vector<bench::ChildProcess> children;
     const auto start = Clock::now();
     for (int node = 0; node < nodes; ++node) {
       const fs::path cache = fleet / ("node" + std::to_string(node));
@@ -592,13 +518,13 @@ void BM_FleetColdStart(benchmark::State& state, bool with_remote) {
         for (const char* a : {"warm", "--checkpoint"}) args.emplace_back(a);
         args.push_back(g_config.checkpoint.string());
         for (const char* a : {"--arch", k_target, "--json"}) args.emplace_back(a);
-        children.push_back(
-            spawn(args, env, fleet / ("node" + std::to_string(node) + "-" + std::to_string(p) + ".stderr")));
+        const fs::path err = fleet / ("node" + std::to_string(node) + "-" + std::to_string(p) + ".stderr");
+        children.push_back(bench::spawn_child(args, &env, err));
       }
     }
     double compiles = 0, variants = 0;
-    for (const Spawned& child : children) {
-      const Finished r = finish(child);
+    for (const bench::ChildProcess& child : children) {
+      const bench::ChildExit r = bench::finish_child(child);
       if (r.exit_code != 0)
         return fail(state, "a warming process exited with " + std::to_string(r.exit_code) + ": " + r.err);
       const auto doc = nlohmann::json::parse(r.out);
@@ -612,8 +538,8 @@ void BM_FleetColdStart(benchmark::State& state, bool with_remote) {
     if (with_remote) {
       for (int node = 0; node < nodes; ++node) {
         const fs::path cache = fleet / ("node" + std::to_string(node));
-        const Finished r = finish(spawn({g_config.cli.string(), "--cache-dir", cache.string(), "stats", "--json"},
-                                        env, fleet / "stats.stderr"));
+        const bench::ChildExit r = bench::finish_child(bench::spawn_child(
+            {g_config.cli.string(), "--cache-dir", cache.string(), "stats", "--json"}, &env, fleet / "stats.stderr"));
         if (r.exit_code != 0) return fail(state, "jitcache stats failed: " + r.err);
         const auto doc = nlohmann::json::parse(r.out);
         const auto& remote = doc.contains("totals") ? doc["totals"]["remote"] : doc["remote"];
@@ -744,14 +670,6 @@ void register_benchmarks() {
       ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 }
 
-fs::path find_upwards(fs::path start, const fs::path& relative) {
-  for (fs::path dir = start; !dir.empty(); dir = dir.parent_path()) {
-    if (fs::exists(dir / relative)) return dir / relative;
-    if (dir == dir.parent_path()) break;
-  }
-  return {};
-}
-
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
@@ -771,9 +689,7 @@ int main(int argc, char** argv) {
     else if (arg.starts_with("--jitcache-cli=")) g_config.cli = fs::absolute(arg.substr(15));
     else rest.push_back(argv[i]);
   }
-  const fs::path ckpt = "examples/glm5-mini/config.json";
-  if (g_config.checkpoint.empty()) g_config.checkpoint = find_upwards(fs::current_path(), ckpt).parent_path();
-  if (g_config.checkpoint.empty()) g_config.checkpoint = find_upwards(g_config.self.parent_path(), ckpt).parent_path();
+  if (g_config.checkpoint.empty()) g_config.checkpoint = bench::find_example_checkpoint(g_config.self);
   if (g_config.checkpoint.empty()) {
     std::fprintf(stderr, "bench_remote: cannot find examples/glm5-mini; pass --checkpoint=DIR\n");
     return 2;

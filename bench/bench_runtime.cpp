@@ -16,9 +16,6 @@
 #include <benchmark/benchmark.h>
 #include <nvrtc.h>
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,8 +42,6 @@
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "support/sha256.hpp"
 
-extern char** environ;
-
 namespace {
 
 namespace fs = std::filesystem;
@@ -61,11 +56,7 @@ double ms_since(Clock::time_point start) {
 
 // CPU time of the whole process (every thread): unlike wall time, not inflated when other
 // work on the machine preempts the process.
-double process_cpu_ms() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
+double process_cpu_ms() { return bench::cpu_us(CLOCK_PROCESS_CPUTIME_ID) / 1e3; }
 
 struct Config {
   fs::path self;
@@ -79,71 +70,10 @@ Config g_config;
 // Samples of each figure, for the summary against the targets.
 std::map<std::string, std::vector<double>> g_samples;
 
-struct ProcessResult {
-  int exit_code = -1;
-  std::string out;
-  double wall_ms = 0.0;
-};
-
-// Spawns argv with stdout captured and stderr discarded; does not wait.
-struct Spawned {
-  pid_t pid = -1;
-  int out_fd = -1;
-  Clock::time_point started;
-};
-
-Spawned spawn(const std::vector<std::string>& args) {
-  int pipe_fds[2];
-  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  Spawned s;
-  s.started = Clock::now();
-  const int rc = ::posix_spawn(&s.pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(pipe_fds[1]);
-  if (rc != 0) {
-    ::close(pipe_fds[0]);
-    throw std::runtime_error("cannot run " + args[0]);
-  }
-  s.out_fd = pipe_fds[0];
-  return s;
-}
-
-ProcessResult finish(Spawned s) {
-  ProcessResult r;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(s.out_fd, buffer, sizeof buffer)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    r.out.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(s.out_fd);
-  int status = 0;
-  while (::waitpid(s.pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.wall_ms = ms_since(s.started);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
-ProcessResult run(const std::vector<std::string>& args) { return finish(spawn(args)); }
-
-fs::path fresh_dir(const std::string& name) {
-  static int counter = 0;
-  const fs::path dir = g_config.scratch / (name + "-" + std::to_string(++counter));
-  fs::create_directories(dir);
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
-  return dir;
-}
+bench::ChildExit run(const std::vector<std::string>& args) { return bench::finish_child(bench::spawn_child(args)); }
 
 nlohmann::json run_child(const std::string& mode, const fs::path& cache) {
-  const ProcessResult r = run({g_config.self.string(), mode, cache.string(), g_config.checkpoint.string()});
+  const bench::ChildExit r = run({g_config.self.string(), mode, cache.string(), g_config.checkpoint.string()});
   if (r.exit_code != 0) throw std::runtime_error(mode + " exited with " + std::to_string(r.exit_code) + ": " + r.out);
   auto doc = nlohmann::json::parse(r.out);
   doc["process_ms"] = r.wall_ms;
@@ -262,7 +192,7 @@ int child_breakdown(const fs::path& cache, const fs::path& checkpoint) {
 
 fs::path warm_cache() {
   static const fs::path cache = [] {
-    const fs::path dir = fresh_dir("warm") / "cache";
+    const fs::path dir = bench::fresh_dir(g_config.scratch, "warm") / "cache";
     auto runtime = Runtime::open(runtime_options(dir)).value();
     (void)runtime->prepare(bundled_model()).value();
     return dir;
@@ -304,7 +234,7 @@ BENCHMARK(BM_PrepareWarm_FreshProcess_OpensslReady)->UseManualTime()->Unit(bench
 void BM_PrepareCold_FreshProcess(benchmark::State& state) {
   double open_ms = 0, compiled = 0;
   for (auto _ : state) {
-    const auto doc = run_child("--child-prepare", fresh_dir("cold") / "cache");
+    const auto doc = run_child("--child-prepare", bench::fresh_dir(g_config.scratch, "cold") / "cache");
     state.SetIterationTime(doc["prepare_ms"].get<double>() / 1e3);
     open_ms += doc["open_ms"].get<double>();
     compiled += doc["compiled"].get<double>();
@@ -466,7 +396,7 @@ void time_nvcc(benchmark::State& state, const fs::path& dir, const std::string& 
   }
   const std::vector<std::string> command = nvcc_command(dir, file);
   for (auto _ : state) {
-    const ProcessResult r = run(command);
+    const bench::ChildExit r = run(command);
     if (r.exit_code != 0) {
       state.SkipWithError(("nvcc failed: " + r.out).c_str());
       return;
@@ -479,7 +409,7 @@ void time_nvcc(benchmark::State& state, const fs::path& dir, const std::string& 
 // nvcc on the very text NVRTC compiles: the generated unit and its embedded headers
 // written out, and NVRTC's options spelled the nvcc way.
 void BM_Compile_Nvcc(benchmark::State& state) {
-  const fs::path dir = fresh_dir("nvcc");
+  const fs::path dir = bench::fresh_dir(g_config.scratch, "nvcc");
   time_nvcc(state, dir, write_source_tree(dir, generate(k_compile_spec)), "compile.nvcc_ms");
   std::error_code ec;
   if (const auto bytes = fs::file_size(dir / "out.cubin", ec); !ec) state.counters["cubin_bytes"] = static_cast<double>(bytes);
@@ -548,7 +478,7 @@ void BM_Compile_Nvrtc_EmptyKernel(benchmark::State& state) {
 BENCHMARK(BM_Compile_Nvrtc_EmptyKernel)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
 void BM_Compile_Nvcc_EmptyKernel(benchmark::State& state) {
-  const fs::path dir = fresh_dir("nvcc-empty");
+  const fs::path dir = bench::fresh_dir(g_config.scratch, "nvcc-empty");
   std::ofstream(dir / "empty.cu") << k_empty_kernel;
   time_nvcc(state, dir, "empty.cu", "compile.nvcc_empty_ms");
 }
@@ -572,7 +502,7 @@ void BM_Compile_EveryVariant(benchmark::State& state) {
     g_variant_ratios.clear();
     for (const KernelSpec& spec : all_variants(k_compile_spec.target)) {
       const GeneratedSource source = generate(spec);
-      const fs::path dir = fresh_dir("variant");
+      const fs::path dir = bench::fresh_dir(g_config.scratch, "variant");
       write_source_tree(dir, source);
       std::vector<double> nvrtc, nvcc;
       for (int i = 0; i < 3; ++i) {
@@ -582,7 +512,7 @@ void BM_Compile_EveryVariant(benchmark::State& state) {
           return;
         }
         nvrtc.push_back(ms_since(t));
-        const ProcessResult r = run(nvcc_command(dir, source.program_name));
+        const bench::ChildExit r = run(nvcc_command(dir, source.program_name));
         if (r.exit_code != 0) {
           state.SkipWithError(("nvcc failed on " + spec.label() + ": " + r.out).c_str());
           return;
@@ -600,20 +530,21 @@ void BM_Warm_8Processes_ColdCache(benchmark::State& state) {
   constexpr int k_processes = 8;
   const bool have_cli = !g_config.cli.empty() && fs::exists(g_config.cli);
   for (auto _ : state) {
-    const fs::path cache = fresh_dir("eight") / "cache";
-    std::vector<Spawned> children;
+    const fs::path cache = bench::fresh_dir(g_config.scratch, "eight") / "cache";
+    std::vector<bench::ChildProcess> children;
     const auto t = Clock::now();
     for (int p = 0; p < k_processes; ++p) {
       if (have_cli)
-        children.push_back(spawn({g_config.cli.string(), "--cache-dir", cache.string(), "warm", "--checkpoint",
-                                  g_config.checkpoint.string(), "--arch", k_target, "--json"}));
+        children.push_back(bench::spawn_child({g_config.cli.string(), "--cache-dir", cache.string(), "warm",
+                                               "--checkpoint", g_config.checkpoint.string(), "--arch", k_target,
+                                               "--json"}));
       else
-        children.push_back(
-            spawn({g_config.self.string(), "--child-prepare", cache.string(), g_config.checkpoint.string()}));
+        children.push_back(bench::spawn_child(
+            {g_config.self.string(), "--child-prepare", cache.string(), g_config.checkpoint.string()}));
     }
     double compiles = 0, variants = 0, cached = 0;
     for (auto& child : children) {
-      const ProcessResult r = finish(child);
+      const bench::ChildExit r = bench::finish_child(child);
       if (r.exit_code != 0) {
         state.SkipWithError(("a warming process failed: " + r.out).c_str());
         return;
@@ -703,14 +634,6 @@ void print_summary() {
   std::printf("  layer lookup: see BM_LayerLookup (target <= 50 ns)\n");
 }
 
-fs::path find_upwards(fs::path start, const fs::path& relative) {
-  for (fs::path dir = start; !dir.empty(); dir = dir.parent_path()) {
-    if (fs::exists(dir / relative)) return dir / relative;
-    if (dir == dir.parent_path()) break;
-  }
-  return {};
-}
-
 fs::path find_in_path(const std::string& program) {
   const char* path = std::getenv("PATH");
   std::string dirs = path ? path : "";
@@ -747,9 +670,7 @@ int main(int argc, char** argv) {
     else if (arg.starts_with("--nvcc=")) g_config.nvcc = arg.substr(7);
     else rest.push_back(argv[i]);
   }
-  const fs::path ckpt = "examples/glm5-mini/config.json";
-  if (g_config.checkpoint.empty()) g_config.checkpoint = find_upwards(fs::current_path(), ckpt).parent_path();
-  if (g_config.checkpoint.empty()) g_config.checkpoint = find_upwards(g_config.self.parent_path(), ckpt).parent_path();
+  if (g_config.checkpoint.empty()) g_config.checkpoint = bench::find_example_checkpoint(g_config.self);
   if (g_config.checkpoint.empty()) {
     std::fprintf(stderr, "bench_runtime: cannot find examples/glm5-mini; pass --checkpoint=DIR\n");
     return 2;

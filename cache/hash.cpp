@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include "support/text.hpp"
+
 namespace jitcache::cache::detail {
 
 std::array<std::uint8_t, k_hash_bytes> xxh3_128(std::span<const std::byte> data) {
@@ -25,18 +27,9 @@ std::string to_hex(std::span<const std::uint8_t, k_hash_bytes> bytes) {
   return out;
 }
 
-namespace {
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-}  // namespace
-
 bool is_hex(std::string_view text) {
   for (char c : text)
-    if (hex_value(c) < 0) return false;
+    if (text::hex_digit_value(c) < 0) return false;
   return true;
 }
 
@@ -49,8 +42,8 @@ Result<std::array<std::uint8_t, k_hash_bytes>> from_hex(std::string_view text,
                           std::to_string(text.size()) + " characters");
   std::array<std::uint8_t, k_hash_bytes> out;
   for (std::size_t i = 0; i < k_hash_bytes; ++i) {
-    const int hi = hex_value(text[2 * i]);
-    const int lo = hex_value(text[2 * i + 1]);
+    const int hi = text::hex_digit_value(text[2 * i]);
+    const int lo = text::hex_digit_value(text[2 * i + 1]);
     if (hi < 0 || lo < 0)
       return make_error(ErrorCode::invalid_input, std::string(what) + " '" + std::string(text) +
                                                       "': not a hexadecimal string");

@@ -4,15 +4,10 @@
 #include <charconv>
 #include <optional>
 
+#include "support/text.hpp"
+
 namespace jitcache::remote {
 namespace {
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 std::optional<std::string> percent_decode(std::string_view text) {
   std::string out;
@@ -22,7 +17,7 @@ std::optional<std::string> percent_decode(std::string_view text) {
       continue;
     }
     if (i + 2 >= text.size()) return std::nullopt;
-    const int hi = hex_value(text[i + 1]), lo = hex_value(text[i + 2]);
+    const int hi = text::hex_digit_value(text[i + 1]), lo = text::hex_digit_value(text[i + 2]);
     if (hi < 0 || lo < 0) return std::nullopt;
     out += static_cast<char>(hi * 16 + lo);
     i += 2;

@@ -16,6 +16,10 @@ std::string ascii_lower(std::string_view s);
 // did-you-mean measure for misspelt names. Case-sensitive; lower both sides to ignore case.
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
+// The value of one hexadecimal digit (0-9, a-f, A-F), or -1 for any other character: the
+// one reader of hex digits (cache keys, percent-encoded URLs).
+int hex_digit_value(char c);
+
 // The whitespace rule for values that may be "unset": spaces, tabs, CR, LF, VT, FF.
 std::string_view trim(std::string_view s);
 // Empty or whitespace only: reads as unset, for environment variables and the matching

@@ -53,6 +53,14 @@ struct Context {
   void bind(CLI::App* command, Action action);
 };
 
+// The options several commands take, each with its one help text.
+inline CLI::Option* add_json_flag(CLI::App* command, bool& json) {
+  return command->add_flag("--json", json, "One JSON document on stdout");
+}
+inline CLI::Option* add_jobs_option(CLI::App* command, unsigned& jobs) {
+  return command->add_option("--jobs", jobs, "Parallel compiles (default: one per core)");
+}
+
 // Registers subcommands onto the root app. `order` keeps `--help` listing stable.
 using Registration = void (*)(CLI::App& root, Context& context);
 struct Registrar {

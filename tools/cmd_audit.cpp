@@ -13,6 +13,7 @@
 #include "runtime/audit/remote_audit.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "runtime/device/cuda_driver.hpp"
+#include "tools/cache_cli.hpp"
 #include "tools/cli.hpp"
 #include "tools/format_options.hpp"
 #include "tools/remote_cli.hpp"
@@ -198,14 +199,8 @@ int run_audit(const AuditArgs& args, const GlobalOptions& global) {
     }
     device = *cc;
   }
-  KernelCacheOptions cache_options;
-  cache_options.remote = RemoteUse::off;  // this machine's cache only
-  cache_options.cache_dir = global.cache_dir;
-  auto opened = open_kernel_cache(cache_options);
-  if (!opened) {
-    report(opened.error());
-    return k_exit_usage;
-  }
+  auto opened = open_command_cache(global, RemoteUse::off);  // this machine's cache only
+  if (!opened) return report(opened.error(), k_exit_usage);
   AuditOptions options;
   if (!args.checkpoint.empty()) options.checkpoint = args.checkpoint;
   if (!args.scales.empty()) options.scales_override = args.scales;
@@ -241,7 +236,7 @@ void register_audit(CLI::App& root, Context& context) {
   cmd->add_flag("--remote", args->remote,
                 "Audit the shared remote tier (the global --remote URL, else JITCACHE_REMOTE) instead: every entry's "
                 "signature, digest, facts against its name, content, stale identity kernels, unknown schemas");
-  cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  add_json_flag(cmd, args->json);
   context.bind(cmd, [args, &context] { return run_audit(*args, context.global); });
 }
 

@@ -18,6 +18,7 @@
 #include "runtime/compile/kernel_request.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "support/text.hpp"
+#include "tools/cache_cli.hpp"
 #include "tools/cli.hpp"
 #include "tools/entry_filter.hpp"
 #include "tools/remote_cli.hpp"
@@ -57,11 +58,7 @@ CLI::Validator size_validator() {
 // the exit code on failure.
 std::optional<OpenedKernelCache> open_cache(const Context& context, int& exit_code,
                                             cache::StoreOptions options = {}) {
-  KernelCacheOptions cache_options;
-  cache_options.remote = RemoteUse::off;  // this machine's cache only
-  cache_options.cache_dir = context.global.cache_dir;
-  cache_options.store = std::move(options);
-  auto opened = open_kernel_cache(cache_options);
+  auto opened = open_command_cache(context.global, RemoteUse::off, std::move(options));  // this machine's cache only
   if (!opened) {
     // An unusable cache directory is an environment problem, whatever the cause.
     exit_code = k_exit_usage;
@@ -453,7 +450,7 @@ void register_cache(CLI::App& root, Context& context) {
   inspect->add_option("KEY", inspect_args->filter.key, "A key or a unique prefix of one: show all its facts")
       ->check(hex_prefix_validator());
   add_filter_options(inspect, inspect_args->filter);
-  inspect->add_flag("--json", inspect_args->json, "One JSON document on stdout");
+  add_json_flag(inspect, inspect_args->json);
   context.bind(inspect, [&context, inspect_args] { return run_inspect(context, *inspect_args); });
 
   auto stats_args = std::make_shared<StatsArgs>();
@@ -487,7 +484,7 @@ void register_cache(CLI::App& root, Context& context) {
   auto verify_args = std::make_shared<VerifyArgs>();
   CLI::App* verify = root.add_subcommand(
       "verify", "Re-hash every blob and check the index; quarantine bad entries (exit 1 if any)");
-  verify->add_flag("--json", verify_args->json, "One JSON document on stdout");
+  add_json_flag(verify, verify_args->json);
   context.bind(verify, [&context, verify_args] { return run_verify(context, *verify_args); });
 
   auto gc_args = std::make_shared<GcArgs>();

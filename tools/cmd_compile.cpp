@@ -232,7 +232,7 @@ void register_compile(CLI::App& root, Context& context) {
       "Compile every kernel variant with NVRTC and print registers, spills, sizes; or, with --source, "
       "compile one kernel from outside (CUDA C++, NVVM IR, PTX) through the cache");
   cmd->add_option("--arch", args->archs, "Target(s), e.g. sm_90 sm_100a sm_120a (default: those three)");
-  cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  add_json_flag(cmd, args->json);
   cmd->add_option("--source", args->source, "A kernel from outside: a .cu, .ll/.bc (NVVM IR) or .ptx file");
   cmd->add_option("--kind", args->kind, "cuda, nvvm or ptx (default: from --source's extension)");
   cmd->add_option("--entry", args->entry, "The kernel's symbol (with --source)");

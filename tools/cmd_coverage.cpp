@@ -12,36 +12,12 @@
 #include "runtime/compile/explain.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "runtime/model_plan.hpp"
+#include "tools/cache_cli.hpp"
 #include "tools/cli.hpp"
-#include "tools/format_options.hpp"
+#include "tools/model_options.hpp"
 
 namespace jitcache::cli {
 namespace {
-
-struct ModelArgs {
-  std::string checkpoint;
-  std::string scales;
-  std::string arch;
-  FormatArgs format;
-};
-
-ModelSpec model_of(const ModelArgs& args) {
-  ModelSpec model;
-  model.checkpoint = args.checkpoint;
-  model.format = args.format.record_format();
-  if (args.format.policy() == LatentPolicy::per_token) model.latent_scale = LatentScale::per_token;
-  model.target = args.arch;
-  if (!args.scales.empty()) model.scales_override = args.scales;
-  return model;
-}
-
-void add_model_options(CLI::App* cmd, ModelArgs& args, bool required) {
-  auto* checkpoint = cmd->add_option("--checkpoint", args.checkpoint, "Checkpoint directory (holds config.json)");
-  if (required) checkpoint->required();
-  cmd->add_option("--arch", args.arch, "Target: sm_90, sm_100a, sm_120a, ...")->required();
-  cmd->add_option("--scales", args.scales, "Explicit scales override file");
-  add_format_options(cmd, args.format);
-}
 
 // "0-3, 5, 7-9"
 std::string layer_ranges(const std::vector<int>& layers) {
@@ -153,10 +129,7 @@ int run_explain(const ExplainArgs& args, const GlobalOptions& global) {
   if (!kind)
     return report(make_error(ErrorCode::invalid_argument, "--kind " + args.kind + ": expected cuda, nvvm or ptx").error());
 
-  KernelCacheOptions cache_options;
-  cache_options.cache_dir = global.cache_dir;
-  if (!global.remote.empty()) cache_options.remote_url = global.remote;
-  auto opened = open_kernel_cache(cache_options);
+  auto opened = open_command_cache(global);
   if (!opened) return report(opened.error(), k_exit_usage);
 
   if (by_spec) {
@@ -185,7 +158,7 @@ void register_coverage(CLI::App& root, Context& context) {
         "Which cache tier (memory, local, provider, remote) holds each kernel variant a checkpoint needs; "
         "exit 1 when any is in none. Compiles, counts and copies nothing");
     add_model_options(cmd, args->model, true);
-    cmd->add_flag("--json", args->json, "One JSON document on stdout");
+    add_json_flag(cmd, args->json);
     context.bind(cmd, [args, &context] { return run_coverage(*args, context.global); });
   }
   {
@@ -200,7 +173,7 @@ void register_coverage(CLI::App& root, Context& context) {
     cmd->add_option("--spec", args->spec, "A spec fact NAME=VALUE of --family (repeatable)");
     cmd->add_option("--kind", args->kind, "The family's source kind: cuda, nvvm or ptx (default cuda)");
     cmd->add_option("--nearest", args->nearest, "Nearest entries shown per tier (default 3)");
-    cmd->add_flag("--json", args->json, "One JSON document on stdout");
+    add_json_flag(cmd, args->json);
     context.bind(cmd, [args, &context] { return run_explain(*args, context.global); });
   }
 }

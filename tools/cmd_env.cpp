@@ -71,7 +71,7 @@ void register_env(CLI::App& root, Context& context) {
   auto args = std::make_shared<EnvArgs>();
   CLI::App* cmd = root.add_subcommand(
       "env", "Print every environment variable jitcache reads, with its current value");
-  cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  add_json_flag(cmd, args->json);
   context.bind(cmd, [args] { return run_env(*args); });
 }
 

@@ -23,6 +23,7 @@
 #include "support/env.hpp"
 #include "support/regular_file.hpp"
 #include "tools/checkpoint_plan.hpp"
+#include "tools/cache_cli.hpp"
 #include "tools/cli.hpp"
 #include "tools/format_options.hpp"
 
@@ -67,14 +68,8 @@ int run_export(const ExportArgs& args, const GlobalOptions& global) {
   const auto& targets = planned->targets;
   const auto& specs = planned->specs;
 
-  KernelCacheOptions cache_options;
-  cache_options.cache_dir = global.cache_dir;
-  if (!global.remote.empty()) cache_options.remote_url = global.remote;
-  auto opened = open_kernel_cache(cache_options);
-  if (!opened) {
-    report(opened.error());
-    return k_exit_usage;  // an unusable cache directory is an environment problem
-  }
+  auto opened = open_command_cache(global);
+  if (!opened) return report(opened.error(), k_exit_usage);  // an unusable cache directory: environment
   auto entries = gather_export_entries(*opened->kernels, *opened->compiler, specs, args.jobs,
                                        gather_progress(args.json));
   if (!entries) return report(entries.error());
@@ -154,14 +149,8 @@ int run_import(const ImportArgs& args, const GlobalOptions& global) {
   std::filesystem::path cache_dir;
   std::unique_ptr<Compiler> compiler;  // this machine's NVRTC, for its fingerprint
   if (!args.verify_only) {
-    KernelCacheOptions cache_options;
-    cache_options.cache_dir = global.cache_dir;
-    cache_options.remote = RemoteUse::off;  // an import fills this machine's cache only
-    auto opened = open_kernel_cache(cache_options);
-    if (!opened) {
-      report(opened.error());
-      return k_exit_usage;
-    }
+    auto opened = open_command_cache(global, RemoteUse::off);  // an import fills this machine's cache only
+    if (!opened) return report(opened.error(), k_exit_usage);
     cache_dir = opened->dir;
     auto done = import_archive(*opened->store, *archive);
     if (!done) {
@@ -258,15 +247,15 @@ void register_export(CLI::App& root, Context& context) {
   CLI::App* cmd = root.add_subcommand("export", "Write the variants a checkpoint needs into one signed file");
   add_checkpoint_options(cmd, *args);
   cmd->add_option("--out", args->out, "The export file to write")->required();
-  cmd->add_option("--jobs", args->jobs, "Parallel compiles (default: one per core)");
-  cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  add_jobs_option(cmd, args->jobs);
+  add_json_flag(cmd, args->json);
   context.bind(cmd, [args, &context] { return run_export(*args, context.global); });
 
   auto import_args = std::make_shared<ImportArgs>();
   CLI::App* imp = root.add_subcommand("import", "Check an export file whole, then add its entries to the cache");
   imp->add_option("FILE", import_args->file, "The export file")->required();
   imp->add_flag("--verify-only", import_args->verify_only, "Check everything, publish nothing");
-  imp->add_flag("--json", import_args->json, "One JSON document on stdout");
+  add_json_flag(imp, import_args->json);
   context.bind(imp, [import_args, &context] { return run_import(*import_args, context.global); });
 }
 

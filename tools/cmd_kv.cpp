@@ -265,14 +265,14 @@ void register_kv(CLI::App& root, Context& context) {
       e->add_option("--scale", error->scale, "Latent scale s_l (default 1.0: identity)");
   CLI::Option* calibrated =
       e->add_flag("--calibrated", error->calibrated, "Use s_l = max_abs(latent) / 2688")->excludes(scale);
-  e->add_flag("--json", error->json, "One JSON document on stdout");
+  add_json_flag(e, error->json);
   add_common(e, *error, scale);
   calibrated->excludes(e->get_option("--latent-scale"));
   context.bind(e, [error] { return run_error(*error); });
 
   auto formats_json = std::make_shared<bool>(false);
   CLI::App* f = kv->add_subcommand("formats", "The record formats: bytes, layout, latent-scale modes, reader");
-  f->add_flag("--json", *formats_json, "One JSON document on stdout");
+  add_json_flag(f, *formats_json);
   context.bind(f, [formats_json] { return run_formats(*formats_json); });
 }
 

@@ -31,6 +31,7 @@
 #include "support/atomic_file.hpp"
 #include "support/env.hpp"
 #include "tools/checkpoint_plan.hpp"
+#include "tools/cache_cli.hpp"
 #include "tools/cli.hpp"
 #include "tools/format_options.hpp"
 
@@ -183,14 +184,8 @@ int run_pack(const PackArgs& args, const GlobalOptions& global) {
   auto key = remote::load_fleet_key();
   if (!key) return report(key.error());
 
-  KernelCacheOptions cache_options;
-  cache_options.cache_dir = global.cache_dir;
-  if (!global.remote.empty()) cache_options.remote_url = global.remote;
-  auto opened = open_kernel_cache(cache_options);
-  if (!opened) {
-    report(opened.error());
-    return k_exit_usage;
-  }
+  auto opened = open_command_cache(global);
+  if (!opened) return report(opened.error(), k_exit_usage);
   auto entries = gather_export_entries(*opened->kernels, *opened->compiler, planned->specs, args.jobs,
                                        gather_progress(args.json));
   if (!entries) return report(entries.error());
@@ -212,11 +207,8 @@ int run_pack(const PackArgs& args, const GlobalOptions& global) {
   info.checkpoint = model;
   info.record_format = to_string(format);
   info.targets = planned->targets;
-  std::vector<ProviderEntry> provider_entries;
-  for (const ExportEntry& e : *entries)
-    provider_entries.push_back(ProviderEntry{e.label, e.key, e.facts, e.bytes, e.compile_ms});
   const fs::path package = stage.path / name;
-  if (auto written = write_provider(package / "provider", info, provider_entries, *key); !written)
+  if (auto written = write_provider(package / "provider", info, *entries, *key); !written)
     return report(written.error());
 
   std::string targets_text;
@@ -304,8 +296,8 @@ void register_pack(CLI::App& root, Context& context) {
   cmd->add_option("--package-version", args->version, "Package version (default: this jitcache's)");
   cmd->add_option("--python", args->python,
                   "Interpreter whose `wheel` package makes the wheel (default: $VIRTUAL_ENV's, else python3)");
-  cmd->add_option("--jobs", args->jobs, "Parallel compiles (default: one per core)");
-  cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  add_jobs_option(cmd, args->jobs);
+  add_json_flag(cmd, args->json);
   context.bind(cmd, [args, &context] { return run_pack(*args, context.global); });
 }
 

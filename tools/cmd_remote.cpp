@@ -17,6 +17,7 @@
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "runtime/compile/source_cache.hpp"
 #include "support/env.hpp"
+#include "tools/cache_cli.hpp"
 #include "tools/cli.hpp"
 #include "tools/entry_filter.hpp"
 #include "tools/remote_cli.hpp"
@@ -270,10 +271,8 @@ Result<std::optional<std::string>> blocked_by(remote::RemoteTier& tier, const ca
 }
 
 int run_push(const Context& context, const PushArgs& args) {
-  KernelCacheOptions cache_options;
-  cache_options.remote = RemoteUse::off;  // the store is read; the tier below is written
-  cache_options.cache_dir = context.global.cache_dir;
-  auto opened = open_kernel_cache(cache_options);
+  // The store is read; the tier below is written.
+  auto opened = open_command_cache(context.global, RemoteUse::off);
   if (!opened) {
     print_error("remote push", opened.error().to_string());
     return k_exit_usage;
@@ -360,7 +359,7 @@ void register_remote(CLI::App& root, Context& context) {
       "status",
       "The configured remote (--remote or JITCACHE_REMOTE): reachable, latency, entries under jitcache's prefix, "
       "server version, whether a fleet key is configured (exit 2 when it cannot be used)");
-  status->add_flag("--json", status_args->json, "One JSON document on stdout");
+  add_json_flag(status, status_args->json);
   context.bind(status, [&context, status_args] { return run_status(context, *status_args); });
 
   auto push_args = std::make_shared<PushArgs>();
@@ -369,7 +368,7 @@ void register_remote(CLI::App& root, Context& context) {
       "Upload every verified local entry the remote does not have (first writer wins); bad local entries are "
       "skipped and named (exit 1)");
   add_filter_options(push, push_args->filter);
-  push->add_flag("--json", push_args->json, "One JSON document on stdout");
+  add_json_flag(push, push_args->json);
   context.bind(push, [&context, push_args] { return run_push(context, *push_args); });
 }
 

@@ -130,7 +130,7 @@ void register_scales(CLI::App& root, Context& context) {
   show->add_option("--revision", show_args->revision,
                    "Checkpoint revision to check model_revision against (default: the "
                    "snapshots/<rev> directory name, if any)");
-  show->add_flag("--json", show_args->json, "One JSON document on stdout");
+  add_json_flag(show, show_args->json);
   context.bind(show, [show_args] { return run_show(*show_args); });
 
   auto validate_args = std::make_shared<ValidateArgs>();
@@ -141,7 +141,7 @@ void register_scales(CLI::App& root, Context& context) {
                        "Also check it against this checkpoint's model and revision");
   validate->add_option("--revision", validate_args->revision,
                        "Checkpoint revision to check model_revision against");
-  validate->add_flag("--json", validate_args->json, "One JSON document on stdout");
+  add_json_flag(validate, validate_args->json);
   context.bind(validate, [validate_args] { return run_validate(*validate_args); });
 }
 

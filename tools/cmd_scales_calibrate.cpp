@@ -205,7 +205,7 @@ void register_scales_calibrate(CLI::App& root, Context& context) {
   calibrate->add_option("--revision", args->revision,
                         "Checkpoint revision the captures' model_revision must match (default: "
                         "the snapshots/<rev> directory name of --checkpoint, if any)");
-  calibrate->add_flag("--json", args->json, "One JSON document on stdout");
+  add_json_flag(calibrate, args->json);
   context.bind(calibrate, [args] { return run_calibrate(*args); });
 }
 

@@ -181,7 +181,7 @@ void register_scales_edit(CLI::App& root, Context& context) {
   install->add_option("--revision", install_args->revision,
                       "Checkpoint revision to check model_revision against (default: the "
                       "snapshots/<rev> directory name, if any)");
-  install->add_flag("--json", install_args->json, "One JSON document on stdout");
+  add_json_flag(install, install_args->json);
   context.bind(install, [install_args] { return run_install(*install_args); });
 
   auto diff_args = std::make_shared<DiffArgs>();

@@ -195,7 +195,7 @@ void register_study(CLI::App& root, Context& context) {
   add_format_options(cmd, args->format, /*latent=*/false);
   cmd->add_option("--checkpoint", args->checkpoint,
                   "A checkpoint directory: one row per layer, at the magnitude its scales record");
-  cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  add_json_flag(cmd, args->json);
   context.bind(cmd, [args] { return run_study(*args); });
 }
 

@@ -9,16 +9,13 @@
 #include "jitcache/runtime.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
 #include "tools/cli.hpp"
-#include "tools/format_options.hpp"
+#include "tools/model_options.hpp"
 
 namespace jitcache::cli {
 namespace {
 
 struct WarmArgs {
-  std::string checkpoint;
-  std::string scales;
-  std::string arch;
-  FormatArgs format;
+  ModelArgs model;
   unsigned jobs = 0;
   bool json = false;
   bool no_compile = false;
@@ -65,13 +62,7 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
   if (!args.json) options.progress = [tty](const PrepareProgress& p) { show_progress(p, tty); };
   auto runtime = Runtime::open(options);
   if (!runtime) return report(runtime.error(), k_exit_usage);  // the cache, the remote: environment
-  ModelSpec model;
-  model.checkpoint = args.checkpoint;
-  model.format = args.format.record_format();
-  if (args.format.policy() == LatentPolicy::per_token) model.latent_scale = LatentScale::per_token;
-  model.target = args.arch;
-  if (!args.scales.empty()) model.scales_override = args.scales;
-  auto prepared = (*runtime)->prepare(model);
+  auto prepared = (*runtime)->prepare(model_of(args.model));
   // Invalid or unsafe checkpoint metadata or scales is refused data (1), as for `scales show`.
   if (!prepared) return report_data(prepared.error());
   const PreparedModel& m = **prepared;
@@ -90,11 +81,11 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
                           {"stored", k.stored},
                           {"registers", k.registers},
                           {"cubin_bytes", k.cubin_bytes}});
-    const nlohmann::json out = {{"checkpoint", args.checkpoint},
+    const nlohmann::json out = {{"checkpoint", args.model.checkpoint},
                                 {"cache_dir", (*runtime)->cache_dir().string()},
                                 {"target", m.target()},
-                                {"format", args.format.name()},
-                                {"latent_scale_policy", args.format.policy() == LatentPolicy::per_token ? "per-token" : "per-layer"},
+                                {"format", args.model.format.name()},
+                                {"latent_scale_policy", args.model.format.policy() == LatentPolicy::per_token ? "per-token" : "per-layer"},
                                 {"layers", m.layers().size()},
                                 {"identity_layers", m.scales().count(ScaleMode::identity)},
                                 {"dynamic_layers", m.scales().count(ScaleMode::dynamic)},
@@ -110,12 +101,12 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
     std::printf("%s\n", out.dump(2).c_str());
     return unstored_exit(s, (*runtime)->cache_status());
   }
-  if (args.format.policy() == LatentPolicy::per_token)
+  if (args.model.format.policy() == LatentPolicy::per_token)
     std::printf("warm %s for %s (%s): %zu layers, all per-token (the per-layer scales are not applied)\n",
-                args.checkpoint.c_str(), m.target().c_str(), args.format.name().c_str(), m.layers().size());
+                args.model.checkpoint.c_str(), m.target().c_str(), args.model.format.name().c_str(), m.layers().size());
   else
-    std::printf("warm %s for %s (%s): %zu layers (%d dynamic, %d identity)\n", args.checkpoint.c_str(),
-                m.target().c_str(), args.format.name().c_str(), m.layers().size(),
+    std::printf("warm %s for %s (%s): %zu layers (%d dynamic, %d identity)\n", args.model.checkpoint.c_str(),
+                m.target().c_str(), args.model.format.name().c_str(), m.layers().size(),
                 m.scales().count(ScaleMode::dynamic), m.scales().count(ScaleMode::identity));
   // The remote's share only when it had one: a node without a remote reads as before.
   std::string remote = s.remote ? " (" + std::to_string(s.remote) + " from the remote)" : "";
@@ -128,12 +119,9 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
 void register_warm(CLI::App& root, Context& context) {
   auto args = std::make_shared<WarmArgs>();
   CLI::App* cmd = root.add_subcommand("warm", "Precompile exactly the kernel variants a checkpoint needs");
-  cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint directory (holds config.json)")->required();
-  cmd->add_option("--scales", args->scales, "Explicit scales override file");
-  cmd->add_option("--arch", args->arch, "Target: sm_90, sm_100a, sm_120a, ...")->required();
-  add_format_options(cmd, args->format);
-  cmd->add_option("--jobs", args->jobs, "Parallel compiles (default: one per core)");
-  cmd->add_flag("--json", args->json, "One JSON document on stdout");
+  add_model_options(cmd, args->model, true);
+  add_jobs_option(cmd, args->jobs);
+  add_json_flag(cmd, args->json);
   cmd->add_flag("--no-compile", args->no_compile,
                 "Compile nothing: a variant missing from every cache tier is an error (exit 2) naming it; "
                 "JITCACHE_NO_COMPILE=1 does the same");

@@ -18,20 +18,27 @@ __all__ = [
     "STATUS_NAMES",
 ]
 
+# Every jitcache_status: its value, the name jitcache_status_name() gives it, and for each
+# failure the class raised for it and what it means. The classes are made from this table.
+_STATUSES: tuple[tuple[int, str, str, str], ...] = (
+    (0, "JITCACHE_OK", "", ""),
+    (1, "JITCACHE_ERROR_INVALID_ARGUMENT", "InvalidArgumentError",
+     "A NULL or out-of-range argument, a bad layer, a released handle."),
+    (2, "JITCACHE_ERROR_INVALID_INPUT", "InvalidInputError",
+     "A file or value failed validation (a scales file, config.json, the environment)."),
+    (3, "JITCACHE_ERROR_IO", "JitcacheIOError", "The operating system refused a read or write."),
+    (4, "JITCACHE_ERROR_NOT_FOUND", "NotFoundError", "A named thing that must exist does not (a checkpoint, a file)."),
+    (5, "JITCACHE_ERROR_UNSAFE", "UnsafeError",
+     "Refused for safety: a symlink, a foreign owner, a path leaving the checkpoint."),
+    (6, "JITCACHE_ERROR_COMPILE", "CompileError", "The compiler rejected a kernel."),
+    (7, "JITCACHE_ERROR_DATABASE", "DatabaseError", "The cache index is unusable."),
+    (8, "JITCACHE_ERROR_UNAVAILABLE", "UnavailableError", "No GPU or driver: launches and target detection."),
+    (9, "JITCACHE_ERROR_INTERNAL", "InternalError", "An invariant did not hold inside the library (a bug)."),
+    (10, "JITCACHE_ERROR_OUT_OF_MEMORY", "OutOfMemoryError", "The library could not allocate memory."),
+)
+
 # jitcache_status values and the names jitcache_status_name() gives them.
-STATUS_NAMES: dict[int, str] = {
-    0: "JITCACHE_OK",
-    1: "JITCACHE_ERROR_INVALID_ARGUMENT",
-    2: "JITCACHE_ERROR_INVALID_INPUT",
-    3: "JITCACHE_ERROR_IO",
-    4: "JITCACHE_ERROR_NOT_FOUND",
-    5: "JITCACHE_ERROR_UNSAFE",
-    6: "JITCACHE_ERROR_COMPILE",
-    7: "JITCACHE_ERROR_DATABASE",
-    8: "JITCACHE_ERROR_UNAVAILABLE",
-    9: "JITCACHE_ERROR_INTERNAL",
-    10: "JITCACHE_ERROR_OUT_OF_MEMORY",
-}
+STATUS_NAMES: dict[int, str] = {status: name for status, name, _, _ in _STATUSES}
 
 
 class Error(Exception):
@@ -53,81 +60,13 @@ class Error(Exception):
         return self.message or self.status_name
 
 
-class InvalidArgumentError(Error):
-    """A NULL or out-of-range argument, a bad layer, a released handle."""
-
-    status = 1
-
-
-class InvalidInputError(Error):
-    """A file or value failed validation (a scales file, config.json, the environment)."""
-
-    status = 2
-
-
-class JitcacheIOError(Error):
-    """The operating system refused a read or write."""
-
-    status = 3
-
-
-class NotFoundError(Error):
-    """A named thing that must exist does not (a checkpoint, a file)."""
-
-    status = 4
-
-
-class UnsafeError(Error):
-    """Refused for safety: a symlink, a foreign owner, a path leaving the checkpoint."""
-
-    status = 5
-
-
-class CompileError(Error):
-    """The compiler rejected a kernel."""
-
-    status = 6
-
-
-class DatabaseError(Error):
-    """The cache index is unusable."""
-
-    status = 7
-
-
-class UnavailableError(Error):
-    """No GPU or driver: launches and target detection."""
-
-    status = 8
-
-
-class InternalError(Error):
-    """An invariant did not hold inside the library (a bug)."""
-
-    status = 9
-
-
-class OutOfMemoryError(Error):
-    """The library could not allocate memory."""
-
-    status = 10
-
-
+# One subclass of Error per failure status, under the names in __all__.
 _CLASSES: dict[int, type[Error]] = {
-    cls.status: cls
-    for cls in (
-        InvalidArgumentError,
-        InvalidInputError,
-        JitcacheIOError,
-        NotFoundError,
-        UnsafeError,
-        CompileError,
-        DatabaseError,
-        UnavailableError,
-        InternalError,
-        OutOfMemoryError,
-    )
+    status: type(cls_name, (Error,), {"status": status, "__doc__": doc, "__module__": __name__})
+    for status, _, cls_name, doc in _STATUSES
+    if cls_name
 }
+globals().update({cls.__name__: cls for cls in _CLASSES.values()})
 
 
 def error_for(status: int, message: str = "") -> Error:

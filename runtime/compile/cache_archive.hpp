@@ -58,6 +58,7 @@
 #include "cache/store.hpp"
 #include "jitcache/error.hpp"
 #include "kernel_templates/kernel_spec.hpp"
+#include "runtime/compile/export_entry.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 
 namespace jitcache {
@@ -82,16 +83,6 @@ struct ArchiveInfo {
   std::string checkpoint;  // the checkpoint directory's name (never a path of the exporting machine)
   std::string rope;
   std::vector<std::string> targets;
-};
-
-// One entry to export.
-struct ExportEntry {
-  std::string label;  // "writer/dynamic/bf16/sm_90"
-  cache::CacheKey key;
-  cache::Facts facts;
-  cache::SharedBytes bytes;
-  double compile_ms = 0;
-  bool compiled_now = false;  // compiled by this export (else from a cache tier)
 };
 
 struct GatherProgress {

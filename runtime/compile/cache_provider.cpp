@@ -96,10 +96,10 @@ const char* to_string(ProviderSignature signature) {
   return "?";
 }
 
-std::string encode_provider_manifest(const ProviderInfo& info, std::span<const ProviderEntry> entries) {
+std::string encode_provider_manifest(const ProviderInfo& info, std::span<const ExportEntry> entries) {
   nlohmann::ordered_json builds = nlohmann::ordered_json::object();
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const ProviderEntry& e : entries) {
+  for (const ExportEntry& e : entries) {
     if (const auto fp = e.facts.get("compiler_fingerprint")) {
       auto& count = builds[std::string(*fp)];
       count = count.is_null() ? 1 : count.get<int>() + 1;
@@ -131,7 +131,7 @@ std::string sign_provider_manifest(std::string_view manifest, std::string_view f
 }
 
 Result<std::uint64_t> write_provider(const fs::path& dir, const ProviderInfo& info,
-                                     std::span<const ProviderEntry> entries,
+                                     std::span<const ExportEntry> entries,
                                      const std::optional<std::string>& fleet_key) {
   std::error_code ec;
   if (fs::exists(fs::symlink_status(dir, ec))) {
@@ -143,7 +143,7 @@ Result<std::uint64_t> write_provider(const fs::path& dir, const ProviderInfo& in
   if (ec) return make_error(ErrorCode::io, "creating " + (dir / k_provider_bundles_dir).string() + ": " + ec.message());
   std::uint64_t written = 0;
   std::set<cache::CacheKey> seen;
-  for (const ProviderEntry& e : entries) {
+  for (const ExportEntry& e : entries) {
     if (e.facts.key() != e.key)
       return make_error(ErrorCode::invalid_argument, "provider entry " + e.label + ": its facts do not hash to its key");
     if (!seen.insert(e.key).second) continue;

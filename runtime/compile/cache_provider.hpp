@@ -57,6 +57,7 @@
 #include "cache/hash.hpp"
 #include "cache/tier.hpp"
 #include "jitcache/error.hpp"
+#include "runtime/compile/export_entry.hpp"
 
 namespace jitcache {
 
@@ -82,24 +83,15 @@ struct ProviderInfo {
   std::vector<std::string> targets;
 };
 
-// One entry to write.
-struct ProviderEntry {
-  std::string label;
-  cache::CacheKey key;
-  cache::Facts facts;
-  std::shared_ptr<const cache::Bytes> bytes;
-  double compile_ms = 0;
-};
-
 // Writes a provider directory at `dir` (created; it must not exist, or be an empty
 // directory): the bundles, then the manifest, then its signature when `fleet_key` is given.
 // Each file is written atomically. Returns the bytes written.
 Result<std::uint64_t> write_provider(const std::filesystem::path& dir, const ProviderInfo& info,
-                                     std::span<const ProviderEntry> entries,
+                                     std::span<const ExportEntry> entries,
                                      const std::optional<std::string>& fleet_key);
 
 // The manifest's text as write_provider writes it (for tests of the reader).
-std::string encode_provider_manifest(const ProviderInfo& info, std::span<const ProviderEntry> entries);
+std::string encode_provider_manifest(const ProviderInfo& info, std::span<const ExportEntry> entries);
 // The signature file's text for `manifest` under `fleet_key`.
 std::string sign_provider_manifest(std::string_view manifest, std::string_view fleet_key);
 

@@ -45,11 +45,8 @@ struct NvJitLinkLibrary {
   std::string identity;
 };
 
-// The candidates in search order (toolkit_search.hpp).
-std::vector<std::string> nvjitlink_candidates();
-
 // Opens and resolves one nvJitLink from `candidates` (a test can point it elsewhere).
-Result<NvJitLinkLibrary> load_nvjitlink(const std::vector<std::string>& candidates);
+Result<NvJitLinkLibrary> load_nvjitlink(const std::vector<ToolkitCandidate>& candidates);
 
 // The process's nvJitLink, loaded once (thread-safe) on the first call; a failure is
 // remembered and returned to every later call.

@@ -49,50 +49,33 @@ void preload_builtins(const NvrtcLibrary& nvrtc) {
 }  // namespace
 
 Result<NvrtcLibrary> load_nvrtc(const std::vector<ToolkitCandidate>& candidates) {
-  std::vector<std::string> paths;
-  for (const auto& c : candidates) paths.push_back(c.path);
   NvrtcLibrary nvrtc;
-  auto opened = open_toolkit_library("NVRTC", paths);
-  if (!opened)
-    return make_error(ErrorCode::unavailable, not_found_message(ToolkitTool::nvrtc, candidates), opened.error().detail);
-  nvrtc.library = std::move(*opened);
-  for (const auto& c : candidates)
-    if (c.path == nvrtc.library.opened_as) nvrtc.origin = c.origin;
-  const ToolkitLibrary& lib = nvrtc.library;
-  const auto version = JC_TRY(resolve_symbol<decltype(&::nvrtcVersion)>(lib, "nvrtcVersion"));
-  nvrtc.get_error_string = JC_TRY(resolve_symbol<decltype(nvrtc.get_error_string)>(lib, "nvrtcGetErrorString"));
-  nvrtc.create_program = JC_TRY(resolve_symbol<decltype(nvrtc.create_program)>(lib, "nvrtcCreateProgram"));
-  nvrtc.destroy_program = JC_TRY(resolve_symbol<decltype(nvrtc.destroy_program)>(lib, "nvrtcDestroyProgram"));
-  nvrtc.compile_program = JC_TRY(resolve_symbol<decltype(nvrtc.compile_program)>(lib, "nvrtcCompileProgram"));
-  nvrtc.get_ptx_size = JC_TRY(resolve_symbol<decltype(nvrtc.get_ptx_size)>(lib, "nvrtcGetPTXSize"));
-  nvrtc.get_ptx = JC_TRY(resolve_symbol<decltype(nvrtc.get_ptx)>(lib, "nvrtcGetPTX"));
-  nvrtc.get_cubin_size = JC_TRY(resolve_symbol<decltype(nvrtc.get_cubin_size)>(lib, "nvrtcGetCUBINSize"));
-  nvrtc.get_cubin = JC_TRY(resolve_symbol<decltype(nvrtc.get_cubin)>(lib, "nvrtcGetCUBIN"));
-  nvrtc.get_program_log_size =
-      JC_TRY(resolve_symbol<decltype(nvrtc.get_program_log_size)>(lib, "nvrtcGetProgramLogSize"));
-  nvrtc.get_program_log = JC_TRY(resolve_symbol<decltype(nvrtc.get_program_log)>(lib, "nvrtcGetProgramLog"));
-  nvrtc.get_num_supported_archs =
-      JC_TRY(resolve_symbol<decltype(nvrtc.get_num_supported_archs)>(lib, "nvrtcGetNumSupportedArchs"));
-  nvrtc.get_supported_archs =
-      JC_TRY(resolve_symbol<decltype(nvrtc.get_supported_archs)>(lib, "nvrtcGetSupportedArchs"));
+  decltype(&::nvrtcVersion) version = nullptr;
+  nvrtc.library = JC_TRY(open_compiler_library(ToolkitTool::nvrtc, candidates, {
+      {"nvrtcVersion", &version},
+      {"nvrtcGetErrorString", &nvrtc.get_error_string},
+      {"nvrtcCreateProgram", &nvrtc.create_program},
+      {"nvrtcDestroyProgram", &nvrtc.destroy_program},
+      {"nvrtcCompileProgram", &nvrtc.compile_program},
+      {"nvrtcGetPTXSize", &nvrtc.get_ptx_size},
+      {"nvrtcGetPTX", &nvrtc.get_ptx},
+      {"nvrtcGetCUBINSize", &nvrtc.get_cubin_size},
+      {"nvrtcGetCUBIN", &nvrtc.get_cubin},
+      {"nvrtcGetProgramLogSize", &nvrtc.get_program_log_size},
+      {"nvrtcGetProgramLog", &nvrtc.get_program_log},
+      {"nvrtcGetNumSupportedArchs", &nvrtc.get_num_supported_archs},
+      {"nvrtcGetSupportedArchs", &nvrtc.get_supported_archs},
+  }));
   if (const nvrtcResult rc = version(&nvrtc.major, &nvrtc.minor); rc != NVRTC_SUCCESS)
     return make_error(ErrorCode::unavailable,
-                      lib.file.string() + ": nvrtcVersion failed: " + nvrtc.get_error_string(rc));
+                      nvrtc.library.file.string() + ": nvrtcVersion failed: " + nvrtc.get_error_string(rc));
   preload_builtins(nvrtc);
   return nvrtc;
 }
 
-namespace {
-Result<NvrtcLibrary> load_process_nvrtc() {
-  auto loaded = load_nvrtc(toolkit_candidates(ToolkitTool::nvrtc));
-  if (loaded)
-    log_info("NVRTC " + loaded->version() + ": " + loaded->library.file.string() +
-             (loaded->origin.empty() ? std::string() : " (" + loaded->origin + ")"));
-  return loaded;
+Result<const NvrtcLibrary*> nvrtc_library() {
+  return process_library<NvrtcLibrary, ToolkitTool::nvrtc, &load_nvrtc>();
 }
-}  // namespace
-
-Result<const NvrtcLibrary*> nvrtc_library() { return load_once<NvrtcLibrary, &load_process_nvrtc>(); }
 
 std::filesystem::path nvrtc_builtins_file(const std::filesystem::path& library, const std::string& version) {
   return library.parent_path() / ("libnvrtc-builtins.so." + version);

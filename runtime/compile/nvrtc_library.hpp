@@ -28,7 +28,6 @@ namespace jitcache {
 struct NvrtcLibrary {
   ToolkitLibrary library;
   int major = 0, minor = 0;  // nvrtcVersion
-  std::string origin;        // how the search found it (toolkit_search.hpp)
 
   decltype(&::nvrtcGetErrorString) get_error_string = nullptr;
   decltype(&::nvrtcCreateProgram) create_program = nullptr;

@@ -2,10 +2,6 @@
 
 #include <array>
 
-#include "jitcache/log.hpp"
-#include "runtime/compile/toolkit_trust.hpp"
-#include "runtime/compile/toolkit_search.hpp"
-
 namespace jitcache {
 
 std::string nvvm::result_name(nvvm::Result result) {
@@ -22,9 +18,7 @@ std::string nvvm::result_name(nvvm::Result result) {
       "NVVM_ERROR_COMPILATION",
       "NVVM_ERROR_CANCELLED",
   };
-  const char* name = result >= 0 && static_cast<std::size_t>(result) < k_names.size() ? k_names[result]
-                                                                                     : "NVVM_ERROR_UNKNOWN";
-  return std::string(name) + " (" + std::to_string(result) + ")";
+  return jitcache::result_name(k_names, "NVVM_ERROR_UNKNOWN", result);
 }
 
 std::string NvvmLibrary::version() const {
@@ -33,55 +27,34 @@ std::string NvvmLibrary::version() const {
          ")";
 }
 
-std::vector<std::string> nvvm_candidates() {
-  std::vector<std::string> paths;
-  for (const auto& c : toolkit_candidates(ToolkitTool::nvvm)) paths.push_back(c.path);
-  return paths;
-}
-
-Result<NvvmLibrary> load_nvvm(const std::vector<std::string>& candidates) {
+Result<NvvmLibrary> load_nvvm(const std::vector<ToolkitCandidate>& candidates) {
   NvvmLibrary nvvm;
-  nvvm.library = JC_TRY(open_toolkit_library("libNVVM", candidates));
-  const ToolkitLibrary& lib = nvvm.library;
-  using Fn = nvvm::Result;
-  const auto version = JC_TRY(resolve_symbol<Fn (*)(int*, int*)>(lib, "nvvmVersion"));
-  const auto ir_version = JC_TRY(resolve_symbol<Fn (*)(int*, int*, int*, int*)>(lib, "nvvmIRVersion"));
-  nvvm.create_program = JC_TRY(resolve_symbol<decltype(nvvm.create_program)>(lib, "nvvmCreateProgram"));
-  nvvm.destroy_program = JC_TRY(resolve_symbol<decltype(nvvm.destroy_program)>(lib, "nvvmDestroyProgram"));
-  nvvm.add_module = JC_TRY(resolve_symbol<decltype(nvvm.add_module)>(lib, "nvvmAddModuleToProgram"));
-  nvvm.verify_program = JC_TRY(resolve_symbol<decltype(nvvm.verify_program)>(lib, "nvvmVerifyProgram"));
-  nvvm.compile_program = JC_TRY(resolve_symbol<decltype(nvvm.compile_program)>(lib, "nvvmCompileProgram"));
-  nvvm.get_compiled_result_size =
-      JC_TRY(resolve_symbol<decltype(nvvm.get_compiled_result_size)>(lib, "nvvmGetCompiledResultSize"));
-  nvvm.get_compiled_result = JC_TRY(resolve_symbol<decltype(nvvm.get_compiled_result)>(lib, "nvvmGetCompiledResult"));
-  nvvm.get_program_log_size =
-      JC_TRY(resolve_symbol<decltype(nvvm.get_program_log_size)>(lib, "nvvmGetProgramLogSize"));
-  nvvm.get_program_log = JC_TRY(resolve_symbol<decltype(nvvm.get_program_log)>(lib, "nvvmGetProgramLog"));
-  if (const Fn rc = version(&nvvm.major, &nvvm.minor); rc != nvvm::k_success)
-    return make_error(ErrorCode::unavailable, lib.file.string() + ": nvvmVersion failed: " + nvvm::result_name(rc));
-  if (const Fn rc = ir_version(&nvvm.ir_major, &nvvm.ir_minor, &nvvm.debug_major, &nvvm.debug_minor);
+  nvvm::Result (*version)(int*, int*) = nullptr;
+  nvvm::Result (*ir_version)(int*, int*, int*, int*) = nullptr;
+  nvvm.library = JC_TRY(open_compiler_library(ToolkitTool::nvvm, candidates, {
+      {"nvvmVersion", &version},
+      {"nvvmIRVersion", &ir_version},
+      {"nvvmCreateProgram", &nvvm.create_program},
+      {"nvvmDestroyProgram", &nvvm.destroy_program},
+      {"nvvmAddModuleToProgram", &nvvm.add_module},
+      {"nvvmVerifyProgram", &nvvm.verify_program},
+      {"nvvmCompileProgram", &nvvm.compile_program},
+      {"nvvmGetCompiledResultSize", &nvvm.get_compiled_result_size},
+      {"nvvmGetCompiledResult", &nvvm.get_compiled_result},
+      {"nvvmGetProgramLogSize", &nvvm.get_program_log_size},
+      {"nvvmGetProgramLog", &nvvm.get_program_log},
+  }));
+  const std::string file = nvvm.library.file.string();
+  if (const nvvm::Result rc = version(&nvvm.major, &nvvm.minor); rc != nvvm::k_success)
+    return make_error(ErrorCode::unavailable, file + ": nvvmVersion failed: " + nvvm::result_name(rc));
+  if (const nvvm::Result rc = ir_version(&nvvm.ir_major, &nvvm.ir_minor, &nvvm.debug_major, &nvvm.debug_minor);
       rc != nvvm::k_success)
-    return make_error(ErrorCode::unavailable, lib.file.string() + ": nvvmIRVersion failed: " + nvvm::result_name(rc));
-  // What its bytes are, wherever it was found (toolkit_trust.hpp).
-  const auto digest = file_content_digest(lib.file);
-  nvvm.identity = "libnvvm " + nvvm.version() + "; " +
-                  (digest ? "content xxh3-128 " + *digest
-                            : describe_file(lib.file).value_or(lib.file.string() + " (not stat-able)"));
+    return make_error(ErrorCode::unavailable, file + ": nvvmIRVersion failed: " + nvvm::result_name(rc));
+  nvvm.identity = content_identity("libnvvm " + nvvm.version(), nvvm.library.file);
   return nvvm;
 }
 
-namespace {
-Result<NvvmLibrary> load_toolkit_nvvm() {
-  const auto candidates = toolkit_candidates(ToolkitTool::nvvm);
-  auto loaded = load_nvvm(nvvm_candidates());
-  if (!loaded && loaded.error().message.find(" is not available: ") != std::string::npos)
-    return make_error(ErrorCode::unavailable, not_found_message(ToolkitTool::nvvm, candidates), loaded.error().detail);
-  if (loaded) log_info("libNVVM " + loaded->version() + ": " + loaded->library.file.string());
-  return loaded;
-}
-}  // namespace
-
-Result<const NvvmLibrary*> nvvm_library() { return load_once<NvvmLibrary, &load_toolkit_nvvm>(); }
+Result<const NvvmLibrary*> nvvm_library() { return process_library<NvvmLibrary, ToolkitTool::nvvm, &load_nvvm>(); }
 
 Result<std::string> nvvm_fingerprint() {
   const NvvmLibrary* nvvm = JC_TRY(nvvm_library());

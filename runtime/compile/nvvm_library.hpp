@@ -45,11 +45,8 @@ struct NvvmLibrary {
   std::string identity;
 };
 
-// The candidates in search order (toolkit_search.hpp).
-std::vector<std::string> nvvm_candidates();
-
 // Opens and resolves one libNVVM from `candidates` (a test can point it elsewhere).
-Result<NvvmLibrary> load_nvvm(const std::vector<std::string>& candidates);
+Result<NvvmLibrary> load_nvvm(const std::vector<ToolkitCandidate>& candidates);
 
 // The process's libNVVM, loaded once (thread-safe) on the first call; a failure is
 // remembered and returned to every later call.

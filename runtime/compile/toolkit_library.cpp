@@ -1,12 +1,13 @@
 #include "runtime/compile/toolkit_library.hpp"
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 
 #include <xxhash.h>
 
 #include <cstdio>
 
-#include "runtime/compile/toolkit_search.hpp"
+#include "jitcache/log.hpp"
 #include "runtime/compile/toolkit_trust.hpp"
 
 namespace jitcache {
@@ -46,7 +47,7 @@ Result<ToolkitLibrary> open_toolkit_library(const std::string& what, const std::
       last_complaint = complaint != nullptr ? complaint : "unknown dlopen error";
       continue;
     }
-    ToolkitLibrary library{handle, opened, candidate};
+    ToolkitLibrary library{handle, opened, candidate, {}};
     // The file the loader actually mapped: for a soname, where its search found it.
     char origin[4096] = {};
     if (!is_path && ::dlinfo(handle, RTLD_DI_ORIGIN, origin) == 0) {
@@ -66,6 +67,36 @@ Result<ToolkitLibrary> open_toolkit_library(const std::string& what, const std::
   return make_error(ErrorCode::unavailable,
                     what + " is not available: no candidate loaded (looked for " + tried + ")",
                     last_complaint.empty() ? std::string() : "last dlopen error: " + last_complaint);
+}
+
+Result<ToolkitLibrary> open_compiler_library(ToolkitTool tool, const std::vector<ToolkitCandidate>& candidates,
+                                             std::initializer_list<LibrarySymbol> symbols) {
+  std::vector<std::string> paths;
+  for (const auto& c : candidates) paths.push_back(c.path);
+  auto opened = open_toolkit_library(tool_display_name(tool), paths);
+  if (!opened) return make_error(ErrorCode::unavailable, not_found_message(tool, candidates), opened.error().detail);
+  for (const auto& c : candidates)
+    if (c.path == opened->opened_as) opened->origin = c.origin;
+  if (const char* missing = bind_symbols(opened->handle, symbols))
+    return make_error(ErrorCode::unavailable, opened->file.string() + " has no symbol " + missing +
+                                                  " (too old, or not the library it is named after)");
+  return opened;
+}
+
+std::string result_name(std::span<const char* const> names, const char* unknown, int result) {
+  const char* name = result >= 0 && static_cast<std::size_t>(result) < names.size() ? names[result] : unknown;
+  return std::string(name) + " (" + std::to_string(result) + ")";
+}
+
+std::string content_identity(const std::string& name_and_version, const std::filesystem::path& file) {
+  const auto digest = file_content_digest(file);
+  return name_and_version + "; " +
+         (digest ? "content xxh3-128 " + *digest : describe_file(file).value_or(file.string() + " (not stat-able)"));
+}
+
+void log_loaded(ToolkitTool tool, const std::string& version, const ToolkitLibrary& library) {
+  log_info(std::string(tool_display_name(tool)) + " " + version + ": " + library.file.string() +
+           (library.origin.empty() ? std::string() : " (" + library.origin + ")"));
 }
 
 std::optional<std::string> describe_file(const std::filesystem::path& path) {

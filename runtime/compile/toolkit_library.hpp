@@ -4,15 +4,17 @@
 // them must still run everything else. toolkit_search.hpp says where they are looked for.
 #pragma once
 
-#include <dlfcn.h>
-
 #include <filesystem>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "jitcache/error.hpp"
+#include "runtime/compile/toolkit_search.hpp"
+#include "support/library_symbols.hpp"
 
 namespace jitcache {
 
@@ -29,6 +31,7 @@ struct ToolkitLibrary {
   void* handle = nullptr;
   std::filesystem::path file;  // canonical path of the file the loader mapped
   std::string opened_as;       // the candidate that loaded (a path or a soname)
+  std::string origin;          // how the search found it (toolkit_search.hpp); may be empty
 };
 
 // Opens the first candidate that loads (a path, or a bare soname for the loader's own
@@ -36,17 +39,24 @@ struct ToolkitLibrary {
 // the loader's last complaint.
 Result<ToolkitLibrary> open_toolkit_library(const std::string& what, const std::vector<std::string>& candidates);
 
-// A function pointer by its plain exported name; absent: ErrorCode::unavailable naming
-// the library file and the symbol.
-template <class Fn>
-Result<Fn> resolve_symbol(const ToolkitLibrary& library, const char* name) {
-  ::dlerror();
-  void* symbol = ::dlsym(library.handle, name);
-  if (symbol == nullptr)
-    return make_error(ErrorCode::unavailable,
-                      library.file.string() + " has no symbol " + name + " (too old, or not the library it is named after)");
-  return reinterpret_cast<Fn>(symbol);
-}
+// Opens the first of `candidates` that loads (open_toolkit_library) and binds every one of
+// `symbols`. None loads: ErrorCode::unavailable naming every place searched and the pip
+// package (not_found_message), with the loader's last complaint as its detail; a symbol
+// absent: ErrorCode::unavailable naming the library file and the symbol.
+Result<ToolkitLibrary> open_compiler_library(ToolkitTool tool, const std::vector<ToolkitCandidate>& candidates,
+                                             std::initializer_list<LibrarySymbol> symbols);
+
+// `result` by its name in `names` (a library's result codes, from 0, in order) and its
+// number, for messages: "NVVM_ERROR_INVALID_IR (6)"; `unknown` for a code past the table.
+std::string result_name(std::span<const char* const> names, const char* unknown, int result);
+
+// "<name and version>; content xxh3-128 <digest>": what the library's bytes are, wherever
+// it was found (toolkit_trust.hpp); for a file that cannot be read whole, its path, size,
+// times and inode (describe_file). Readable, for facts; fingerprint_digest of it keys.
+std::string content_identity(const std::string& name_and_version, const std::filesystem::path& file);
+
+// The INFO line of a process's library once loaded: "<tool> <version>: <file> (<origin>)".
+void log_loaded(ToolkitTool tool, const std::string& version, const ToolkitLibrary& library);
 
 // The process's one load of a library: `load` runs once, on the first call from any
 // thread, and its result (the library or the error) is kept for the life of the process.
@@ -59,6 +69,22 @@ Result<const Library*> load_once() {
   std::call_once(once, [] { loaded = new Result<Library>(load()); });
   if (!*loaded) return std::unexpected(loaded->error());
   return &**loaded;
+}
+
+namespace detail {
+template <class Library, ToolkitTool tool, Result<Library> (*load)(const std::vector<ToolkitCandidate>&)>
+Result<Library> load_and_log() {
+  auto loaded = load(toolkit_candidates(tool));
+  if (loaded) log_loaded(tool, loaded->version(), loaded->library);
+  return loaded;
+}
+}  // namespace detail
+
+// The process's `Library`: `load` over the search's candidates for `tool`
+// (toolkit_candidates), once (load_once), logged at INFO when it loads.
+template <class Library, ToolkitTool tool, Result<Library> (*load)(const std::vector<ToolkitCandidate>&)>
+Result<const Library*> process_library() {
+  return load_once<Library, &detail::load_and_log<Library, tool, load>>();
 }
 
 // "PATH size N mtime S.NS ctime S.NS inode DEV:INO": what tells two builds of a library

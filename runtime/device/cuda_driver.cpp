@@ -4,17 +4,9 @@
 
 #include <mutex>
 
+#include "support/library_symbols.hpp"
+
 namespace jitcache {
-namespace {
-
-template <class F>
-bool resolve(void* library, F& slot, const char* name) {
-  slot = reinterpret_cast<F>(dlsym(library, name));
-  return slot != nullptr;
-}
-
-}  // namespace
-
 Result<std::shared_ptr<CudaDriver>> CudaDriver::load(int ordinal) {
   // One driver per process and device; later callers share it.
   static std::mutex mutex;
@@ -33,33 +25,38 @@ Result<std::shared_ptr<CudaDriver>> CudaDriver::load(int ordinal) {
     return make_error(ErrorCode::unavailable,
                       std::string("no CUDA driver: cannot open libcuda.so.1 (") + dlerror() + ")");
   CudaDriverApi& a = driver->m_api;
-  void* lib = driver->m_library;
   // The _v2 names are the current ABI of calls whose first version took 32-bit sizes.
-  const bool ok = resolve(lib, a.cuInit, "cuInit") && resolve(lib, a.cuDriverGetVersion, "cuDriverGetVersion") &&
-                  resolve(lib, a.cuGetErrorString, "cuGetErrorString") &&
-                  resolve(lib, a.cuGetErrorName, "cuGetErrorName") &&
-                  resolve(lib, a.cuDeviceGetCount, "cuDeviceGetCount") && resolve(lib, a.cuDeviceGet, "cuDeviceGet") &&
-                  resolve(lib, a.cuDeviceGetName, "cuDeviceGetName") &&
-                  resolve(lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute") &&
-                  resolve(lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
-                  resolve(lib, a.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2") &&
-                  resolve(lib, a.cuCtxSetCurrent, "cuCtxSetCurrent") &&
-                  resolve(lib, a.cuCtxSynchronize, "cuCtxSynchronize") &&
-                  resolve(lib, a.cuModuleLoadDataEx, "cuModuleLoadDataEx") &&
-                  resolve(lib, a.cuModuleUnload, "cuModuleUnload") &&
-                  resolve(lib, a.cuModuleGetFunction, "cuModuleGetFunction") &&
-                  resolve(lib, a.cuLaunchKernel, "cuLaunchKernel") && resolve(lib, a.cuMemAlloc, "cuMemAlloc_v2") &&
-                  resolve(lib, a.cuMemFree, "cuMemFree_v2") && resolve(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
-                  resolve(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2") &&
-                  resolve(lib, a.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2") &&
-                  resolve(lib, a.cuMemsetD8, "cuMemsetD8_v2") &&
-                  resolve(lib, a.cuStreamSynchronize, "cuStreamSynchronize") &&
-                  resolve(lib, a.cuEventCreate, "cuEventCreate") &&
-                  resolve(lib, a.cuEventDestroy, "cuEventDestroy_v2") &&
-                  resolve(lib, a.cuEventRecord, "cuEventRecord") &&
-                  resolve(lib, a.cuEventSynchronize, "cuEventSynchronize") &&
-                  resolve(lib, a.cuEventElapsedTime, "cuEventElapsedTime");
-  if (!ok)
+  const char* missing = bind_symbols(driver->m_library, {
+      {"cuInit", &a.cuInit},
+      {"cuDriverGetVersion", &a.cuDriverGetVersion},
+      {"cuGetErrorString", &a.cuGetErrorString},
+      {"cuGetErrorName", &a.cuGetErrorName},
+      {"cuDeviceGetCount", &a.cuDeviceGetCount},
+      {"cuDeviceGet", &a.cuDeviceGet},
+      {"cuDeviceGetName", &a.cuDeviceGetName},
+      {"cuDeviceGetAttribute", &a.cuDeviceGetAttribute},
+      {"cuDevicePrimaryCtxRetain", &a.cuDevicePrimaryCtxRetain},
+      {"cuDevicePrimaryCtxRelease_v2", &a.cuDevicePrimaryCtxRelease},
+      {"cuCtxSetCurrent", &a.cuCtxSetCurrent},
+      {"cuCtxSynchronize", &a.cuCtxSynchronize},
+      {"cuModuleLoadDataEx", &a.cuModuleLoadDataEx},
+      {"cuModuleUnload", &a.cuModuleUnload},
+      {"cuModuleGetFunction", &a.cuModuleGetFunction},
+      {"cuLaunchKernel", &a.cuLaunchKernel},
+      {"cuMemAlloc_v2", &a.cuMemAlloc},
+      {"cuMemFree_v2", &a.cuMemFree},
+      {"cuMemcpyHtoD_v2", &a.cuMemcpyHtoD},
+      {"cuMemcpyDtoH_v2", &a.cuMemcpyDtoH},
+      {"cuMemcpyDtoDAsync_v2", &a.cuMemcpyDtoDAsync},
+      {"cuMemsetD8_v2", &a.cuMemsetD8},
+      {"cuStreamSynchronize", &a.cuStreamSynchronize},
+      {"cuEventCreate", &a.cuEventCreate},
+      {"cuEventDestroy_v2", &a.cuEventDestroy},
+      {"cuEventRecord", &a.cuEventRecord},
+      {"cuEventSynchronize", &a.cuEventSynchronize},
+      {"cuEventElapsedTime", &a.cuEventElapsedTime},
+  });
+  if (missing != nullptr)
     return make_error(ErrorCode::unavailable, std::string("the CUDA driver lacks an entry point jitcache needs (") +
                                                   dlerror() + ")");
   // Optional entry points, by the names cuda.h maps the calls to (CUDA 11.4 and later):

@@ -211,6 +211,26 @@ class ReadOnlyIndexTest : public IndexTest, public ::testing::WithParamInterface
  protected:
   std::vector<Facts> stored() const { return {sample_facts("e0"), sample_facts("e1"), sample_facts("e2")}; }
   static std::string verdict(const std::string& text) { return jitcache::testing::read_only_verdict(text); }
+
+  // Two entries, then a third written while another connection holds the WAL open, so that
+  // it stays in index.db-wal; `files` of the directory then copied to dir()/baked, which is
+  // returned.
+  std::filesystem::path bake_with_wal(std::initializer_list<const char*> files) {
+    fill(2);
+    const std::filesystem::path baked = dir() / "baked";
+    RawConnection writer(db());
+    // Reading keeps this connection attached to the WAL, so the store's close does not
+    // checkpoint it away.
+    EXPECT_EQ(writer.exec("PRAGMA wal_autocheckpoint=0; SELECT count(*) FROM entries"), SQLITE_OK);
+    auto store = open_store();
+    const Facts third = sample_facts("e2");
+    EXPECT_OK(store->put(third.key(), third, make_bytes(102, seed + 2), 1.0));
+    store.reset();
+    EXPECT_GT(std::filesystem::file_size(root() / "index.db-wal"), 0u);
+    std::filesystem::create_directory(baked);
+    for (const char* name : files) std::filesystem::copy_file(root() / name, baked / name);
+    return baked;
+  }
 };
 
 TEST_P(ReadOnlyIndexTest, ServesABakedCacheWithoutWritingAnything) {
@@ -228,23 +248,9 @@ TEST_P(ReadOnlyIndexTest, ServesABakedCacheWithoutWritingAnything) {
 }
 
 TEST_P(ReadOnlyIndexTest, ReadsWalContentThroughAnExistingShm) {
-  fill(2);
   // Baked while a writer was still open: index.db, -wal (with the third entry) and -shm.
-  std::filesystem::path baked = dir() / "baked";
-  {
-    RawConnection writer(db());
-    // Reading keeps this connection attached to the WAL, so the store's close does not
-    // checkpoint it away.
-    ASSERT_EQ(writer.exec("PRAGMA wal_autocheckpoint=0; SELECT count(*) FROM entries"), SQLITE_OK);
-    auto store = open_store();
-    const Facts third = sample_facts("e2");
-    ASSERT_OK(store->put(third.key(), third, make_bytes(102, seed + 2), 1.0));
-    store.reset();
-    ASSERT_GT(std::filesystem::file_size(root() / "index.db-wal"), 0u);
-    std::filesystem::create_directory(baked);
-    for (const char* name : {"index.db", "index.db-wal", "index.db-shm"})
-      std::filesystem::copy_file(root() / name, baked / name);
-  }
+  const std::filesystem::path baked = bake_with_wal({"index.db", "index.db-wal", "index.db-shm"});
+  ASSERT_FALSE(HasFailure());
   const std::string text =
       run_read_only(baked, GetParam(), [&] { return read_only_checks(baked / "index.db", stored()); });
   if (text.starts_with("SKIP: ")) GTEST_SKIP() << text;
@@ -252,21 +258,8 @@ TEST_P(ReadOnlyIndexTest, ReadsWalContentThroughAnExistingShm) {
 }
 
 TEST_P(ReadOnlyIndexTest, WalContentWithoutShmIsAClearError) {
-  fill(2);
-  std::filesystem::path baked = dir() / "baked";
-  {
-    RawConnection writer(db());
-    // Reading keeps this connection attached to the WAL, so the store's close does not
-    // checkpoint it away.
-    ASSERT_EQ(writer.exec("PRAGMA wal_autocheckpoint=0; SELECT count(*) FROM entries"), SQLITE_OK);
-    auto store = open_store();
-    const Facts third = sample_facts("e2");
-    ASSERT_OK(store->put(third.key(), third, make_bytes(102, seed + 2), 1.0));
-    store.reset();
-    std::filesystem::create_directory(baked);
-    for (const char* name : {"index.db", "index.db-wal"})
-      std::filesystem::copy_file(root() / name, baked / name);
-  }
+  const std::filesystem::path baked = bake_with_wal({"index.db", "index.db-wal"});
+  ASSERT_FALSE(HasFailure());
   const std::string text = run_read_only(baked, GetParam(), [&] {
     IndexOptions options;
     options.access = IndexAccess::read_only;

@@ -29,6 +29,19 @@ class CorruptionTest : public StoreFixture {
     return store->blob_path(BlobDigest::of(producer.bytes));
   }
 
+  // 300 small entries named `stem`0.. and the test's own, written in a store then closed:
+  // an index of many pages.
+  void store_many(const std::string& stem) {
+    StoreOptions options;
+    options.durability = Durability::relaxed;
+    auto store = open_store(options);
+    for (int i = 0; i < 300; ++i) {
+      const Facts f = sample_facts(stem + std::to_string(i));
+      ASSERT_OK(store->put(f.key(), f, make_bytes(64, seed + i), 1.0));
+    }
+    ASSERT_OK(store->put(facts.key(), facts, producer.bytes, 1.0));
+  }
+
   // A fresh store must miss, produce once, count one quarantined entry, and heal.
   void expect_miss_and_reproduce(std::uint64_t quarantined = 1) {
     LogCapture log;
@@ -374,16 +387,8 @@ TEST_F(CorruptionTest, GarbageIndexIsRebuilt) {
 }
 
 TEST_F(CorruptionTest, TruncatedIndexIsRebuilt) {
-  {
-    StoreOptions options;
-    options.durability = Durability::relaxed;
-    auto store = open_store(options);
-    for (int i = 0; i < 300; ++i) {
-      const Facts f = sample_facts("t" + std::to_string(i));
-      ASSERT_OK(store->put(f.key(), f, make_bytes(64, seed + i), 1.0));
-    }
-    ASSERT_OK(store->put(facts.key(), facts, producer.bytes, 1.0));
-  }
+  store_many("t");
+  ASSERT_FALSE(HasFailure());
   const auto size = std::filesystem::file_size(root() / "index.db");
   ASSERT_GT(size, 8192u);
   for (std::uintmax_t cut : {size / 2, std::uintmax_t{100}}) {
@@ -411,16 +416,8 @@ TEST_F(CorruptionTest, TruncatedIndexIsRebuilt) {
 }
 
 TEST_F(CorruptionTest, IndexDamagedBehindItsHeaderIsRebuiltOnUse) {
-  {
-    StoreOptions options;
-    options.durability = Durability::relaxed;
-    auto store = open_store(options);
-    for (int i = 0; i < 300; ++i) {
-      const Facts f = sample_facts("d" + std::to_string(i));
-      ASSERT_OK(store->put(f.key(), f, make_bytes(64, seed + i), 1.0));
-    }
-    ASSERT_OK(store->put(facts.key(), facts, producer.bytes, 1.0));
-  }
+  store_many("d");
+  ASSERT_FALSE(HasFailure());
   // Damage only the root pages of the key indexes: opening reads the schema and
   // succeeds, the first lookup meets the damage.
   const auto root_pages = sql_query(root() / "index.db",

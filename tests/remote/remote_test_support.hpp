@@ -18,9 +18,16 @@
 
 namespace jitcache::remote::testing {
 
+// The store's vocabulary that every remote test speaks; `using namespace
+// jitcache::remote::testing` brings it in.
+using cache::Counters;
+using cache::Facts;
+using cache::Source;
+using cache::testing::CountingProducer;
 using jitcache::cache::testing::make_bytes;
 using jitcache::cache::testing::sample_facts;
 using jitcache::testing::RedisServer;
+using std::chrono::milliseconds;
 
 inline std::string bytes_string(const cache::Bytes& bytes) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());

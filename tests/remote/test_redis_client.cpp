@@ -12,7 +12,6 @@ namespace jitcache::remote {
 namespace {
 
 using namespace jitcache::remote::testing;
-using std::chrono::milliseconds;
 
 RedisOptions client_options(const std::string& url, milliseconds breaker = milliseconds(300)) {
   RedisOptions options;

@@ -18,79 +18,48 @@ RedisUrl parsed(std::string_view text) {
   return url ? *url : RedisUrl{};
 }
 
-TEST(RedisUrlTest, HostAloneTakesTheDefaultPortAndDatabase) {
-  const RedisUrl url = parsed("redis://cache.example");
-  EXPECT_EQ(url.host, "cache.example");
-  EXPECT_EQ(url.port, 6379);
-  EXPECT_EQ(url.db, 0);
-  EXPECT_EQ(url.user, "");
-  EXPECT_EQ(url.password, "");
-  EXPECT_EQ(url.display(), "redis://cache.example:6379");
-}
+// A URL that parses, and every part of what it parses to.
+struct GoodUrl {
+  const char* text;
+  const char* user;
+  const char* password;
+  const char* host;
+  int port;
+  int db;
+  const char* display;  // the password as ***
+};
 
-TEST(RedisUrlTest, PortAndDatabase) {
-  const RedisUrl url = parsed("redis://10.0.0.7:7000/3");
-  EXPECT_EQ(url.host, "10.0.0.7");
-  EXPECT_EQ(url.port, 7000);
-  EXPECT_EQ(url.db, 3);
-  EXPECT_EQ(url.display(), "redis://10.0.0.7:7000/3");
-  EXPECT_EQ(parsed("redis://h:1").port, 1);
-  EXPECT_EQ(parsed("redis://h:65535").port, 65535);
-  EXPECT_EQ(parsed("redis://h/0").db, 0);
-  // A trailing slash names no database: the default one.
-  EXPECT_EQ(parsed("redis://h:6380/").db, 0);
-}
-
-TEST(RedisUrlTest, UserAlone) {
-  const RedisUrl url = parsed("redis://alice@h:6380");
-  EXPECT_EQ(url.user, "alice");
-  EXPECT_EQ(url.password, "");
-  EXPECT_EQ(url.host, "h");
-  EXPECT_EQ(url.display(), "redis://alice@h:6380");
-}
-
-TEST(RedisUrlTest, UserAndPassword) {
-  const RedisUrl url = parsed("redis://alice:s3cret@h:6380/2");
-  EXPECT_EQ(url.user, "alice");
-  EXPECT_EQ(url.password, "s3cret");
-  EXPECT_EQ(url.port, 6380);
-  EXPECT_EQ(url.db, 2);
-  EXPECT_EQ(url.display(), "redis://alice:***@h:6380/2");
-}
-
-TEST(RedisUrlTest, PasswordWithoutUserUsesTheDefaultUser) {
-  const RedisUrl url = parsed("redis://:s3cret@127.0.0.1:6390");
-  EXPECT_EQ(url.user, "");
-  EXPECT_EQ(url.password, "s3cret");
-  EXPECT_EQ(url.host, "127.0.0.1");
-  EXPECT_EQ(url.display(), "redis://:***@127.0.0.1:6390");
-}
-
-TEST(RedisUrlTest, BracketedIpv6) {
-  const RedisUrl url = parsed("redis://[::1]:6380");
-  EXPECT_EQ(url.host, "::1");
-  EXPECT_EQ(url.port, 6380);
-  EXPECT_EQ(url.display(), "redis://[::1]:6380");
-  const RedisUrl plain = parsed("redis://[fe80::1:2]/5");
-  EXPECT_EQ(plain.host, "fe80::1:2");
-  EXPECT_EQ(plain.port, 6379);
-  EXPECT_EQ(plain.db, 5);
-  EXPECT_EQ(plain.display(), "redis://[fe80::1:2]:6379/5");
-}
-
-TEST(RedisUrlTest, PercentEscapesAreDecodedInUserAndPassword) {
-  const RedisUrl url = parsed("redis://svc%2Djit:p%40ss%3aw%2Fd%25@h");
-  EXPECT_EQ(url.user, "svc-jit");
-  EXPECT_EQ(url.password, "p@ss:w/d%");
-  EXPECT_EQ(url.display(), "redis://svc-jit:***@h:6379");
-}
-
-TEST(RedisUrlTest, AnUnencodedAtInThePasswordEndsAtTheLastAt) {
-  const RedisUrl url = parsed("redis://bob:p@ss@w0rd@h:7001");
-  EXPECT_EQ(url.user, "bob");
-  EXPECT_EQ(url.password, "p@ss@w0rd");
-  EXPECT_EQ(url.host, "h");
-  EXPECT_EQ(url.port, 7001);
+TEST(RedisUrlTest, EveryFormParsesToItsParts) {
+  const std::vector<GoodUrl> cases = {
+      // A host alone takes the default port and database.
+      {"redis://cache.example", "", "", "cache.example", 6379, 0, "redis://cache.example:6379"},
+      {"redis://10.0.0.7:7000/3", "", "", "10.0.0.7", 7000, 3, "redis://10.0.0.7:7000/3"},
+      {"redis://h:1", "", "", "h", 1, 0, "redis://h:1"},
+      {"redis://h:65535", "", "", "h", 65535, 0, "redis://h:65535"},
+      {"redis://h/0", "", "", "h", 6379, 0, "redis://h:6379"},
+      // A trailing slash names no database: the default one.
+      {"redis://h:6380/", "", "", "h", 6380, 0, "redis://h:6380"},
+      {"redis://alice@h:6380", "alice", "", "h", 6380, 0, "redis://alice@h:6380"},
+      {"redis://alice:s3cret@h:6380/2", "alice", "s3cret", "h", 6380, 2, "redis://alice:***@h:6380/2"},
+      // A password without a user is for the default user.
+      {"redis://:s3cret@127.0.0.1:6390", "", "s3cret", "127.0.0.1", 6390, 0, "redis://:***@127.0.0.1:6390"},
+      {"redis://[::1]:6380", "", "", "::1", 6380, 0, "redis://[::1]:6380"},
+      {"redis://[fe80::1:2]/5", "", "", "fe80::1:2", 6379, 5, "redis://[fe80::1:2]:6379/5"},
+      // Percent escapes are decoded in the user and the password.
+      {"redis://svc%2Djit:p%40ss%3aw%2Fd%25@h", "svc-jit", "p@ss:w/d%", "h", 6379, 0, "redis://svc-jit:***@h:6379"},
+      // An unencoded '@' in the password: the user info ends at the last '@'.
+      {"redis://bob:p@ss@w0rd@h:7001", "bob", "p@ss@w0rd", "h", 7001, 0, "redis://bob:***@h:7001"},
+  };
+  for (const GoodUrl& c : cases) {
+    SCOPED_TRACE(c.text);
+    const RedisUrl url = parsed(c.text);
+    EXPECT_EQ(url.user, c.user);
+    EXPECT_EQ(url.password, c.password);
+    EXPECT_EQ(url.host, c.host);
+    EXPECT_EQ(url.port, c.port);
+    EXPECT_EQ(url.db, c.db);
+    EXPECT_EQ(url.display(), c.display);
+  }
 }
 
 struct BadUrl {

@@ -15,11 +15,6 @@ namespace jitcache::remote {
 namespace {
 
 using namespace jitcache::remote::testing;
-using cache::Counters;
-using cache::Facts;
-using cache::Source;
-using cache::testing::CountingProducer;
-using std::chrono::milliseconds;
 
 // Bounds on the time a call spends in the remote tier, with slack for two loaded cores: a
 // failing call costs one connect or operation timeout (200 / 300 ms here); a call while

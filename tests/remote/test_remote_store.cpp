@@ -14,10 +14,6 @@ namespace jitcache::remote {
 namespace {
 
 using namespace jitcache::remote::testing;
-using cache::Counters;
-using cache::Facts;
-using cache::Source;
-using cache::testing::CountingProducer;
 
 class RemoteStoreTest : public RedisTest {
  protected:

@@ -51,16 +51,31 @@ inline std::string read_fleet_key(const fs::path& file) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-class CliRemoteTest : public TempDirTest {
+// A private directory, a real redis-server for the fleet and the fleet key in a file of the
+// directory: what every fleet test of the CLI starts from. `redis_options()` says how the
+// server is started.
+class RedisFleetTest : public TempDirTest {
  protected:
+  virtual RedisServer::Options redis_options() const { return {}; }
+
   void SetUp() override {
     TempDirTest::SetUp();
-    auto server = RedisServer::start();
+    auto server = RedisServer::start(redis_options());
     ASSERT_TRUE(server) << server.error().to_string();
     m_server = std::move(*server);
     m_key_file = write_fleet_key(dir());
     m_remote = m_server->url();
   }
+
+  std::string fleet_key() const { return read_fleet_key(m_key_file); }
+
+  std::unique_ptr<RedisServer> m_server;
+  fs::path m_key_file;
+  std::string m_remote;  // the server's URL, with its password (unencoded) when it has one
+};
+
+class CliRemoteTest : public RedisFleetTest {
+ protected:
 
   // The child's environment: this fleet's remote and key, and timeouts short enough that a
   // fault costs well under a second; `m_env` first (the first of two settings wins).
@@ -101,8 +116,6 @@ class CliRemoteTest : public TempDirTest {
 
   static json parse(const CliOutcome& o) { return parse_cli_json(o); }
 
-  std::string fleet_key() const { return read_fleet_key(m_key_file); }
-
   // The entry names in the remote, by variant label ("writer/dynamic"), decoded with the
   // fleet key.
   std::map<std::string, std::pair<std::string, remote::SignedEntry>> remote_entries() {
@@ -125,9 +138,6 @@ class CliRemoteTest : public TempDirTest {
     return out;
   }
 
-  std::unique_ptr<RedisServer> m_server;
-  fs::path m_key_file;
-  std::string m_remote;
   std::vector<std::string> m_env;  // "NAME=value", ahead of the fleet's settings
 };
 

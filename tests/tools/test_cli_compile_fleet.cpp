@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_remote_fixture.hpp"
 #include "cli_runner.hpp"
 #include "redis_server.hpp"
 #include "test_support.hpp"
@@ -22,24 +23,16 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using testing::CliOutcome;
-using testing::RedisServer;
+using namespace testing;  // the fleet fixture (cli_remote_fixture.hpp) and the CLI runner
 
 const fs::path k_golden = testing::source_dir() / "tests" / "runtime" / "compile" / "golden";
 
-class CliCompileFleetTest : public testing::TempDirTest {
+class CliCompileFleetTest : public testing::RedisFleetTest {
  protected:
-  void SetUp() override {
-    TempDirTest::SetUp();
-    auto server = RedisServer::start();
-    ASSERT_TRUE(server) << server.error().to_string();
-    m_server = std::move(*server);
-    m_key_file = testing::write_fleet_key(dir());
-  }
 
   CliOutcome jc(const std::string& node, std::vector<std::string> args) const {
     args.insert(args.begin(), {"--cache-dir", (dir() / node).string()});
-    const std::vector<std::string> env{"JITCACHE_REMOTE=" + m_server->url(),
+    const std::vector<std::string> env{"JITCACHE_REMOTE=" + m_remote,
                                        "JITCACHE_REMOTE_KEY_FILE=" + m_key_file.string(),
                                        "JITCACHE_REMOTE_CONNECT_TIMEOUT_MS=500", "JITCACHE_REMOTE_TIMEOUT_MS=1000"};
     return testing::run_cli(dir(), std::move(args), env, {"JITCACHE_DIR=", "XDG_CACHE_HOME="});
@@ -49,9 +42,6 @@ class CliCompileFleetTest : public testing::TempDirTest {
     return {"compile", "--source", source.string(), "--entry", "axpy", "--arch", "sm_120a",
             "--family", "blas", "--fact", "dtype=f32", "--json"};
   }
-
-  std::unique_ptr<RedisServer> m_server;
-  fs::path m_key_file;
 };
 
 TEST_F(CliCompileFleetTest, APeerCompilesOnceAndTheRecordTravels) {

@@ -313,14 +313,10 @@ TEST_F(CliCompilerLibrariesTest, AFreshCacheGivenAProviderServesWithNoCompilerAn
     ASSERT_TRUE(plan.has_value()) << plan.error().to_string();
     auto gathered = gather_export_entries(*opened->kernels, *opened->compiler, plan->variants, 1);
     ASSERT_TRUE(gathered.has_value()) << gathered.error().to_string();
-    std::vector<ProviderEntry> entries;
-    for (const ExportEntry& e : *gathered) {
-      EXPECT_FALSE(e.compiled_now) << e.label;
-      entries.push_back(ProviderEntry{e.label, e.key, e.facts, e.bytes, e.compile_ms});
-    }
+    for (const ExportEntry& e : *gathered) EXPECT_FALSE(e.compiled_now) << e.label;
     ASSERT_TRUE(write_provider(provider, ProviderInfo{"test", "now", "jitcache_cache_test", "glm5-mini", "b12x-432",
                                                       {"sm_90"}},
-                               entries, std::nullopt)
+                               *gathered, std::nullopt)
                     .has_value());
   }
   const fs::path fresh = dir() / "fresh-cache";

@@ -19,11 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using testing::CliOutcome;
-using testing::CliRemoteTest;
-using testing::count_lines;
-using testing::k_variants;
-using testing::RedisServer;
+using namespace testing;  // the fleet fixture (cli_remote_fixture.hpp) and the CLI runner
 
 class CliRemoteFleetsTest : public CliRemoteTest {
  protected:

@@ -27,27 +27,18 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using testing::CliOutcome;
-using testing::RedisServer;
+using namespace testing;  // the fleet fixture (cli_remote_fixture.hpp) and the CLI runner
 
-using testing::k_checkpoint;
-using testing::k_variants;
 
 // A password with every character a URL gives a meaning to, and pieces no output holds
 // by chance: a leak of any piece is a leak.
 const std::string k_secret = "Qz7sekret/Vx9part@Wm4tail:Kp2end";
 const std::vector<std::string> k_secret_pieces = {"Qz7sekret", "Vx9part", "Wm4tail", "Kp2end"};
 
-class CliRemoteTrustTest : public testing::TempDirTest {
+// m_remote: redis://:<secret>@127.0.0.1:<port>, unencoded.
+class CliRemoteTrustTest : public testing::RedisFleetTest {
  protected:
-  void SetUp() override {
-    TempDirTest::SetUp();
-    auto server = RedisServer::start({.password = k_secret});
-    ASSERT_TRUE(server) << server.error().to_string();
-    m_server = std::move(*server);
-    m_key_file = testing::write_fleet_key(dir());
-    m_remote = m_server->url();  // redis://:<secret>@127.0.0.1:<port>, unencoded
-  }
+  RedisServer::Options redis_options() const override { return {.password = k_secret}; }
 
   // Every line logged, short timeouts, this fleet's remote and key, and `extra`.
   std::vector<std::string> env(const std::vector<std::string>& extra = {}) const {
@@ -56,7 +47,7 @@ class CliRemoteTrustTest : public testing::TempDirTest {
                                             {"JITCACHE_REMOTE_TIMEOUT_MS", "300"},
                                             {"JITCACHE_REMOTE_WAIT_MS", "30000"},
                                             {"JITCACHE_REMOTE", m_remote},
-                                            {"JITCACHE_REMOTE_KEY_FILE", m_key_file}};
+                                            {"JITCACHE_REMOTE_KEY_FILE", m_key_file.string()}};
     for (const std::string& e : extra) vars[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
     std::vector<std::string> out;
     for (const auto& [name, value] : vars) out.push_back(name + "=" + value);
@@ -77,11 +68,6 @@ class CliRemoteTrustTest : public testing::TempDirTest {
 
   static json parse(const CliOutcome& o) { return testing::parse_cli_json(o); }
 
-  std::string fleet_key() const { return testing::read_fleet_key(m_key_file); }
-
-  std::unique_ptr<RedisServer> m_server;
-  std::string m_key_file;
-  std::string m_remote;
 };
 
 std::string leaked_pieces(const CliOutcome& o) {

@@ -58,22 +58,7 @@ class CalibrateCliTest : public testing::TempDirTest {
   // GLM-5.x-shaped maxima (log-uniform in [0.02, 5.2]), the same on every rank up to a
   // relative jitter of 2e-4.
   static std::vector<std::vector<double>> values(std::uint64_t seed, int tp, int layers = 78) {
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<double> exponent(std::log(0.02), std::log(5.2));
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
-    std::vector<double> base(static_cast<std::size_t>(layers));
-    for (double& b : base) b = std::exp(exponent(rng));
-    std::vector<std::vector<double>> out(static_cast<std::size_t>(tp), base);
-    for (auto& rank : out)
-      for (double& v : rank) v *= 1.0 - 2e-4 * unit(rng);
-    return out;
-  }
-
-  static std::vector<double> max_over_ranks(const std::vector<std::vector<double>>& v) {
-    std::vector<double> out = v.front();
-    for (const auto& rank : v)
-      for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::max(out[i], rank[i]);
-    return out;
+    return testing::rank_maxima(seed, tp, layers, 2e-4);
   }
 
   // Writes one capture per rank as <stem><rank>.json; returns their paths in rank order.
@@ -109,7 +94,7 @@ TEST_F(CalibrateCliTest, CompleteRunWritesExactScalesThatValidateAndShow) {
       << text.substr(0, 200);
 
   const json doc = json::parse(text);
-  const std::vector<double> expected = max_over_ranks(v);
+  const std::vector<double> expected = testing::max_over_ranks(v);
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(doc["max_abs"][i].get<double>(), expected[i]) << "layer " << i;
     EXPECT_EQ(doc["scales"][i].get<double>(), expected[i] / 2688.0) << "layer " << i;
@@ -160,7 +145,7 @@ TEST_F(CalibrateCliTest, JsonIsOneDocumentWithTheSameFacts) {
 
 TEST_F(CalibrateCliTest, EnvelopeRaisesLayersAndHeadroomMultiplies) {
   const auto v = values(testing::test_seed("cli calibrate envelope"), 4, 10);
-  const std::vector<double> p = max_over_ranks(v);
+  const std::vector<double> p = testing::max_over_ranks(v);
   std::vector<std::vector<double>> e(2, p);
   for (auto& rank : e)
     for (std::size_t i = 0; i < rank.size(); ++i) rank[i] = i < 3 ? p[i] * 2 : p[i] / 2;

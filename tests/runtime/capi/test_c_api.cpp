@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <limits>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "capi_test_support.hpp"
 #include "jitcache/jitcache.h"
 #include "jitcache/runtime.hpp"
 #include "test_scale_support.hpp"
@@ -41,11 +43,8 @@ class CApiTest : public jitcache::testing::TempDirTest {
   }
 
   jitcache_runtime* open_runtime() {
-    jitcache_runtime_options options;
-    jitcache_runtime_options_init(&options);
     m_cache_dir = (dir() / "cache").string();
-    options.cache_dir = m_cache_dir.c_str();
-    options.device = JITCACHE_DEVICE_NONE;
+    const auto options = jitcache::testing::deviceless_runtime_options(m_cache_dir.c_str());
     EXPECT_EQ(jitcache_runtime_open(&options, &m_runtime), JITCACHE_OK) << last_error();
     return m_runtime;
   }
@@ -427,7 +426,8 @@ TEST_F(CApiTest, LaunchArgumentsAreAlignedAndBoundedBeforeAnyDeviceWork) {
   alignas(16) static std::uint8_t buffer[4096];
   const auto base = reinterpret_cast<std::uint64_t>(buffer);
   constexpr std::int64_t k_i64_max = std::numeric_limits<std::int64_t>::max();
-  constexpr std::uint64_t k_top = std::numeric_limits<std::uint64_t>::max() & ~std::uint64_t{15};
+  constexpr std::uint64_t k_max = std::numeric_limits<std::uint64_t>::max();
+  constexpr std::uint64_t k_top = k_max & ~std::uint64_t{15};
 
   // The buffers only read share the base; the written ones lie apart (issue 16).
   auto writer = [&] {
@@ -439,43 +439,6 @@ TEST_F(CApiTest, LaunchArgumentsAreAlignedAndBoundedBeforeAnyDeviceWork) {
     w.num_slots = 2;
     return w;
   };
-  auto expect_writer = [&](const jitcache_writer_launch& w, const std::string& field) {
-    SCOPED_TRACE(field);
-    EXPECT_EQ(jitcache_launch_writer(m_model, 3, &w, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);
-    EXPECT_NE(last_error().find("kernel parameter '" + field + "'"), std::string::npos) << last_error();
-  };
-  jitcache_writer_launch w = writer();
-  EXPECT_EQ(jitcache_launch_writer(m_model, 3, &w, nullptr), JITCACHE_ERROR_UNAVAILABLE) << last_error();
-  w.slot_mapping = base + 4;
-  expect_writer(w, "slot_mapping");
-  w = writer();
-  w.status = base + 2;
-  expect_writer(w, "status");
-  w = writer();
-  w.num_tokens = k_i64_max;
-  expect_writer(w, "num_tokens");
-  w = writer();
-  w.num_slots = k_i64_max;
-  expect_writer(w, "cache");
-  w = writer();
-  w.kv_c_stride = k_i64_max & ~std::int64_t{7};
-  expect_writer(w, "kv_c");
-  w = writer();
-  w.k_pe_stride = std::int64_t{1} << 62;
-  expect_writer(w, "k_pe");
-  w = writer();
-  w.kv_c = k_top;
-  expect_writer(w, "kv_c");
-  w = writer();
-  w.slot_mapping = std::numeric_limits<std::uint64_t>::max() - 7;  // 8 bytes left, 16 needed
-  expect_writer(w, "slot_mapping");
-  w = writer();
-  w.cache = k_top;
-  expect_writer(w, "cache");
-  w = writer();
-  w.num_tokens = -1;
-  expect_writer(w, "num_tokens");
-
   auto gather = [&] {
     jitcache_gather_launch g{};
     g.cache = g.slots = base;
@@ -485,36 +448,53 @@ TEST_F(CApiTest, LaunchArgumentsAreAlignedAndBoundedBeforeAnyDeviceWork) {
     g.num_rows = 2;
     return g;
   };
-  auto expect_gather = [&](const jitcache_gather_launch& g, const std::string& field) {
-    SCOPED_TRACE(field);
-    EXPECT_EQ(jitcache_launch_gather(m_model, 3, &g, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);
-    EXPECT_NE(last_error().find("kernel parameter '" + field + "'"), std::string::npos) << last_error();
+  auto launch_writer = [&](const jitcache_writer_launch& w) {
+    return jitcache_launch_writer(m_model, 3, &w, nullptr);
   };
-  jitcache_gather_launch g = gather();
-  EXPECT_EQ(jitcache_launch_gather(m_model, 3, &g, nullptr), JITCACHE_ERROR_UNAVAILABLE) << last_error();
-  g.slots = base + 2;
-  expect_gather(g, "slots");
-  g = gather();
-  g.status = base + 1;
-  expect_gather(g, "status");
-  g = gather();
-  g.num_rows = k_i64_max;
-  expect_gather(g, "num_rows");
-  g = gather();
-  g.num_slots = k_i64_max;
-  expect_gather(g, "cache");
-  g = gather();
-  g.out_stride = k_i64_max & ~std::int64_t{7};
-  expect_gather(g, "out");
-  g = gather();
-  g.out = k_top;
-  expect_gather(g, "out");
-  g = gather();
-  g.slots = std::numeric_limits<std::uint64_t>::max() - 3;  // 4 bytes left, 8 needed
-  expect_gather(g, "slots");
-  g = gather();
-  g.cache = k_top;
-  expect_gather(g, "cache");
+  auto launch_gather = [&](const jitcache_gather_launch& g) {
+    return jitcache_launch_gather(m_model, 3, &g, nullptr);
+  };
+  // The valid launch is UNAVAILABLE (no GPU); each case spoils one field of it and is
+  // refused naming the kernel parameter.
+  auto expect_refusals = [&](auto valid, auto launch, const auto& cases) {
+    EXPECT_EQ(launch(valid()), JITCACHE_ERROR_UNAVAILABLE) << last_error();
+    for (const auto& [spoil, field] : cases) {
+      SCOPED_TRACE(field);
+      auto spoilt = valid();
+      spoil(spoilt);
+      EXPECT_EQ(launch(spoilt), JITCACHE_ERROR_INVALID_ARGUMENT);
+      EXPECT_NE(last_error().find(std::string("kernel parameter '") + field + "'"), std::string::npos)
+          << last_error();
+    }
+  };
+  using WriterCase = std::pair<std::function<void(jitcache_writer_launch&)>, const char*>;
+  const std::vector<WriterCase> writer_cases = {
+      {[&](auto& w) { w.slot_mapping = base + 4; }, "slot_mapping"},
+      {[&](auto& w) { w.status = base + 2; }, "status"},
+      {[&](auto& w) { w.num_tokens = k_i64_max; }, "num_tokens"},
+      {[&](auto& w) { w.num_slots = k_i64_max; }, "cache"},
+      {[&](auto& w) { w.kv_c_stride = k_i64_max & ~std::int64_t{7}; }, "kv_c"},
+      {[&](auto& w) { w.k_pe_stride = std::int64_t{1} << 62; }, "k_pe"},
+      {[&](auto& w) { w.kv_c = k_top; }, "kv_c"},
+      // 8 bytes left, 16 needed
+      {[&](auto& w) { w.slot_mapping = k_max - 7; }, "slot_mapping"},
+      {[&](auto& w) { w.cache = k_top; }, "cache"},
+      {[&](auto& w) { w.num_tokens = -1; }, "num_tokens"},
+  };
+  expect_refusals(writer, launch_writer, writer_cases);
+  using GatherCase = std::pair<std::function<void(jitcache_gather_launch&)>, const char*>;
+  const std::vector<GatherCase> gather_cases = {
+      {[&](auto& g) { g.slots = base + 2; }, "slots"},
+      {[&](auto& g) { g.status = base + 1; }, "status"},
+      {[&](auto& g) { g.num_rows = k_i64_max; }, "num_rows"},
+      {[&](auto& g) { g.num_slots = k_i64_max; }, "cache"},
+      {[&](auto& g) { g.out_stride = k_i64_max & ~std::int64_t{7}; }, "out"},
+      {[&](auto& g) { g.out = k_top; }, "out"},
+      // 4 bytes left, 8 needed
+      {[&](auto& g) { g.slots = k_max - 3; }, "slots"},
+      {[&](auto& g) { g.cache = k_top; }, "cache"},
+  };
+  expect_refusals(gather, launch_gather, gather_cases);
 
   // A count of 0 touches no buffer: pointers may be 0; without a GPU it is still
   // UNAVAILABLE, like any launch. A NULL status is valid.
@@ -524,9 +504,9 @@ TEST_F(CApiTest, LaunchArgumentsAreAlignedAndBoundedBeforeAnyDeviceWork) {
   jitcache_gather_launch empty_g{};
   EXPECT_EQ(jitcache_launch_gather(m_model, 3, &empty_g, nullptr), JITCACHE_ERROR_UNAVAILABLE)
       << last_error();
-  w = writer();
+  jitcache_writer_launch w = writer();
   w.status = 0;
-  EXPECT_EQ(jitcache_launch_writer(m_model, 3, &w, nullptr), JITCACHE_ERROR_UNAVAILABLE) << last_error();
+  EXPECT_EQ(launch_writer(w), JITCACHE_ERROR_UNAVAILABLE) << last_error();
 }
 
 TEST_F(CApiTest, TheCxxLaunchApiRefusesTheSameArguments) {

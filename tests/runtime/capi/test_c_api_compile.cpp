@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capi_test_support.hpp"
 #include "jitcache/jitcache.h"
 #include "support/regular_file.hpp"
 #include "test_support.hpp"
@@ -49,12 +50,9 @@ class CApiCompileTest : public jitcache::testing::TempDirTest {
   }
 
   jitcache_runtime* open(double verify) {
-    jitcache_runtime_options options;
-    jitcache_runtime_options_init(&options);
-    EXPECT_EQ(options.verify_spec, -1.0);
     m_cache_dir = (dir() / "cache").string();
-    options.cache_dir = m_cache_dir.c_str();
-    options.device = JITCACHE_DEVICE_NONE;
+    auto options = jitcache::testing::deviceless_runtime_options(m_cache_dir.c_str());
+    EXPECT_EQ(options.verify_spec, -1.0);
     options.verify_spec = verify;
     jitcache_runtime* runtime = nullptr;
     EXPECT_EQ(jitcache_runtime_open(&options, &runtime), JITCACHE_OK) << last_error();

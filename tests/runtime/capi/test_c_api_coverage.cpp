@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capi_test_support.hpp"
 #include "jitcache/jitcache.h"
 #include "jitcache/runtime.hpp"
 #include "test_support.hpp"
@@ -31,11 +32,8 @@ class CApiCoverageTest : public testing::TempDirTest {
   jitcache_status open(int32_t no_compile) {
     jitcache_runtime_close(m_runtime);
     m_runtime = nullptr;
-    jitcache_runtime_options o;
-    jitcache_runtime_options_init(&o);
     m_cache = (dir() / "cache").string();
-    o.cache_dir = m_cache.c_str();
-    o.device = JITCACHE_DEVICE_NONE;
+    auto o = jitcache::testing::deviceless_runtime_options(m_cache.c_str());
     o.no_compile = no_compile;
     return jitcache_runtime_open(&o, &m_runtime);
   }

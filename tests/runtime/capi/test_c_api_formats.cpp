@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capi_test_support.hpp"
 #include "jitcache/jitcache.h"
 #include "reference_nvfp4.hpp"
 #include "runtime/kv/host_executor.hpp"
@@ -313,11 +314,8 @@ class CApiFormatsPrepare : public jitcache::testing::TempDirTest {
  protected:
   void SetUp() override {
     TempDirTest::SetUp();
-    jitcache_runtime_options options;
-    jitcache_runtime_options_init(&options);
     m_cache_dir = (dir() / "cache").string();
-    options.cache_dir = m_cache_dir.c_str();
-    options.device = JITCACHE_DEVICE_NONE;
+    const auto options = jitcache::testing::deviceless_runtime_options(m_cache_dir.c_str());
     ASSERT_EQ(jitcache_runtime_open(&options, &m_runtime), JITCACHE_OK) << last_error();
     jitcache_prepare_options_init(&m_options);
     m_options.checkpoint = k_checkpoint.c_str();

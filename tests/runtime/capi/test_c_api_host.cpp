@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capi_test_support.hpp"
 #include "jitcache/jitcache.h"
 #include "reference_nvfp4.hpp"
 #include "runtime/kv/kv_tools.hpp"
@@ -43,11 +44,8 @@ class CApiHostTest : public jitcache::testing::TempDirTest {
   }
 
   void open_runtime() {
-    jitcache_runtime_options options;
-    jitcache_runtime_options_init(&options);
     m_cache_dir = (dir() / "cache").string();
-    options.cache_dir = m_cache_dir.c_str();
-    options.device = JITCACHE_DEVICE_NONE;
+    const auto options = jitcache::testing::deviceless_runtime_options(m_cache_dir.c_str());
     ASSERT_EQ(jitcache_runtime_open(&options, &m_runtime), JITCACHE_OK) << last_error();
   }
 

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capi_test_support.hpp"
 #include "jitcache/jitcache.h"
 #include "test_support.hpp"
 
@@ -29,10 +30,7 @@ class CApiStatsTest : public jitcache::testing::TempDirTest {
   }
 
   jitcache_runtime* open(const char* cache_dir) {
-    jitcache_runtime_options options;
-    jitcache_runtime_options_init(&options);
-    options.cache_dir = cache_dir;
-    options.device = JITCACHE_DEVICE_NONE;
+    const auto options = jitcache::testing::deviceless_runtime_options(cache_dir);
     jitcache_runtime* runtime = nullptr;
     EXPECT_EQ(jitcache_runtime_open(&options, &runtime), JITCACHE_OK) << jitcache_last_error();
     m_runtimes.push_back(runtime);

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "capi_test_support.hpp"
 #include "jitcache/jitcache.h"
 #include "test_support.hpp"
 
@@ -23,11 +24,8 @@ bool says(const std::string& text) { return std::string(jitcache_last_error()).f
 class CApiHandlesTest : public jitcache::testing::TempDirTest {
  protected:
   jitcache_runtime* open() {
-    jitcache_runtime_options options;
-    jitcache_runtime_options_init(&options);
     m_cache = (dir() / "cache").string();
-    options.cache_dir = m_cache.c_str();
-    options.device = JITCACHE_DEVICE_NONE;
+    const auto options = jitcache::testing::deviceless_runtime_options(m_cache.c_str());
     jitcache_runtime* runtime = nullptr;
     EXPECT_EQ(jitcache_runtime_open(&options, &runtime), JITCACHE_OK) << jitcache_last_error();
     return runtime;

@@ -14,6 +14,7 @@
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/cache_archive.hpp"
 #include "counting_compiler.hpp"
+#include "shipping_fixture.hpp"
 #include "test_support.hpp"
 
 namespace jitcache {
@@ -21,34 +22,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::optional<std::string> k_key = std::string(32, 'k') + "-fleet";
-const std::optional<std::string> k_other_key = std::string(32, 'o') + "-other";
-const std::optional<std::string> k_no_key;
-
 using testing::CountingCompiler;
-
-const KernelSpec k_identity{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}};
-const KernelSpec k_dynamic{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_90"}};
+using namespace testing::shipping;  // the fleet keys and the variants
 
 class CacheArchive : public jitcache::testing::TempDirTest {
  protected:
-  // Two real variants, compiled once for the suite: the reader checks the bundles' own
-  // facts (embedded in the cubin), which only a real compile produces.
+  // Two real variants, compiled once for the suite.
   static void SetUpTestSuite() {
     s_compiler = make_nvrtc_compiler().release();
-    for (const KernelSpec& spec : {k_identity, k_dynamic}) {
-      auto artifact = s_compiler->compile(generate(spec));
-      ASSERT_TRUE(artifact.has_value()) << artifact.error().to_string();
-      auto facts = kernel_facts(generate(spec), *s_compiler);
-      ASSERT_TRUE(facts.has_value()) << facts.error().to_string();
-      ExportEntry e;
-      e.label = spec.label();
-      e.key = facts->key();
-      e.facts = *facts;
-      e.bytes = std::make_shared<const cache::Bytes>(serialize_bundle(*artifact));
-      e.compile_ms = artifact->compile_ms;
-      s_entries->push_back(std::move(e));
-    }
+    *s_entries = compile_entries(*s_compiler, {k_identity, k_dynamic});
   }
 
   static ArchiveInfo info() {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/compile/cache_dir.hpp"
 #include "test_support.hpp"
@@ -15,7 +16,8 @@ namespace {
 // Unsets the variables the resolver reads; the guard restores them afterwards.
 class CacheDirTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { unset_all(); }
+  void unset_all() {
     for (const char* name : k_names) m_env.unset(name);
   }
   void set(const char* name, const char* value) { m_env.set(name, value); }
@@ -24,52 +26,45 @@ class CacheDirTest : public ::testing::Test {
   jitcache::testing::ScopedEnv m_env;
 };
 
-TEST_F(CacheDirTest, ExplicitArgumentWins) {
-  set("JITCACHE_DIR", "/srv/env-cache");
-  set("XDG_CACHE_HOME", "/home/u/.xdg");
-  set("HOME", "/home/u");
-  auto dir = resolve_cache_dir(std::filesystem::path("/srv/explicit"));
-  ASSERT_OK(dir);
-  EXPECT_EQ(dir->path, "/srv/explicit");
-  EXPECT_EQ(dir->source, CacheDirSource::argument);
-}
+// One environment (nullptr: unset), the explicit argument if any, and where the cache is.
+struct Precedence {
+  const char* what;
+  const char* jitcache_dir;
+  const char* xdg_cache_home;
+  const char* home;
+  std::optional<std::filesystem::path> argument;
+  const char* path;
+  CacheDirSource source;
+};
 
-TEST_F(CacheDirTest, JitcacheDirBeatsXdgAndHome) {
-  set("JITCACHE_DIR", "/srv/env-cache");
-  set("XDG_CACHE_HOME", "/home/u/.xdg");
-  set("HOME", "/home/u");
-  auto dir = resolve_cache_dir();
-  ASSERT_OK(dir);
-  EXPECT_EQ(dir->path, "/srv/env-cache");
-  EXPECT_EQ(dir->source, CacheDirSource::jitcache_dir);
-  EXPECT_STREQ(to_string(dir->source), "JITCACHE_DIR");
-}
-
-TEST_F(CacheDirTest, XdgCacheHomeBeatsHome) {
-  set("XDG_CACHE_HOME", "/home/u/.xdg");
-  set("HOME", "/home/u");
-  auto dir = resolve_cache_dir();
-  ASSERT_OK(dir);
-  EXPECT_EQ(dir->path, "/home/u/.xdg/jitcache");
-  EXPECT_EQ(dir->source, CacheDirSource::xdg_cache_home);
-}
-
-TEST_F(CacheDirTest, HomeIsTheFallback) {
-  set("HOME", "/home/u");
-  auto dir = resolve_cache_dir();
-  ASSERT_OK(dir);
-  EXPECT_EQ(dir->path, "/home/u/.cache/jitcache");
-  EXPECT_EQ(dir->source, CacheDirSource::home);
-}
-
-// XDG_CACHE_HOME empty is unset, as the XDG spec says; JITCACHE_DIR empty is a script's
-// unset variable and must not pick the default cache.
-TEST_F(CacheDirTest, EmptyXdgCacheHomeCountsAsUnset) {
-  set("XDG_CACHE_HOME", "");
-  set("HOME", "/home/u");
-  auto dir = resolve_cache_dir();
-  ASSERT_OK(dir);
-  EXPECT_EQ(dir->path, "/home/u/.cache/jitcache");
+TEST_F(CacheDirTest, EachPlaceBeatsTheOnesAfterIt) {
+  const std::vector<Precedence> cases = {
+      {"the explicit argument wins", "/srv/env-cache", "/home/u/.xdg", "/home/u", "/srv/explicit", "/srv/explicit",
+       CacheDirSource::argument},
+      {"JITCACHE_DIR beats XDG_CACHE_HOME and HOME", "/srv/env-cache", "/home/u/.xdg", "/home/u", std::nullopt,
+       "/srv/env-cache", CacheDirSource::jitcache_dir},
+      {"XDG_CACHE_HOME beats HOME", nullptr, "/home/u/.xdg", "/home/u", std::nullopt, "/home/u/.xdg/jitcache",
+       CacheDirSource::xdg_cache_home},
+      {"HOME is the fallback", nullptr, nullptr, "/home/u", std::nullopt, "/home/u/.cache/jitcache",
+       CacheDirSource::home},
+      // Empty is unset, as the XDG spec says (an empty JITCACHE_DIR is an error, below).
+      {"an empty XDG_CACHE_HOME counts as unset", nullptr, "", "/home/u", std::nullopt, "/home/u/.cache/jitcache",
+       CacheDirSource::home},
+      {"a relative XDG_CACHE_HOME is ignored", nullptr, "relative/cache", "/home/u", std::nullopt,
+       "/home/u/.cache/jitcache", CacheDirSource::home},
+  };
+  for (const Precedence& c : cases) {
+    SCOPED_TRACE(c.what);
+    unset_all();
+    if (c.jitcache_dir) set("JITCACHE_DIR", c.jitcache_dir);
+    if (c.xdg_cache_home) set("XDG_CACHE_HOME", c.xdg_cache_home);
+    if (c.home) set("HOME", c.home);
+    auto dir = resolve_cache_dir(c.argument);
+    ASSERT_OK(dir);
+    EXPECT_EQ(dir->path, c.path);
+    EXPECT_EQ(dir->source, c.source);
+  }
+  EXPECT_STREQ(to_string(CacheDirSource::jitcache_dir), "JITCACHE_DIR");
 }
 
 TEST_F(CacheDirTest, AnEmptyOrBlankJitcacheDirIsAnErrorNamingIt) {

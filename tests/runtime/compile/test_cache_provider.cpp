@@ -14,6 +14,7 @@
 #include "runtime/compile/cache_provider.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/source_cache.hpp"
+#include "shipping_fixture.hpp"
 #include "support/sha256.hpp"
 #include "counting_compiler.hpp"
 #include "test_support.hpp"
@@ -25,14 +26,8 @@ namespace fs = std::filesystem;
 using jitcache::testing::LogCapture;
 using jitcache::testing::ScopedEnv;
 
-const std::optional<std::string> k_key = std::string(32, 'k') + "-fleet";
-const std::optional<std::string> k_other_key = std::string(32, 'o') + "-other";
-const std::optional<std::string> k_no_key;
-
 using testing::CountingCompiler;
-
-const KernelSpec k_identity{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_90"}};
-const KernelSpec k_dynamic{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_90"}};
+using namespace testing::shipping;  // the fleet keys and the variants
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -46,19 +41,10 @@ void write_file(const fs::path& path, std::string_view text) {
 
 class CacheProvider : public jitcache::testing::TempDirTest {
  protected:
-  // Two real variants compiled once for the suite: the reader checks each bundle's facts
-  // and its cubin's embedded facts, which only a real compile produces.
+  // Two real variants, compiled once for the suite.
   static void SetUpTestSuite() {
     s_compiler = make_nvrtc_compiler().release();
-    for (const KernelSpec& spec : {k_identity, k_dynamic}) {
-      auto artifact = s_compiler->compile(generate(spec));
-      ASSERT_TRUE(artifact.has_value()) << artifact.error().to_string();
-      auto facts = kernel_facts(generate(spec), *s_compiler);
-      ASSERT_TRUE(facts.has_value()) << facts.error().to_string();
-      s_entries->push_back(ProviderEntry{spec.label(), facts->key(), *facts,
-                                         std::make_shared<const cache::Bytes>(serialize_bundle(*artifact)),
-                                         artifact->compile_ms});
-    }
+    *s_entries = compile_entries(*s_compiler, {k_identity, k_dynamic});
   }
 
   static ProviderInfo info() {
@@ -113,7 +99,7 @@ class CacheProvider : public jitcache::testing::TempDirTest {
   }
 
   static inline Compiler* s_compiler = nullptr;
-  static inline std::vector<ProviderEntry>* s_entries = new std::vector<ProviderEntry>();
+  static inline std::vector<ExportEntry>* s_entries = new std::vector<ExportEntry>();
 };
 
 TEST_F(CacheProvider, AMissOfTheLocalCacheIsServedByTheProviderVerifiedAndCopiedIntoIt) {
@@ -127,7 +113,7 @@ TEST_F(CacheProvider, AMissOfTheLocalCacheIsServedByTheProviderVerifiedAndCopied
     EXPECT_EQ(counters.provider_hits, 2u);
     EXPECT_EQ(counters.provider_rejects, 0u);
     EXPECT_EQ(counters.misses, 0u);
-    for (const ProviderEntry& e : *s_entries) EXPECT_TRUE(node.store->contains(e.key).value_or(false)) << e.label;
+    for (const ExportEntry& e : *s_entries) EXPECT_TRUE(node.store->contains(e.key).value_or(false)) << e.label;
   }
   // The next process finds them on its own disk: the provider is not asked.
   Node again = open_node(k_no_key);
@@ -354,8 +340,8 @@ TEST_F(CacheProvider, TheFleetKeysRulesAreTheExportFiles) {
 // An entry keyed for another compiler build (a provider packed elsewhere) is not refused:
 // no lookup here computes its key, so it misses quietly and the kernel is compiled.
 TEST_F(CacheProvider, AnEntryForAnotherCompilerBuildSimplyMisses) {
-  std::vector<ProviderEntry> entries = *s_entries;
-  for (ProviderEntry& e : entries) {
+  std::vector<ExportEntry> entries = *s_entries;
+  for (ExportEntry& e : entries) {
     e.facts.set("compiler_fingerprint", std::string(32, 'f'));
     e.key = e.facts.key();
   }
@@ -395,8 +381,11 @@ TEST_F(CacheProvider, TheDirectoriesComeFromTheEnvironmentThenTheCaller) {
 // k_provider_version must change.
 TEST(CacheProviderFormat, TheManifestIsPinned) {
   cache::Facts facts{{"kernel", "writer"}, {"compiler_fingerprint", "00ff"}};
-  const ProviderEntry entry{"writer/identity/b12x-432/sm_90", facts.key(), facts,
-                            std::make_shared<const cache::Bytes>(cache::Bytes{std::byte{'a'}, std::byte{'b'}}), 12.5};
+  const ExportEntry entry{.label = "writer/identity/b12x-432/sm_90",
+                          .key = facts.key(),
+                          .facts = facts,
+                          .bytes = std::make_shared<const cache::Bytes>(cache::Bytes{std::byte{'a'}, std::byte{'b'}}),
+                          .compile_ms = 12.5};
   const ProviderInfo info{"jitcache 9.9.9", "2026-12-06T00:00:00.000Z", "jitcache_cache_x_sm90", "x",
                           "b12x-432", {"sm_90"}};
   const std::string manifest = encode_provider_manifest(info, std::span(&entry, 1));

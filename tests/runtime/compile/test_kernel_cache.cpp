@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "counting_compiler.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "test_support.hpp"
@@ -11,33 +12,7 @@
 namespace jitcache {
 namespace {
 
-// A compiler that produces a fake but well-formed artifact instantly and counts calls.
-class FakeCompiler final : public Compiler {
- public:
-  std::string name() const override { return "fake"; }
-  std::string version() const override { return m_version; }
-  Result<std::string> fingerprint() const override { return m_fingerprint; }
-  std::vector<std::string> options(const KernelSpec& spec) const override {
-    return {"--gpu-architecture=" + spec.target.name, m_extra_option};
-  }
-  Result<CompiledArtifact> compile(const GeneratedSource& source) const override {
-    ++compiles;
-    CompiledArtifact a;
-    a.spec = source.spec;
-    a.entry = source.entry;
-    a.facts = source.facts;
-    a.options = options(source.spec);
-    a.cubin = {0x7f, 'E', 'L', 'F'};
-    a.ptx = "// " + source.spec.label();
-    a.usage = {40, 0, 0, 0};
-    a.compile_ms = 100;
-    return a;
-  }
-  mutable std::atomic<int> compiles{0};
-  std::string m_version = "1.0";
-  std::string m_fingerprint = "f00d";
-  std::string m_extra_option = "--fmad=false";
-};
+using testing::FakeCompiler;
 
 const KernelSpec k_base{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_120a"}};
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/store.hpp"
+#include "counting_compiler.hpp"
 #include "runtime/compile/explain.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "test_support.hpp"
@@ -13,32 +14,7 @@
 namespace jitcache {
 namespace {
 
-// A compiler that produces a fake, well-formed artifact instantly and counts its calls.
-class FakeCompiler final : public Compiler {
- public:
-  explicit FakeCompiler(std::string fingerprint = "f00d") : m_fingerprint(std::move(fingerprint)) {}
-  std::string name() const override { return "fake"; }
-  std::string version() const override { return "1.0"; }
-  Result<std::string> fingerprint() const override { return m_fingerprint; }
-  std::vector<std::string> options(const KernelSpec& spec) const override {
-    return {"--gpu-architecture=" + spec.target.name};
-  }
-  Result<CompiledArtifact> compile(const GeneratedSource& source) const override {
-    ++compiles;
-    CompiledArtifact a;
-    a.spec = source.spec;
-    a.entry = source.entry;
-    a.facts = source.facts;
-    a.options = options(source.spec);
-    a.cubin = {0x7f, 'E', 'L', 'F'};
-    a.compile_ms = 10;
-    return a;
-  }
-  mutable std::atomic<int> compiles{0};
-
- private:
-  std::string m_fingerprint;
-};
+using testing::FakeCompiler;
 
 const KernelSpec k_identity{KernelKind::writer, LatentScale::identity, RecordFormat::b12x_432, Target{"sm_100a"}};
 const KernelSpec k_dynamic{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_100a"}};

@@ -129,8 +129,8 @@ TEST_F(NvrtcLibraryTest, NvJitLinkIsWhatItsBytesAreToo) {
   const fs::path other = dir() / "other" / (*jl)->library.file.filename();
   copy_library((*jl)->library.file, same, Build::same);
   copy_library((*jl)->library.file, other, Build::other);
-  auto a = load_nvjitlink({same.string()});
-  auto b = load_nvjitlink({other.string()});
+  auto a = load_nvjitlink({{same.string(), "a copy"}});
+  auto b = load_nvjitlink({{other.string(), "another build"}});
   ASSERT_TRUE(a) << a.error().to_string();
   ASSERT_TRUE(b) << b.error().to_string();
   EXPECT_EQ(fingerprint_digest(a->identity), *nvjitlink_fingerprint());

@@ -439,8 +439,8 @@ TEST_F(ToolkitLibraryFiles, TheSameBuildElsewhereSharesTheFingerprintAnotherBuil
   const auto other = dir() / "other" / "libnvvm.so.4";
   testing::copy_library((*nvvm)->library.file, same, testing::Build::same);
   testing::copy_library((*nvvm)->library.file, other, testing::Build::other);
-  auto a = load_nvvm({same.string()});
-  auto b = load_nvvm({other.string()});
+  auto a = load_nvvm({{same.string(), "a copy"}});
+  auto b = load_nvvm({{other.string(), "another build"}});
   ASSERT_OK(a);
   ASSERT_OK(b);
   EXPECT_EQ(b->version(), (*nvvm)->version());
@@ -451,7 +451,7 @@ TEST_F(ToolkitLibraryFiles, TheSameBuildElsewhereSharesTheFingerprintAnotherBuil
 
 TEST_F(ToolkitLibraryFiles, AMissingLibraryOrSymbolIsUnavailableAndSaysWhere) {
   const std::string absent = (dir() / "libnvvm.so.4").string();
-  auto r = load_nvvm({absent, "libjitcache_no_such_nvvm.so.4"});
+  auto r = load_nvvm({{absent, "the test"}, {"libjitcache_no_such_nvvm.so.4", "the loader's search"}});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::unavailable);
   EXPECT_NE(r.error().message.find("libNVVM is not available"), std::string::npos) << r.error().to_string();
@@ -462,7 +462,7 @@ TEST_F(ToolkitLibraryFiles, AMissingLibraryOrSymbolIsUnavailableAndSaysWhere) {
   // libNVVM's file is no nvJitLink.
   auto nvvm = nvvm_library();
   ASSERT_OK(nvvm);
-  auto wrong = load_nvjitlink({(*nvvm)->library.file.string()});
+  auto wrong = load_nvjitlink({{(*nvvm)->library.file.string(), "libNVVM's file"}});
   ASSERT_FALSE(wrong);
   EXPECT_EQ(wrong.error().code, ErrorCode::unavailable);
   EXPECT_NE(wrong.error().message.find("has no symbol nvJitLink"), std::string::npos) << wrong.error().to_string();

@@ -37,20 +37,6 @@ Capture parse_ok(const json& object, const std::string& name) {
   return parsed ? *parsed : Capture{};
 }
 
-// Per-layer maxima log-uniform in [0.02, 5.2]; every rank sees them within `jitter`
-// (relative, downwards), as replicated latents do.
-std::vector<std::vector<double>> rank_values(std::uint64_t seed, int tp, int layers, double jitter) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> exponent(std::log(0.02), std::log(5.2));
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  std::vector<double> base(static_cast<std::size_t>(layers));
-  for (double& b : base) b = std::exp(exponent(rng));
-  std::vector<std::vector<double>> out(static_cast<std::size_t>(tp), base);
-  for (auto& rank : out)
-    for (double& v : rank) v *= 1.0 - jitter * unit(rng);
-  return out;
-}
-
 std::vector<Capture> run_of(const std::vector<std::vector<double>>& values, const std::string& stem = "r") {
   std::vector<Capture> captures;
   const int tp = static_cast<int>(values.size());
@@ -58,13 +44,6 @@ std::vector<Capture> run_of(const std::vector<std::vector<double>>& values, cons
     captures.push_back(parse_ok(capture_json(r, tp, values[static_cast<std::size_t>(r)]),
                                 stem + std::to_string(r) + ".json"));
   return captures;
-}
-
-std::vector<double> max_over_ranks(const std::vector<std::vector<double>>& values) {
-  std::vector<double> out = values.front();
-  for (const auto& rank : values)
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::max(out[i], rank[i]);
-  return out;
 }
 
 CalibrationOptions options() {
@@ -208,7 +187,7 @@ TEST_F(CaptureFileOnDisk, TheSameFileUnderTwoSpellingsIsRefused) {
 
 TEST(CalibrationRun, CompleteRunGivesExactlyMaxOver2688) {
   const std::uint64_t seed = test_seed("calibration complete run");
-  const auto values = rank_values(seed, 4, 12, 5e-4);
+  const auto values = testing::rank_maxima(seed, 4, 12, 5e-4);
   std::vector<Capture> captures = run_of(values);
   std::swap(captures[0], captures[3]);  // any order on the command line
   auto c = scales::calibrate(captures, {}, options());
@@ -262,7 +241,7 @@ TEST(CalibrationRun, CompleteRunGivesExactlyMaxOver2688) {
 }
 
 TEST(CalibrationRun, MissingRankIsNamed) {
-  std::vector<Capture> captures = run_of(rank_values(1, 4, 3, 0));
+  std::vector<Capture> captures = run_of(testing::rank_maxima(1, 4, 3, 0));
   captures.erase(captures.begin() + 2);
   const std::string error = error_of(scales::calibrate(captures, {}, options()));
   EXPECT_CONTAINS(error, "missing rank 2 of tp 4 (have 0, 1, 3)");
@@ -273,7 +252,7 @@ TEST(CalibrationRun, MissingRankIsNamed) {
 }
 
 TEST(CalibrationRun, DuplicateRankNamesBothFiles) {
-  const auto values = rank_values(2, 3, 3, 0);
+  const auto values = testing::rank_maxima(2, 3, 3, 0);
   std::vector<Capture> captures = run_of(values);
   captures[2] = parse_ok(capture_json(1, 3, values[1]), "again.json");
   const std::string error = error_of(scales::calibrate(captures, {}, options()));
@@ -281,14 +260,14 @@ TEST(CalibrationRun, DuplicateRankNamesBothFiles) {
 }
 
 TEST(CalibrationRun, TheSameFileTwiceIsRefused) {
-  std::vector<Capture> captures = run_of(rank_values(3, 2, 3, 0));
+  std::vector<Capture> captures = run_of(testing::rank_maxima(3, 2, 3, 0));
   captures.push_back(captures[1]);
   EXPECT_CONTAINS(error_of(scales::calibrate(captures, {}, options())),
                   "r1.json: given twice (also as r1.json)");
 }
 
 TEST(CalibrationRun, FactsMustAgreeAcrossFiles) {
-  const auto values = rank_values(4, 2, 3, 0);
+  const auto values = testing::rank_maxima(4, 2, 3, 0);
   struct Row {
     const char* field;
     json value;
@@ -375,22 +354,22 @@ TEST(CalibrationAgreement, ToleranceMustBeFiniteAndNonNegative) {
   for (double bad : {-1e-9, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     CalibrationOptions o = options();
     o.agreement_tolerance = bad;
-    const auto result = scales::calibrate(run_of(rank_values(5, 2, 2, 0)), {}, o);
+    const auto result = scales::calibrate(run_of(testing::rank_maxima(5, 2, 2, 0)), {}, o);
     ASSERT_FALSE(result.has_value());
     EXPECT_EQ(result.error().code, ErrorCode::invalid_argument);
     EXPECT_CONTAINS(result.error().message, "--agreement");
   }
   CalibrationOptions o = options();
   o.agreement_tolerance = 0;
-  EXPECT_OK(scales::calibrate(run_of(rank_values(5, 2, 2, 0)), {}, o));
+  EXPECT_OK(scales::calibrate(run_of(testing::rank_maxima(5, 2, 2, 0)), {}, o));
 }
 
 // --- envelope and headroom ---------------------------------------------------------------
 
 TEST(CalibrationEnvelope, RaisesLayersToTheLargerMaximumAndCountsThem) {
   const std::uint64_t seed = test_seed("calibration envelope");
-  const auto primary = rank_values(seed, 4, 16, 1e-4);
-  auto envelope = rank_values(seed + 1, 2, 16, 0);
+  const auto primary = testing::rank_maxima(seed, 4, 16, 1e-4);
+  auto envelope = testing::rank_maxima(seed + 1, 2, 16, 0);
   const std::vector<double> p = max_over_ranks(primary);
   // Raise every third layer above the primary, keep the others below it.
   int expected_raised = 0;
@@ -420,33 +399,33 @@ TEST(CalibrationEnvelope, RaisesLayersToTheLargerMaximumAndCountsThem) {
 }
 
 TEST(CalibrationEnvelope, OtherCountsAreRefused) {
-  const auto primary = rank_values(6, 2, 4, 0);
-  const auto result = scales::calibrate(run_of(primary), run_of(rank_values(7, 1, 5, 0), "e"), options());
+  const auto primary = testing::rank_maxima(6, 2, 4, 0);
+  const auto result = scales::calibrate(run_of(primary), run_of(testing::rank_maxima(7, 1, 5, 0), "e"), options());
   ASSERT_FALSE(result.has_value());
   EXPECT_EQ(result.error().code, ErrorCode::invalid_input);
   EXPECT_CONTAINS(result.error().message, "e0.json: field 'num_layers': envelope has 5, the primary run has 4 (r0.json)");
 
-  std::vector<Capture> env = run_of(rank_values(7, 1, 4, 0), "e");
+  std::vector<Capture> env = run_of(testing::rank_maxima(7, 1, 4, 0), "e");
   env[0].latent_dim = 256;
   EXPECT_CONTAINS(error_of(scales::calibrate(run_of(primary), env, options())),
                   "e0.json: field 'latent_dim': envelope has 256, the primary run has 512");
 }
 
 TEST(CalibrationEnvelope, MustBeCompleteAndAgree) {
-  const auto primary = rank_values(8, 2, 3, 0);
-  std::vector<Capture> env = run_of(rank_values(9, 3, 3, 0), "e");
+  const auto primary = testing::rank_maxima(8, 2, 3, 0);
+  std::vector<Capture> env = run_of(testing::rank_maxima(9, 3, 3, 0), "e");
   env.pop_back();
   EXPECT_CONTAINS(error_of(scales::calibrate(run_of(primary), env, options())),
                   "envelope run: missing rank 2 of tp 3 (have 0, 1)");
-  auto values = rank_values(9, 2, 3, 0);
+  auto values = testing::rank_maxima(9, 2, 3, 0);
   values[1][0] *= 0.9;
   EXPECT_CONTAINS(error_of(scales::calibrate(run_of(primary), run_of(values, "e"), options())),
                   "Envelope run (e0.json, ...): the 2 ranks disagree at 1 layer");
 }
 
 TEST(CalibrationEnvelope, AnotherRevisionIsAllowedButRecorded) {
-  const auto primary = rank_values(10, 2, 3, 0);
-  std::vector<Capture> env = run_of(rank_values(11, 1, 3, 0), "e");
+  const auto primary = testing::rank_maxima(10, 2, 3, 0);
+  std::vector<Capture> env = run_of(testing::rank_maxima(11, 1, 3, 0), "e");
   env[0].model_revision = "fedcba9";
   auto c = scales::calibrate(run_of(primary), env, options());
   ASSERT_OK(c);
@@ -462,7 +441,7 @@ TEST(CalibrationEnvelope, AnotherRevisionIsAllowedButRecorded) {
 // An envelope is an independent run: the primary captures given again, as the same file,
 // as a copy of their bytes or re-saved with the same values, would count one run as two.
 TEST(CalibrationEnvelope, ThePrimaryRunAgainIsRefusedNamingBothFiles) {
-  const auto primary = rank_values(12, 2, 3, 0);
+  const auto primary = testing::rank_maxima(12, 2, 3, 0);
   // The same bytes under other names (a copy).
   EXPECT_CONTAINS(error_of(scales::calibrate(run_of(primary), run_of(primary, "e"), options())),
                   "e0.json: envelope capture has the same bytes (sha256 ");
@@ -498,7 +477,7 @@ TEST(CalibrationEnvelope, ThePrimaryRunAgainIsRefusedNamingBothFiles) {
 
 TEST(CalibrationHeadroom, MultipliesEveryLayer) {
   const std::uint64_t seed = test_seed("calibration headroom");
-  const auto values = rank_values(seed, 2, 8, 0);
+  const auto values = testing::rank_maxima(seed, 2, 8, 0);
   CalibrationOptions o = options();
   o.headroom = 1.25;
   auto c = scales::calibrate(run_of(values), {}, o);
@@ -516,7 +495,7 @@ TEST(CalibrationHeadroom, BelowOneOrNotFiniteIsRefused) {
                      std::numeric_limits<double>::infinity()}) {
     CalibrationOptions o = options();
     o.headroom = bad;
-    const auto result = scales::calibrate(run_of(rank_values(12, 2, 2, 0)), {}, o);
+    const auto result = scales::calibrate(run_of(testing::rank_maxima(12, 2, 2, 0)), {}, o);
     ASSERT_FALSE(result.has_value()) << bad;
     EXPECT_EQ(result.error().code, ErrorCode::invalid_argument);
     EXPECT_CONTAINS(result.error().message, "--headroom: must be finite and >= 1");
@@ -545,7 +524,7 @@ TEST_F(CalibrationCheckpoint, CountsMustMatchConfigJson) {
   EXPECT_FALSE(facts->revision.has_value());
   CalibrationOptions o = options();
   o.checkpoint = *facts;
-  const auto result = scales::calibrate(run_of(rank_values(13, 2, 6, 0)), {}, o);
+  const auto result = scales::calibrate(run_of(testing::rank_maxima(13, 2, 6, 0)), {}, o);
   ASSERT_FALSE(result.has_value());
   EXPECT_EQ(result.error().code, ErrorCode::invalid_input);
   EXPECT_CONTAINS(result.error().message, (dir() / "ckpt" / "config.json").string() +
@@ -556,12 +535,12 @@ TEST_F(CalibrationCheckpoint, CountsMustMatchConfigJson) {
   config["kv_lora_rank"] = 256;
   write_text(dir() / "ckpt" / "config.json", config.dump(2));
   o.checkpoint = *scales::checkpoint_facts(dir() / "ckpt", std::nullopt);
-  EXPECT_CONTAINS(error_of(scales::calibrate(run_of(rank_values(13, 2, 6, 0)), {}, o)),
+  EXPECT_CONTAINS(error_of(scales::calibrate(run_of(testing::rank_maxima(13, 2, 6, 0)), {}, o)),
                   "config.json: field 'kv_lora_rank': is 256 but the captures have latent_dim 512");
 
   write_text(dir() / "ckpt" / "config.json", glm_config(6).dump(2));
   o.checkpoint = *scales::checkpoint_facts(dir() / "ckpt", std::nullopt);
-  EXPECT_OK(scales::calibrate(run_of(rank_values(13, 2, 6, 0)), {}, o));
+  EXPECT_OK(scales::calibrate(run_of(testing::rank_maxima(13, 2, 6, 0)), {}, o));
 }
 
 TEST_F(CalibrationCheckpoint, MissingConfigIsNamed) {
@@ -578,7 +557,7 @@ TEST_F(CalibrationCheckpoint, RevisionFromTheSnapshotDirectoryMustMatch) {
   ASSERT_EQ(facts->revision, "89abcdef01234567");
   CalibrationOptions o = options();
   o.checkpoint = *facts;
-  const auto values = rank_values(14, 2, 3, 0);
+  const auto values = testing::rank_maxima(14, 2, 3, 0);
   const auto result = scales::calibrate(run_of(values), {}, o);
   ASSERT_FALSE(result.has_value());
   EXPECT_EQ(result.error().code, ErrorCode::invalid_input);

@@ -168,7 +168,7 @@ build_hiredis() {
   # hiredis 0.14.1 declares a reply callback's element count as size_t where the reader's
   # function pointer type says int: GCC (Debian's build) warns, clang refuses by default.
   # The same code as Debian's library, so the same warning, not an error.
-  for s in net hiredis sds async read; do
+  for s in net hiredis sds async read alloc; do
     "$CC" $cflags -std=c99 -D_GNU_SOURCE -Wno-error=incompatible-function-pointer-types -c "$tree/$s.c" -o "$work/$s.o"
     objs+=("$work/$s.o")
   done

@@ -1,5 +1,6 @@
 // The caller's side of tool isolation (tool_worker.hpp): spawning workers, the pool of idle
 // ones, one request's exchange under a deadline, and turning a worker's end into an error.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -45,8 +46,23 @@ struct Worker {
 
 std::string errno_text(int error) { return std::strerror(error); }
 
+// The POSIX and Linux signals by name (glibc's sigabbrev_np is 2.32+; the wheel runs on 2.28).
 std::string signal_name(int signal) {
-  if (const char* abbrev = ::sigabbrev_np(signal)) return std::string("SIG") + abbrev;
+  struct Named {
+    int number;
+    const char* name;
+  };
+  static constexpr Named k_signals[] = {
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},       {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},     {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"},     {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"},     {SIGTERM, "SIGTERM"}, {SIGSTKFLT, "SIGSTKFLT"},
+      {SIGCHLD, "SIGCHLD"}, {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"},
+      {SIGTTIN, "SIGTTIN"}, {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"},
+      {SIGXFSZ, "SIGXFSZ"}, {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"},
+      {SIGIO, "SIGIO"},     {SIGPWR, "SIGPWR"},       {SIGSYS, "SIGSYS"}};
+  for (const Named& s : k_signals)
+    if (s.number == signal) return s.name;
   return "signal " + std::to_string(signal);
 }
 
@@ -94,6 +110,14 @@ bool drain_output(Worker& w) {
   }
 }
 
+// posix_spawn_file_actions_addclosefrom_np where the C library has it (glibc 2.34+).
+using AddClosefrom = int (*)(posix_spawn_file_actions_t*, int);
+AddClosefrom addclosefrom_action() {
+  static const auto fn =
+      reinterpret_cast<AddClosefrom>(::dlsym(RTLD_DEFAULT, "posix_spawn_file_actions_addclosefrom_np"));
+  return fn;
+}
+
 Result<Worker> spawn_worker(const std::filesystem::path& path) {
   int pair[2], pipe_fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
@@ -114,8 +138,11 @@ Result<Worker> spawn_worker(const std::filesystem::path& path) {
   posix_spawn_file_actions_adddup2(&actions, theirs.get(), 3);
   // posix_spawn closes only close-on-exec descriptors: without this the worker would hold
   // every inheritable one of the host (a pipe's write end among them, which then never
-  // reaches its end while the worker lives).
-  posix_spawn_file_actions_addclosefrom_np(&actions, 4);
+  // reaches its end while the worker lives). glibc has the action from 2.34; the wheel runs
+  // on 2.28 (scripts/wheel.sh), so it is looked up, and where it is missing the worker
+  // closes them as its first step (tool_worker_main), before it reads a request.
+  const auto closefrom = addclosefrom_action();
+  if (closefrom) closefrom(&actions, 4);
   // The host's signal mask and ignored signals are not the worker's business.
   sigset_t none, all;
   sigemptyset(&none);
@@ -124,7 +151,8 @@ Result<Worker> spawn_worker(const std::filesystem::path& path) {
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   const std::string program = path.string();
-  char* argv[] = {const_cast<char*>(program.c_str()), nullptr};
+  std::string close_inherited = k_tool_worker_close_inherited;
+  char* argv[] = {const_cast<char*>(program.c_str()), closefrom ? nullptr : close_inherited.data(), nullptr};
   // The worker is another program, so its own search could find other compilers (the
   // Python environment is told by the program's path): it gets the files this process
   // found, named in the variables that pick them.

@@ -38,7 +38,11 @@ Bytes to_frame(const json& doc) { return json::to_cbor(doc); }
 template <class Fn>
 auto decoded(const Bytes& frame, const char* what, Fn&& fn) -> decltype(fn(json{})) {
   try {
-    return fn(json::from_cbor(frame));
+    // Read through char pointers: nlohmann/json 3.11.2 (Debian 12) reads a range of
+    // unsigned char with std::char_traits<unsigned char>, which libc++ (the wheel's C++
+    // runtime, scripts/wheel.sh) does not define.
+    const char* bytes = reinterpret_cast<const char*>(frame.data());
+    return fn(json::from_cbor(bytes, bytes + frame.size()));
   } catch (const std::exception& e) {
     return make_error(ErrorCode::compile, std::string("garbled ") + what + " from the tool worker: " + e.what());
   }

@@ -2,14 +2,17 @@
 // timeout. The caller's side, the pool, is tool_pool.cpp.
 #include "runtime/compile/tool_worker.hpp"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "runtime/compile/tool_protocol.hpp"
 #include "support/env.hpp"
@@ -52,9 +55,33 @@ std::vector<std::filesystem::path> candidates_beside(const std::filesystem::path
   return {dir / k_tool_worker_name, dir / ".." / "libexec" / "jitcache" / k_tool_worker_name};
 }
 
+// Every descriptor above the socket. The spawner closes them with posix_spawn where glibc
+// can (2.34+, tool_pool.cpp); on an older one the worker is started holding the caller's
+// inheritable descriptors and told so (k_tool_worker_close_inherited), and closes them
+// here, before it reads a request: with close_range (Linux 5.9+) at once, else each one
+// /proc/self/fd lists. Not otherwise: what the loader opened itself (LD_DEBUG_OUTPUT's
+// file) stays open.
+void close_inherited_descriptors() {
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, k_socket_fd + 1, ~0U, 0) == 0) return;
+#endif
+  std::vector<int> open;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    const int own = ::dirfd(dir);
+    while (const dirent* entry = ::readdir(dir)) {
+      char* end = nullptr;
+      const long fd = std::strtol(entry->d_name, &end, 10);
+      if (end != entry->d_name && *end == '\0' && fd > k_socket_fd && fd != own) open.push_back(static_cast<int>(fd));
+    }
+    ::closedir(dir);
+  }
+  for (const int fd : open) ::close(fd);
+}
+
 }  // namespace
 
-int tool_worker_main(int /*argc*/, char** /*argv*/) {
+int tool_worker_main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], k_tool_worker_close_inherited) == 0) close_inherited_descriptors();
   const bool private_cwd = enter_private_directory();
   set_stage_observer(&send_stage);
   for (;;) {

@@ -36,6 +36,9 @@
 namespace jitcache {
 
 inline constexpr const char* k_tool_worker_name = "jitcache-tool-worker";
+// The worker's one argument, given by a spawner that could not close the caller's
+// inheritable descriptors itself (glibc before 2.34): the worker closes them first.
+inline constexpr char k_tool_worker_close_inherited[] = "--close-inherited";
 
 // The tool that reads a source of `kind` first: "NVRTC", "libNVVM", "nvJitLink"
 // (defined in source_compiler.cpp).

@@ -5,7 +5,9 @@
 // corrupted NVVM bitcode on which libNVVM calls exit(1).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -266,6 +268,52 @@ TEST_F(ToolWorker, TheWorkerHoldsNoneOfTheCallersDescriptors) {
   EXPECT_EQ(::read(read_end, &byte, 1), 0) << "no end of the pipe while the worker lives";
   EXPECT_EQ(live_children().size(), 1u) << "the worker ended";
   ::close(read_end);
+}
+
+// glibc before 2.34 (the wheel's floor is 2.28) has no posix_spawn action that closes
+// descriptors: the spawner then starts the worker with --close-inherited, and the worker
+// closes every descriptor above its socket itself before it reads a request. Started so
+// here, by hand, with an inheritable pipe and one more descriptor beside its socket.
+TEST(ToolWorkerStart, AWorkerToldSoClosesTheCallersDescriptorsItself) {
+  const auto worker = find_tool_worker();
+  ASSERT_TRUE(worker) << worker.error().to_string();
+  int sock[2], fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock), 0);
+  ASSERT_EQ(::pipe(fds), 0);  // inheritable on purpose
+  const int extra = ::fcntl(fds[1], F_DUPFD, 20);  // inheritable too, far above the socket
+  ASSERT_GE(extra, 20);
+  const std::string program = worker->string();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    if (::dup2(sock[1], 3) != 3) ::_exit(126);
+    ::execl(program.c_str(), program.c_str(), k_tool_worker_close_inherited, static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(sock[1]);
+  ::close(fds[1]);
+  ::close(extra);
+  // The worker closes them before it waits for its first request: poll its table a while.
+  std::vector<std::string> held;
+  for (int i = 0; i < 500; ++i) {
+    held.clear();
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+      const int fd = std::stoi(entry.path().filename().string());
+      if (fd > 3) held.push_back(std::to_string(fd) + " -> " + std::filesystem::read_symlink(entry.path(), ec).string());
+    }
+    if (held.empty() && !ec) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(held.empty()) << "the worker holds: " << ::testing::PrintToString(held);
+  ASSERT_EQ(::fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+  char byte;
+  EXPECT_EQ(::read(fds[0], &byte, 1), 0) << "no end of the pipe while the worker lives";
+  ::close(sock[0]);  // the caller is gone: the worker ends, with status 0
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  ::close(fds[0]);
 }
 
 // More concurrent compiles than JITCACHE_TOOL_WORKERS: the others wait, and every one is

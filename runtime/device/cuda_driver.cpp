@@ -62,15 +62,19 @@ Result<std::shared_ptr<CudaDriver>> CudaDriver::load(int ordinal) {
   // Optional entry points, by the names cuda.h maps the calls to (CUDA 11.4 and later):
   // cuStreamBeginCapture_v2 takes a capture mode, cuGraphInstantiateWithFlags is
   // cuGraphInstantiate since CUDA 12; the others have one version.
-  resolve(lib, a.cuStreamCreate, "cuStreamCreate");
-  resolve(lib, a.cuStreamDestroy, "cuStreamDestroy_v2");
-  resolve(lib, a.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
-  resolve(lib, a.cuStreamEndCapture, "cuStreamEndCapture");
-  resolve(lib, a.cuGraphInstantiate, "cuGraphInstantiateWithFlags");
-  resolve(lib, a.cuGraphLaunch, "cuGraphLaunch");
-  resolve(lib, a.cuGraphExecDestroy, "cuGraphExecDestroy");
-  resolve(lib, a.cuGraphDestroy, "cuGraphDestroy");
-  resolve(lib, a.cuMemGetInfo, "cuMemGetInfo_v2");
+  // Each stays null where the driver lacks it (has_graphs() says whether graphs work).
+  for (const LibrarySymbol& optional : std::initializer_list<LibrarySymbol>{
+           {"cuStreamCreate", &a.cuStreamCreate},
+           {"cuStreamDestroy_v2", &a.cuStreamDestroy},
+           {"cuStreamBeginCapture_v2", &a.cuStreamBeginCapture},
+           {"cuStreamEndCapture", &a.cuStreamEndCapture},
+           {"cuGraphInstantiateWithFlags", &a.cuGraphInstantiate},
+           {"cuGraphLaunch", &a.cuGraphLaunch},
+           {"cuGraphExecDestroy", &a.cuGraphExecDestroy},
+           {"cuGraphDestroy", &a.cuGraphDestroy},
+           {"cuMemGetInfo_v2", &a.cuMemGetInfo},
+       })
+    if (void* address = ::dlsym(driver->m_library, optional.name())) optional.bind(address);
 
   JC_TRY(driver->check(a.cuInit(0), "cuInit"));
   int count = 0;

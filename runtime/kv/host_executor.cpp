@@ -69,14 +69,26 @@ Status check_extent(const void* base, const char* field, std::int64_t count, std
   return {};
 }
 
+// What every body below shares: the run's status word is its own (or'ed into the caller's
+// at the end), and an outer scale the kernel refuses reports its bit and runs nothing, as
+// the kernels' first check does.
+template <class Params, class Body>
+jc::u32 run_checked(const Params& p, bool scale_ok, jc::u32 refused_bit, Body&& body) {
+  jc::u32 status = 0;
+  Params q = p;
+  q.status = &status;
+  if (scale_ok) {
+    body(q);
+  } else {
+    jc::report(q.status, refused_bit);
+  }
+  if (p.status != nullptr) *p.status |= status;
+  return status;
+}
+
 template <jc::LatentMode LM, jc::RopeMode RM>
 jc::u32 run_writer(const jc::WriterParams& p, float scale) {
-  jc::u32 status = 0;
-  jc::WriterParams q = p;
-  q.status = &status;
-  if (!jc::latent_scale_ok<LM>(scale)) {
-    jc::report(q.status, jc::latent_scale_error_bit<LM>());
-  } else {
+  return run_checked(p, jc::latent_scale_ok<LM>(scale), jc::latent_scale_error_bit<LM>(), [&](jc::WriterParams& q) {
     jc::WriterLoads in[jc::k_warp];
     jc::WriterPartials part[jc::k_warp];
     jc::BlockScale mine[jc::k_warp];
@@ -111,36 +123,23 @@ jc::u32 run_writer(const jc::WriterParams& p, float scale) {
         jc::writer_lane<LM, RM>(q, lane, in[lane], scales, rope_amax);
       }
     }
-  }
-  if (p.status != nullptr) *p.status |= status;
-  return status;
+  });
 }
 
 template <jc::LatentMode LM, jc::RopeMode RM>
 jc::u32 run_gather(const jc::GatherParams& p, float scale) {
-  jc::u32 status = 0;
-  jc::GatherParams q = p;
-  q.status = &status;
-  if (!jc::latent_scale_ok<LM>(scale)) {
-    jc::report(q.status, jc::latent_scale_error_bit<LM>());
-  } else {
+  return run_checked(p, jc::latent_scale_ok<LM>(scale), jc::latent_scale_error_bit<LM>(), [&](jc::GatherParams& q) {
     for (jc::i64 row = 0; row < q.num_rows; ++row)
       for (int lane = 0; lane < jc::k_warp; ++lane) jc::gather_lane<LM, RM>(q, row, lane, scale);
-  }
-  if (p.status != nullptr) *p.status |= status;
-  return status;
+  });
 }
 
 // The formats' bodies (nvfp4_mla_formats.cuh) the same way: the per-token writer first
 // takes the maximum of every lane's block amaxes (the warp's reduction) to get s_t.
 template <jc::fmt::Scaling S, jc::fmt::Format F>
 jc::u32 run_formats_writer(const jc::WriterParams& p, float scale) {
-  jc::u32 status = 0;
-  jc::WriterParams q = p;
-  q.status = &status;
-  if (!jc::fmt::outer_scale_ok<S>(scale)) {
-    jc::report(q.status, jc::fmt::outer_scale_error_bit<S>());
-  } else {
+  return run_checked(p, jc::fmt::outer_scale_ok<S>(scale), jc::fmt::outer_scale_error_bit<S>(),
+                     [&](jc::WriterParams& q) {
     jc::WriterLoads in[jc::k_warp];
     jc::WriterPartials part[jc::k_warp];
     jc::BlockScale mine[jc::k_warp];
@@ -179,24 +178,16 @@ jc::u32 run_formats_writer(const jc::WriterParams& p, float scale) {
         jc::fmt::writer_lane<S, F>(q, lane, in[lane], scales, rope_amax, token_scale);
       }
     }
-  }
-  if (p.status != nullptr) *p.status |= status;
-  return status;
+  });
 }
 
 template <jc::fmt::Scaling S, jc::fmt::Format F>
 jc::u32 run_formats_gather(const jc::GatherParams& p, float scale) {
-  jc::u32 status = 0;
-  jc::GatherParams q = p;
-  q.status = &status;
-  if (!jc::fmt::outer_scale_ok<S>(scale)) {
-    jc::report(q.status, jc::fmt::outer_scale_error_bit<S>());
-  } else {
+  return run_checked(p, jc::fmt::outer_scale_ok<S>(scale), jc::fmt::outer_scale_error_bit<S>(),
+                     [&](jc::GatherParams& q) {
     for (jc::i64 row = 0; row < q.num_rows; ++row)
       for (int lane = 0; lane < jc::k_warp; ++lane) jc::fmt::gather_lane<S, F>(q, row, lane, scale);
-  }
-  if (p.status != nullptr) *p.status |= status;
-  return status;
+  });
 }
 
 // The page-major formats' bodies: rows in order, a row whose in-range slot an earlier row
@@ -204,12 +195,8 @@ jc::u32 run_formats_gather(const jc::GatherParams& p, float scale) {
 // kernel's one exchange, each chunk amax with its partner's (xor 1).
 template <jc::fmt::Scaling S, jc::fmt::Format F>
 jc::u32 run_paged_writer(const jc::WriterParams& p, float scale) {
-  jc::u32 status = 0;
-  jc::WriterParams q = p;
-  q.status = &status;
-  if (!jc::fmt::outer_scale_ok<S>(scale)) {
-    jc::report(q.status, jc::fmt::outer_scale_error_bit<S>());
-  } else {
+  return run_checked(p, jc::fmt::outer_scale_ok<S>(scale), jc::fmt::outer_scale_error_bit<S>(),
+                     [&](jc::WriterParams& q) {
     std::unordered_set<jc::i64> taken;
     jc::WriterLoads in[jc::k_warp];
     float amax[jc::k_warp][2];
@@ -227,24 +214,16 @@ jc::u32 run_paged_writer(const jc::WriterParams& p, float scale) {
         jc::fmt::paged_writer_lane<F>(q, lane, in[lane], scales);
       }
     }
-  }
-  if (p.status != nullptr) *p.status |= status;
-  return status;
+  });
 }
 
 template <jc::fmt::Scaling S, jc::fmt::Format F>
 jc::u32 run_paged_gather(const jc::GatherParams& p, float scale) {
-  jc::u32 status = 0;
-  jc::GatherParams q = p;
-  q.status = &status;
-  if (!jc::fmt::outer_scale_ok<S>(scale)) {
-    jc::report(q.status, jc::fmt::outer_scale_error_bit<S>());
-  } else {
+  return run_checked(p, jc::fmt::outer_scale_ok<S>(scale), jc::fmt::outer_scale_error_bit<S>(),
+                     [&](jc::GatherParams& q) {
     for (jc::i64 row = 0; row < q.num_rows; ++row)
       for (int lane = 0; lane < jc::k_warp; ++lane) jc::fmt::paged_gather_lane<F>(q, row, lane);
-  }
-  if (p.status != nullptr) *p.status |= status;
-  return status;
+  });
 }
 
 template <jc::fmt::Format F>

@@ -112,6 +112,8 @@ def reference_mode(model: jitcache.Model, layer: int) -> tuple[str, float]:
 
 CHILD = r"""
 import json, os, sys, typing
+import pytest
+env = pytest.MonkeyPatch()  # this child's environment changes, through the tests' one guard
 out = {}
 import sglang.srt.plugins as plugins
 from sglang.srt.server_args import prepare_server_args, ServerArgs
@@ -125,11 +127,11 @@ def parse():
     except SystemExit as exc:
         return f"exit {exc.code}"
 
-os.environ["SGLANG_PLUGINS"] = "someone_else"
+env.setenv("SGLANG_PLUGINS", "someone_else")
 plugins.load_plugins()  # the whitelist names another plugin: jitcache is not loaded
 out["parsed_without"] = parse()
 plugins._plugins_loaded = False
-os.environ["SGLANG_PLUGINS"] = "jitcache"
+env.setenv("SGLANG_PLUGINS", "jitcache")
 plugins.load_plugins()
 plugins.load_plugins()  # idempotent
 out["parsed_with"] = parse()
@@ -153,12 +155,12 @@ try:
     kcd.configure_kv_cache_dtype(server_args_kv_cache_dtype="nvfp4_ds_mla", model_dtype=torch.float16, **common)
 except ValueError as exc:
     out["fp16_refused"] = str(exc)
-os.environ["JITCACHE_SGLANG_FORMAT"] = "b12x-304"
+env.setenv("JITCACHE_SGLANG_FORMAT", "b12x-304")
 try:
     kcd.configure_kv_cache_dtype(server_args_kv_cache_dtype="nvfp4_ds_mla", model_dtype=torch.bfloat16, **common)
 except ValueError as exc:
     out["format_refused"] = str(exc)
-del os.environ["JITCACHE_SGLANG_FORMAT"]
+env.delenv("JITCACHE_SGLANG_FORMAT")
 
 from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
 class Fake:

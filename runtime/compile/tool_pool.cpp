@@ -356,27 +356,31 @@ Result<SourceOutput> exchange(Worker& w, const SourceInput& input, std::chrono::
   std::size_t sent = 0;
   tool_protocol::Bytes in;
   bool output_open = true;
+  // The worker stopped reading the request (it died or closed its end). What it sent before
+  // is still in this side's queue and is read first: its last stage names what failed.
+  bool refused = false;
   dead = true;
   for (;;) {
-    pollfd fds[2] = {{w.socket.get(), static_cast<short>(POLLIN | (sent < out.size() ? POLLOUT : 0)), 0},
+    const bool sending = sent < out.size() && !refused;
+    pollfd fds[2] = {{w.socket.get(), static_cast<short>(POLLIN | (sending ? POLLOUT : 0)), 0},
                      {output_open ? w.output.get() : -1, POLLIN, 0}};
     const int ready = ::poll(fds, 2, remaining_ms(deadline));
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) return std::unexpected(kill_worker(w, ex, "could not be waited for: " + errno_text(errno)));
     if (ready == 0) return std::unexpected(kill_worker(w, ex, timeout_text));
     if (fds[1].revents != 0) output_open = drain_output(w);
-    if ((fds[0].revents & POLLOUT) != 0 && sent < out.size()) {
+    if ((fds[0].revents & POLLOUT) != 0 && sending) {
       const ssize_t n = ::send(w.socket.get(), out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
       if (n > 0) sent += static_cast<std::size_t>(n);
-      else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        return std::unexpected(worker_failed(w, ex, reap(w.pid, std::chrono::milliseconds(2000)) +
-                                                        " (it stopped reading the request)"));
+      else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) refused = true;
     }
     if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
     std::uint8_t chunk[65536];
     const ssize_t n = ::recv(w.socket.get(), chunk, sizeof chunk, 0);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-    if (n <= 0) return std::unexpected(worker_failed(w, ex, reap(w.pid, std::chrono::milliseconds(2000))));
+    if (n <= 0)
+      return std::unexpected(worker_failed(
+          w, ex, reap(w.pid, std::chrono::milliseconds(2000)) + (refused ? " (it stopped reading the request)" : "")));
     in.insert(in.end(), chunk, chunk + n);
     for (;;) {
       auto frame = tool_protocol::take_frame(in);

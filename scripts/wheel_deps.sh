@@ -135,7 +135,7 @@ build() {
 }
 
 build_sqlite3() {
-  local tree=$1 work=$prefix/work/sqlite3
+  local tree=$1 work=$prefix/build-trees/sqlite3
   rm -rf "$work" && mkdir -p "$work"
   # The amalgamation is generated from the full source tree by its own tools (tclsh and
   # the host compiler); only sqlite3.c is compiled for the target.
@@ -152,7 +152,7 @@ build_sqlite3() {
 }
 
 build_xxhash() {
-  local tree=$1 work=$prefix/work/xxhash
+  local tree=$1 work=$prefix/build-trees/xxhash
   rm -rf "$work" && mkdir -p "$work"
   # -O3 as upstream's Makefile builds the library.
   "$CC" ${cflags/-O2/-O3} -c "$tree/xxhash.c" -o "$work/xxhash.o"
@@ -162,7 +162,7 @@ build_xxhash() {
 }
 
 build_hiredis() {
-  local tree=$1 work=$prefix/work/hiredis
+  local tree=$1 work=$prefix/build-trees/hiredis
   rm -rf "$work" && mkdir -p "$work"
   local objs=()
   # hiredis 0.14.1 declares a reply callback's element count as size_t where the reader's
@@ -180,7 +180,7 @@ build_hiredis() {
 }
 
 build_openssl() {
-  local tree=$1 work=$prefix/work/openssl
+  local tree=$1 work=$prefix/build-trees/openssl
   rm -rf "$work" && mkdir -p "$work"
   # libcrypto alone, static, with what the library uses (SHA-256, HMAC through EVP_MAC,
   # CRYPTO_memcmp) and the provider core they need; the assembly kept (SHA-NI, AVX2 SHA-256:
@@ -205,4 +205,4 @@ for pin in "${pins[@]}"; do
   # shellcheck disable=SC2086
   build $pin
 done
-rm -rf "$prefix/work"
+rm -rf "$prefix/build-trees"

@@ -11,28 +11,18 @@
 #include <cstring>
 
 #include "jitcache/log.hpp"
+#include "support/enum_names.hpp"
 #include "support/regular_file.hpp"
 
 namespace jitcache::cache {
 
 const char* to_string(PublishStep step) {
-  switch (step) {
-    case PublishStep::temp_written: return "temp_written";
-    case PublishStep::renamed: return "renamed";
-    case PublishStep::row_written: return "row_written";
-  }
-  return "?";
+  return enum_name(step, {"temp_written", "renamed", "row_written"});
 }
 
 const char* to_string(BlobProblem problem) {
-  switch (problem) {
-    case BlobProblem::missing: return "missing";
-    case BlobProblem::not_regular: return "not a regular file";
-    case BlobProblem::wrong_size: return "wrong size";
-    case BlobProblem::altered: return "content does not match its digest";
-    case BlobProblem::unreadable: return "unreadable";
-  }
-  return "?";
+  return enum_name(problem, {"missing", "not a regular file", "wrong size",
+                             "content does not match its digest", "unreadable"});
 }
 
 namespace {

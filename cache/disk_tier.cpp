@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "jitcache/log.hpp"
+#include "support/enum_names.hpp"
 
 namespace jitcache::cache {
 namespace {
@@ -41,14 +42,7 @@ bool exists_nofollow(const std::filesystem::path& path) {
 
 }  // namespace
 
-const char* to_string(StoreMode mode) {
-  switch (mode) {
-    case StoreMode::read_write: return "read-write";
-    case StoreMode::read_only: return "read-only";
-    case StoreMode::memory_only: return "memory-only";
-  }
-  return "?";
-}
+const char* to_string(StoreMode mode) { return enum_name(mode, {"read-write", "read-only", "memory-only"}); }
 
 DiskTier::DiskTier(std::filesystem::path root, DiskTierOptions options, StoreMode mode, UniqueFd root_fd,
                    BlobFiles blobs, UniqueFd locks_fd, Tally& tally, UpstreamUses upstream)

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "support/enum_names.hpp"
+
 namespace jitcache::cache {
 namespace {
 
@@ -53,21 +55,9 @@ MetricFamily& family_named(std::vector<MetricFamily>& families, const std::strin
 
 }  // namespace
 
-const char* to_string(MetricType type) {
-  switch (type) {
-    case MetricType::counter: return "counter";
-    case MetricType::gauge: return "gauge";
-  }
-  return "?";
-}
+const char* to_string(MetricType type) { return enum_name(type, {"counter", "gauge"}); }
 
-const char* to_string(CounterScope scope) {
-  switch (scope) {
-    case CounterScope::cache: return "cache";
-    case CounterScope::process: return "process";
-  }
-  return "?";
-}
+const char* to_string(CounterScope scope) { return enum_name(scope, {"cache", "process"}); }
 
 CounterMetric counter_metric(const CounterField& field) {
   std::vector<std::string_view> parts = path_parts(field.json);

@@ -1,29 +1,14 @@
 #include "cache/store.hpp"
 
 #include "jitcache/log.hpp"
+#include "support/enum_names.hpp"
 
 namespace jitcache::cache {
 
-const char* to_string(Tier tier) {
-  switch (tier) {
-    case Tier::memory: return "memory";
-    case Tier::disk: return "disk";
-    case Tier::provider: return "provider";
-    case Tier::remote: return "remote";
-  }
-  return "?";
-}
+const char* to_string(Tier tier) { return enum_name(tier, {"memory", "disk", "provider", "remote"}); }
 
 const char* to_string(Source source) {
-  switch (source) {
-    case Source::memory: return "memory";
-    case Source::disk: return "disk";
-    case Source::provider: return "provider";
-    case Source::remote: return "remote";
-    case Source::coalesced: return "coalesced";
-    case Source::produced: return "produced";
-  }
-  return "?";
+  return enum_name(source, {"memory", "disk", "provider", "remote", "coalesced", "produced"});
 }
 
 Store::Store(StoreOptions options)

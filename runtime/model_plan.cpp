@@ -3,17 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/scales/model_config.hpp"
+#include "support/enum_names.hpp"
 
 namespace jitcache {
 
 const char* to_string(CoverageTier tier) {
-  switch (tier) {
-    case CoverageTier::memory: return "memory";
-    case CoverageTier::local: return "local";
-    case CoverageTier::provider: return "provider";
-    case CoverageTier::remote: return "remote";
-  }
-  return "?";
+  return enum_name(tier, {"memory", "local", "provider", "remote"});
 }
 
 namespace {

@@ -27,6 +27,7 @@
 #include "runtime/model_plan.hpp"
 #include "runtime/scales/model_config.hpp"
 #include "support/call_gate.hpp"
+#include "support/enum_names.hpp"
 #include "support/env.hpp"
 
 namespace jitcache {
@@ -490,23 +491,9 @@ class ClosableRuntime final : public Runtime {
 
 }  // namespace
 
-const char* to_string(LookupOutcome outcome) {
-  switch (outcome) {
-    case LookupOutcome::hit: return "hit";
-    case LookupOutcome::miss: return "miss";
-    case LookupOutcome::verify: return "verify";
-  }
-  return "?";
-}
+const char* to_string(LookupOutcome outcome) { return enum_name(outcome, {"hit", "miss", "verify"}); }
 
-const char* to_string(CacheMode mode) {
-  switch (mode) {
-    case CacheMode::read_write: return "read-write";
-    case CacheMode::read_only: return "read-only";
-    case CacheMode::memory_only: return "memory-only";
-  }
-  return "?";
-}
+const char* to_string(CacheMode mode) { return enum_name(mode, {"read-write", "read-only", "memory-only"}); }
 
 namespace {
 

@@ -11,6 +11,7 @@
 #include <random>
 #include <utility>
 
+#include "support/enum_names.hpp"
 #include "support/regular_file.hpp"
 
 namespace jitcache {
@@ -81,14 +82,7 @@ std::unexpected<Error> failure(ErrorWording wording, Op op, int err, const std::
 }  // namespace
 
 const char* to_string(AtomicWriteStep step) {
-  switch (step) {
-    case AtomicWriteStep::temp_create: return "temp_create";
-    case AtomicWriteStep::temp_write: return "temp_write";
-    case AtomicWriteStep::temp_fsync: return "temp_fsync";
-    case AtomicWriteStep::rename: return "rename";
-    case AtomicWriteStep::dir_fsync: return "dir_fsync";
-  }
-  return "?";
+  return enum_name(step, {"temp_create", "temp_write", "temp_fsync", "rename", "dir_fsync"});
 }
 
 AtomicFileWriter::AtomicFileWriter(UniqueFd dir, std::filesystem::path dir_shown, AtomicFileOptions options)

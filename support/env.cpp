@@ -8,6 +8,7 @@
 #include <set>
 
 #include "jitcache/log.hpp"
+#include "support/enum_names.hpp"
 #include "support/text.hpp"
 
 extern char** environ;
@@ -172,17 +173,8 @@ bool first_warning(const std::string& key) {
 }  // namespace
 
 const char* to_string(EnvType type) {
-  switch (type) {
-    case EnvType::path: return "path";
-    case EnvType::string: return "string";
-    case EnvType::boolean: return "bool";
-    case EnvType::log_level: return "log level";
-    case EnvType::milliseconds: return "milliseconds";
-    case EnvType::bytes: return "bytes";
-    case EnvType::count: return "count";
-    case EnvType::fraction: return "fraction";
-  }
-  return "?";
+  return enum_name(type, {"path", "string", "bool", "log level", "milliseconds", "bytes", "count",
+                          "fraction"});
 }
 
 std::span<const EnvVar* const> registry() { return k_registry; }

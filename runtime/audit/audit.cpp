@@ -14,6 +14,7 @@
 #include "runtime/compile/kernel_request.hpp"
 #include "runtime/compile/ptx_analysis.hpp"
 #include "runtime/compile/source_cache.hpp"
+#include "support/enum_names.hpp"
 
 namespace jitcache {
 namespace {
@@ -343,21 +344,9 @@ std::optional<Finding> audit_artifact(const cache::CacheKey& key, std::uint32_t 
 }
 
 const char* to_string(FindingKind kind) {
-  switch (kind) {
-    case FindingKind::stale_identity: return "stale-identity";
-    case FindingKind::legacy_key: return "legacy-key";
-    case FindingKind::fact_mismatch: return "fact-mismatch";
-    case FindingKind::corrupt: return "corrupt";
-    case FindingKind::missing_blob: return "missing-blob";
-    case FindingKind::orphan_blob: return "orphan-blob";
-    case FindingKind::bad_source_entry: return "bad-source-entry";
-    case FindingKind::incomplete_spec: return "incomplete-spec";
-    case FindingKind::dangling_spec_record: return "dangling-spec-record";
-    case FindingKind::superseded: return "superseded";
-    case FindingKind::unknown_compiler: return "unknown-compiler";
-    case FindingKind::wrong_device: return "wrong-device";
-  }
-  return "?";
+  return enum_name(kind, {"stale-identity", "legacy-key", "fact-mismatch", "corrupt", "missing-blob",
+                          "orphan-blob", "bad-source-entry", "incomplete-spec", "dangling-spec-record",
+                          "superseded", "unknown-compiler", "wrong-device"});
 }
 
 const char* to_string(Severity severity) { return severity == Severity::warning ? "warning" : "error"; }

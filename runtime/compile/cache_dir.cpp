@@ -7,18 +7,13 @@
 #include <vector>
 
 #include "jitcache/log.hpp"
+#include "support/enum_names.hpp"
 #include "support/env.hpp"
 
 namespace jitcache::runtime {
 
 const char* to_string(CacheDirSource source) {
-  switch (source) {
-    case CacheDirSource::argument: return "--cache-dir";
-    case CacheDirSource::jitcache_dir: return "JITCACHE_DIR";
-    case CacheDirSource::xdg_cache_home: return "XDG_CACHE_HOME";
-    case CacheDirSource::home: return "HOME";
-  }
-  return "?";
+  return enum_name(source, {"--cache-dir", "JITCACHE_DIR", "XDG_CACHE_HOME", "HOME"});
 }
 
 namespace {

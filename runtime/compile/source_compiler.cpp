@@ -13,6 +13,7 @@
 #include "runtime/compile/source_rules.hpp"
 #include "runtime/compile/toolkit_library.hpp"
 #include "runtime/compile/tool_worker.hpp"
+#include "support/enum_names.hpp"
 #include "support/env.hpp"
 
 namespace jitcache {
@@ -297,14 +298,7 @@ const char* source_tool_name(SourceKind kind) {
   return "?";
 }
 
-const char* to_string(SourceKind kind) {
-  switch (kind) {
-    case SourceKind::cuda: return "cuda";
-    case SourceKind::nvvm: return "nvvm";
-    case SourceKind::ptx: return "ptx";
-  }
-  return "?";
-}
+const char* to_string(SourceKind kind) { return enum_name(kind, {"cuda", "nvvm", "ptx"}); }
 
 std::optional<SourceKind> parse_source_kind(std::string_view text) {
   for (SourceKind kind : {SourceKind::cuda, SourceKind::nvvm, SourceKind::ptx})

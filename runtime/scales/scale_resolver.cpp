@@ -10,6 +10,7 @@
 #include "runtime/scales/model_config.hpp"
 #include "runtime/scales/scale_file.hpp"
 #include "runtime/scales/scale_json.hpp"
+#include "support/enum_names.hpp"
 #include "support/env.hpp"
 #include "support/regular_file.hpp"
 #include "support/sha256.hpp"
@@ -20,41 +21,17 @@ namespace jitcache {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char* to_string(ScaleMode mode) {
-  switch (mode) {
-    case ScaleMode::identity: return "identity";
-    case ScaleMode::dynamic: return "dynamic";
-  }
-  return "?";
-}
+const char* to_string(ScaleMode mode) { return enum_name(mode, {"identity", "dynamic"}); }
 
 const char* to_string(ScaleSource source) {
-  switch (source) {
-    case ScaleSource::explicit_override: return "override";
-    case ScaleSource::checkpoint: return "checkpoint";
-    case ScaleSource::identity_default: return "identity-default";
-    case ScaleSource::draft_identity: return "draft-identity";
-  }
-  return "?";
+  return enum_name(source, {"override", "checkpoint", "identity-default", "draft-identity"});
 }
 
 const char* to_string(OverrideOrigin origin) {
-  switch (origin) {
-    case OverrideOrigin::none: return "none";
-    case OverrideOrigin::argument: return "argument";
-    case OverrideOrigin::environment: return "environment";
-  }
-  return "?";
+  return enum_name(origin, {"none", "argument", "environment"});
 }
 
-const char* to_string(CheckpointForm form) {
-  switch (form) {
-    case CheckpointForm::none: return "none";
-    case CheckpointForm::inline_object: return "inline";
-    case CheckpointForm::sidecar: return "sidecar";
-  }
-  return "?";
-}
+const char* to_string(CheckpointForm form) { return enum_name(form, {"none", "inline", "sidecar"}); }
 
 int ResolvedScales::count(ScaleMode mode) const {
   return static_cast<int>(std::count_if(layers.begin(), layers.end(),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from . import _lib, _log
+from ._handle import HandleOwner
 from .errors import InvalidArgumentError
 from .formats import ROPE_ALIASES, record_format, record_name
 
@@ -216,7 +217,7 @@ def _released() -> InvalidArgumentError:
     return InvalidArgumentError("jitcache: model released (Model.close() was called)")
 
 
-class Model:
+class Model(HandleOwner):
     """A prepared checkpoint: every layer bound to its kernel variant and scale.
 
     Immutable and usable from any thread. Holds its kernels, so it outlives its Runtime.
@@ -272,16 +273,6 @@ class Model:
         on it have returned; later use raises InvalidArgumentError."""
         self._handle = None
         self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _live(self) -> int:
         handle = self._handle
@@ -412,48 +403,30 @@ class Model:
     def provenance(self) -> Provenance:
         return self.scales.provenance
 
-    # ---- launches: direct C calls, no allocation beyond ctypes ----
+    # ---- launches: direct C calls, the handle and layer checked first ----
     def launch_writer(self, layer: int, args: _lib.WriterLaunch, stream: int = 0) -> None:
         """Enqueues the layer's writer on a CUstream (0: the default stream)."""
-        handle = self._handle
-        if handle is None:
-            raise _released()
-        if not -0x80000000 <= layer <= 0x7FFFFFFF:  # ctypes would wrap it silently
-            _fit("layer", layer, 32, True)
-        status = _launch_writer(handle, layer, args, stream or None)
-        if status:
-            _lib.check(status)
+        self._layer_call(_launch_writer, layer, args, stream or None)
 
     def launch_gather(self, layer: int, args: _lib.GatherLaunch, stream: int = 0) -> None:
         """Enqueues the layer's gather on a CUstream (0: the default stream)."""
-        handle = self._handle
-        if handle is None:
-            raise _released()
-        if not -0x80000000 <= layer <= 0x7FFFFFFF:  # ctypes would wrap it silently
-            _fit("layer", layer, 32, True)
-        status = _launch_gather(handle, layer, args, stream or None)
-        if status:
-            _lib.check(status)
+        self._layer_call(_launch_gather, layer, args, stream or None)
 
     def host_write(self, layer: int, args: _lib.WriterLaunch) -> None:
         """The layer's writer on the CPU (host addresses in args)."""
-        handle = self._handle
-        if handle is None:
-            raise _released()
-        if not -0x80000000 <= layer <= 0x7FFFFFFF:  # ctypes would wrap it silently
-            _fit("layer", layer, 32, True)
-        status = _host_write(handle, layer, args)
-        if status:
-            _lib.check(status)
+        self._layer_call(_host_write, layer, args)
 
     def host_gather(self, layer: int, args: _lib.GatherLaunch) -> None:
         """The layer's gather on the CPU (host addresses in args)."""
+        self._layer_call(_host_gather, layer, args)
+
+    def _layer_call(self, call: Any, layer: int, *args: object) -> None:
         handle = self._handle
         if handle is None:
             raise _released()
         if not -0x80000000 <= layer <= 0x7FFFFFFF:  # ctypes would wrap it silently
             _fit("layer", layer, 32, True)
-        status = _host_gather(handle, layer, args)
+        status = call(handle, layer, *args)
         if status:
             _lib.check(status)
 

@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 
 from . import _lib, _log
 from . import providers as _providers
+from ._handle import HandleOwner
 from .errors import InvalidArgumentError
 from .formats import record_format, record_latent_scale
 from .model import (
@@ -395,7 +396,7 @@ def _prepare_options(
     return name, options
 
 
-class Runtime:
+class Runtime(HandleOwner):
     """An open cache directory (and device): prepares checkpoints into :class:`Model` objects.
 
     ``require_cache``: None follows JITCACHE_REQUIRE_CACHE; True makes an unusable cache
@@ -517,16 +518,6 @@ class Runtime:
                     _open_runtimes.discard(self)
                 self._retired[0] = True
             self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def __enter__(self) -> "Runtime":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._handle is None else self._cache.mode

@@ -7,12 +7,14 @@ PYTHONPATH with JITCACHE_LIBRARY), the bundled example checkpoint, and the CLI b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -124,6 +126,46 @@ def run_cli(cli: Path, *args: str, check: bool = True, env: dict | None = None) 
     if check and proc.returncode != 0:
         pytest.fail(f"jitcache {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
     return proc
+
+
+def in_threads(work: Callable[[], object], count: int) -> list[object]:
+    """Runs `work` on `count` Python threads at once; what each returned, or what it raised."""
+    results: list[object] = [None] * count
+
+    def run(index: int) -> None:
+        try:
+            results[index] = work()
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@contextlib.contextmanager
+def reaped(children: list[subprocess.Popen]) -> Iterator[list[subprocess.Popen]]:
+    """Kills whichever of the child processes is still running when the block ends."""
+    try:
+        yield children
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def last_json_lines(children: list[subprocess.Popen], timeout: float) -> list[dict]:
+    """Waits for each child, which must exit 0, and parses the last line it printed as JSON."""
+    results = []
+    for child in children:
+        out, err = child.communicate(timeout=timeout)
+        assert child.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
 
 
 def scales_show_json(cli: Path, checkpoint: Path, *extra: str) -> dict:

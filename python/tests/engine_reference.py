@@ -80,6 +80,15 @@ E4M3_VALUES = _e4m3_table()
 _E4M3_POS = E4M3_VALUES[:0x7F]  # codes 0..0x7E, increasing
 
 
+def _nearest_code(a: np.ndarray, positives: np.ndarray) -> np.ndarray:
+    """For magnitudes a within the grid `positives` (increasing, one per code), the code of the
+    nearest value, a tie going to the even code."""
+    hi = np.clip(np.searchsorted(positives, a, side="left"), 1, len(positives) - 1)
+    lo = hi - 1
+    mid = (positives[lo] + positives[hi]) / 2.0
+    return np.where(a > mid, hi, np.where(a < mid, lo, np.where(lo % 2 == 0, lo, hi)))
+
+
 def e4m3_decode(codes: np.ndarray) -> np.ndarray:
     return E4M3_VALUES[np.asarray(codes, dtype=np.uint8)].astype(np.float32)
 
@@ -89,10 +98,7 @@ def e4m3_encode(x: np.ndarray) -> np.ndarray:
     +-448, NaN -> 0x7F, the sign kept on a zero result (as cvt.rn.satfinite.e4m3x2.f32)."""
     x = np.asarray(x, dtype=np.float32)
     a = np.abs(x.astype(np.float64))
-    hi = np.clip(np.searchsorted(_E4M3_POS, a, side="left"), 1, 0x7E)
-    lo = hi - 1
-    mid = (_E4M3_POS[lo] + _E4M3_POS[hi]) / 2.0
-    code = np.where(a > mid, hi, np.where(a < mid, lo, np.where(lo % 2 == 0, lo, hi)))
+    code = _nearest_code(a, _E4M3_POS)
     code = np.where(a <= 0.0, 0, code)
     code = np.where(a >= 448.0, 0x7E, code)
     sign = np.where(np.signbit(x), 0x80, 0)
@@ -117,10 +123,7 @@ def e2m1_encode(x: np.ndarray) -> np.ndarray:
     NaN -> 0x7 (+6), the sign kept on a zero result (as cvt.rn.satfinite.e2m1x2.f32)."""
     x = np.asarray(x, dtype=np.float32)
     a = np.abs(x.astype(np.float64))
-    hi = np.clip(np.searchsorted(_E2M1_POS, a, side="left"), 1, 7)
-    lo = hi - 1
-    mid = (_E2M1_POS[lo] + _E2M1_POS[hi]) / 2.0
-    code = np.where(a > mid, hi, np.where(a < mid, lo, np.where(lo % 2 == 0, lo, hi)))
+    code = _nearest_code(a, _E2M1_POS)
     code = np.where(a <= 0.0, 0, np.where(a >= 6.0, 7, code))
     code = code | np.where(np.signbit(x), 0x8, 0)
     return np.where(np.isnan(x), 0x7, code).astype(np.uint8)

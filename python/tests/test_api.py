@@ -8,14 +8,13 @@ import shutil
 import struct
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 import jitcache
 from jitcache import _lib
-from conftest import TARGET, run_cli, scales_show_json
+from conftest import TARGET, in_threads, run_cli, scales_show_json
 
 REVISION = "0ea160f27a530ae0f516cee123965851bea7cf86"  # the sidecar's model_revision
 PROVENANCE_FIELDS = (
@@ -327,21 +326,13 @@ def test_snapshot_revision(glm5_mini: Path, tmp_path: Path) -> None:
 
 def test_prepare_from_threads(glm5_mini: Path, warm_cache: Path) -> None:
     """One runtime, several Python threads preparing at once (the GIL is released in C)."""
-    results: list[object] = []
     with jitcache.Runtime(cache_dir=warm_cache, device="none") as rt:
 
-        def work() -> None:
-            try:
-                with rt.prepare(glm5_mini, target=TARGET) as m:
-                    results.append((m.layers, m.stats.compiled))
-            except BaseException as exc:  # noqa: BLE001
-                results.append(exc)
+        def work() -> tuple[int, int]:
+            with rt.prepare(glm5_mini, target=TARGET) as m:
+                return (m.layers, m.stats.compiled)
 
-        threads = [threading.Thread(target=work) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results = in_threads(work, 6)
     assert len(results) == 6
     first = results[0]
     assert not isinstance(first, BaseException), first

@@ -8,7 +8,6 @@ JITCACHE_VERIFY_SPEC, one compile across processes, and bad input of every kind.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import jitcache
+from conftest import last_json_lines, reaped
 from kernel_sources import ELF_MAGIC, SOURCES, lookup_in_fresh_process, scale_cuda, scale_nvvm, scale_ptx
 
 TARGET = "sm_90"
@@ -253,7 +253,7 @@ def test_eight_processes_compile_one_request_once(cache_dir: Path, tmp_path: Pat
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=python_env)
         for i in range(8)
     ]
-    try:
+    with reaped(procs):
         deadline = time.monotonic() + 90
         while len(list(barrier.glob("ready.*"))) < 8:
             failed = [p for p in procs if p.poll() is not None]
@@ -261,16 +261,7 @@ def test_eight_processes_compile_one_request_once(cache_dir: Path, tmp_path: Pat
             assert time.monotonic() < deadline, "the children did not all get ready"
             time.sleep(0.01)
         (barrier / "go").touch()
-        results = []
-        for p in procs:
-            out, err = p.communicate(timeout=120)
-            assert p.returncode == 0, err
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        results = last_json_lines(procs, timeout=120)
     assert sorted(r["from_cache"] for r in results) == [False] + [True] * 7, results
     assert len({r["sha256"] for r in results}) == 1
     assert len({r["key"] for r in results}) == 1

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import TARGET
+from conftest import TARGET, last_json_lines, reaped
 
 PROCESSES = 8
 
@@ -39,23 +39,14 @@ def test_eight_processes_one_cold_cache(glm5_mini: Path, cache_dir: Path, python
         )
         for _ in range(PROCESSES)
     ]
-    try:
+    with reaped(children):
         for child in children:
             line = child.stdout.readline().strip()
             assert line == "ready", (line, child.stderr.read() if child.poll() is not None else "")
         for child in children:
             child.stdin.write("go\n")
             child.stdin.flush()
-        results = []
-        for child in children:
-            out, err = child.communicate(timeout=240)
-            assert child.returncode == 0, err
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+        results = last_json_lines(children, timeout=240)
 
     variants = {r["variants"] for r in results}
     assert variants == {4}

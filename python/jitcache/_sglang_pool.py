@@ -16,7 +16,7 @@ several padded tokens never write one record.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Optional, Union
+from typing import Optional
 
 import os
 
@@ -29,8 +29,8 @@ from . import torch as jt
 from .formats import LATENT_DIM, ROPE_DIM, ROW_DIM
 from .runtime import Model, resolve_scales
 from .sglang import FORMATS, KV_CACHE_DTYPE
+from ._types import PathArg
 
-PathArg = Union[str, "os.PathLike[str]"]
 
 
 class ScaleMismatchError(ValueError):

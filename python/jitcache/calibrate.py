@@ -30,7 +30,9 @@ import numbers
 import os
 import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional
+
+from ._types import PathArg
 
 if TYPE_CHECKING:
     import torch
@@ -42,7 +44,6 @@ FORMAT = "nvfp4_ds_mla_capture_v1"
 LATENT_NORM_NAME = "kv_a_layernorm"
 
 _logger = logging.getLogger("jitcache")
-PathArg = Union[str, "os.PathLike[str]"]
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import operator
-import os
 import struct
 import weakref
 from ctypes import byref, c_int32, c_void_p
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from . import _lib, _log
-from ._handle import HandleOwner
+from ._types import HandleOwner, PathArg
 from .errors import InvalidArgumentError
 from .formats import ROPE_ALIASES, record_format, record_name
 
@@ -27,7 +26,6 @@ __all__ = [
     "resolve_scales",
 ]
 
-PathArg = Union[str, "os.PathLike[str]"]
 
 _lib_ = _lib.lib
 

@@ -17,7 +17,7 @@ from typing import Any, Optional, Union
 
 from . import _lib, _log
 from . import providers as _providers
-from ._handle import HandleOwner
+from ._types import HandleOwner, PathArg
 from .errors import InvalidArgumentError
 from .formats import record_format, record_latent_scale
 from .model import (
@@ -49,7 +49,6 @@ __all__ = [
     "VariantCoverage",
 ]
 
-PathArg = Union[str, "os.PathLike[str]"]
 
 _lib_ = _lib.lib
 _ROPES = {"bf16": _lib.ROPE_BF16, "fp8": _lib.ROPE_FP8}

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .formats import RECORD_BYTES
 from .runtime import Model, Runtime
+from ._types import PathArg
 
 if TYPE_CHECKING:
     import torch
@@ -47,7 +48,6 @@ __all__ = [
 ]
 
 _logger = logging.getLogger("jitcache")
-PathArg = Union[str, "os.PathLike[str]"]
 
 # vLLM's name for an NVFP4 MLA KV cache, kept for SGLang's --kv-cache-dtype.
 KV_CACHE_DTYPE = "nvfp4_ds_mla"

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .formats import RECORD_BYTES, RECORDS, has_rope
 from .runtime import Model, ResolvedScales, Runtime, resolve_scales
+from ._types import PathArg
 
 if TYPE_CHECKING:
     import torch
@@ -64,7 +65,6 @@ __all__ = [
 ]
 
 _logger = logging.getLogger("jitcache")
-PathArg = Union[str, "os.PathLike[str]"]
 _REVISION = re.compile(r"[0-9a-f]{40}")
 
 

@@ -1,8 +1,12 @@
-"""What every Python object that owns one of the library's handles shares."""
+"""Types the package's modules share."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+import os
+from typing import TypeVar, Union
+
+# A file or directory argument: a str or any os.PathLike.
+PathArg = Union[str, "os.PathLike[str]"]
 
 _Owner = TypeVar("_Owner", bound="HandleOwner")
 

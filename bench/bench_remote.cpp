@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
+#include "cli_bench_main.hpp"
 #include "cache/store.hpp"
 #include "jitcache/log.hpp"
 #include "redis_server.hpp"
@@ -67,11 +68,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t k_entry_bytes = 40 << 10;
 constexpr const char* k_target = "sm_90";
 
-struct Config {
-  fs::path self;
-  fs::path checkpoint;
-  fs::path cli;
-  fs::path scratch;
+struct Config : bench::CliBenchPaths {
   bool smoke = false;
 };
 Config g_config;
@@ -680,26 +677,14 @@ std::string read_file(const fs::path& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  g_config.self = fs::read_symlink("/proc/self/exe");
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (bench::take_path_option(arg, g_config)) continue;
     if (arg == "--smoke") g_config.smoke = true;
-    else if (arg.starts_with("--checkpoint=")) g_config.checkpoint = fs::absolute(arg.substr(13));
-    else if (arg.starts_with("--jitcache-cli=")) g_config.cli = fs::absolute(arg.substr(15));
     else rest.push_back(argv[i]);
   }
-  if (g_config.checkpoint.empty()) g_config.checkpoint = bench::find_example_checkpoint(g_config.self);
-  if (g_config.checkpoint.empty()) {
-    std::fprintf(stderr, "bench_remote: cannot find examples/glm5-mini; pass --checkpoint=DIR\n");
-    return 2;
-  }
-  // The CLI built next to this program (build/bench/.. -> build/tools/jitcache).
-  if (g_config.cli.empty()) g_config.cli = g_config.self.parent_path().parent_path() / "tools" / "jitcache";
-
-  char scratch[] = "/tmp/jitcache-bench-remote-XXXXXX";
-  if (::mkdtemp(scratch) == nullptr) return 2;
-  g_config.scratch = scratch;
+  if (!bench::complete_paths(g_config, "bench_remote")) return 2;
 
   auto server = testing::RedisServer::start();
   if (!server) {
@@ -713,14 +698,8 @@ int main(int argc, char** argv) {
   g_fleet_key = read_file(g_key_file);
 
   register_benchmarks();
-  int bench_argc = static_cast<int>(rest.size());
-  benchmark::Initialize(&bench_argc, rest.data());
-  if (benchmark::ReportUnrecognizedArguments(bench_argc, rest.data())) return 2;
   // The dead-remote figures log one warning per episode by design; the table says enough.
-  set_log_level(LogLevel::error);
-  benchmark::RunSpecifiedBenchmarks();
-  print_summary();
-  benchmark::Shutdown();
+  if (!bench::run_benchmarks(rest, LogLevel::error, print_summary)) return 2;
   g_server.reset();
   std::error_code ec;
   fs::remove_all(g_config.scratch, ec);

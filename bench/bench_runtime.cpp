@@ -24,12 +24,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "bench_support.hpp"
+#include "cli_bench_main.hpp"
 #include "cache/store.hpp"
 #include "jitcache/jitcache.h"
 #include "jitcache/runtime.hpp"
@@ -58,12 +60,8 @@ double ms_since(Clock::time_point start) {
 // work on the machine preempts the process.
 double process_cpu_ms() { return bench::cpu_us(CLOCK_PROCESS_CPUTIME_ID) / 1e3; }
 
-struct Config {
-  fs::path self;
-  fs::path checkpoint;
-  fs::path cli;   // the jitcache CLI, for `jitcache warm`
+struct Config : bench::CliBenchPaths {  // cli: for `jitcache warm`
   fs::path nvcc;
-  fs::path scratch;
 };
 Config g_config;
 
@@ -200,22 +198,35 @@ fs::path warm_cache() {
   return cache;
 }
 
+// Keeps the figures `names` of a child's report `doc` as samples "<group>.<name>".
+void keep_samples(const nlohmann::json& doc, const std::string& group, std::initializer_list<const char*> names) {
+  for (const char* name : names) g_samples[group + "." + name].push_back(doc[name].get<double>());
+}
+
+// Figures of a child's report summed over the iterations, then shown as the benchmark's
+// counters, averaged per iteration.
+struct AveragedCounters {
+  std::map<std::string, double> sums;
+
+  void add(const nlohmann::json& doc, std::initializer_list<const char*> names) {
+    for (const char* name : names) sums[name] += doc[name].get<double>();
+  }
+  void set(benchmark::State& state) const {
+    for (const auto& [name, sum] : sums) state.counters[name] = benchmark::Counter(sum, benchmark::Counter::kAvgIterations);
+  }
+};
+
 void BM_PrepareWarm_FreshProcess(benchmark::State& state) {
   const fs::path cache = warm_cache();
-  double open_ms = 0, process_ms = 0;
+  AveragedCounters counters;
   for (auto _ : state) {
     const auto doc = run_child("--child-prepare", cache);
     if (doc["compiled"] != 0) state.SkipWithError("the warm cache compiled");
     state.SetIterationTime(doc["prepare_ms"].get<double>() / 1e3);
-    open_ms += doc["open_ms"].get<double>();
-    process_ms += doc["process_ms"].get<double>();
-    g_samples["warm.prepare_ms"].push_back(doc["prepare_ms"]);
-    g_samples["warm.prepare_cpu_ms"].push_back(doc["prepare_cpu_ms"]);
-    g_samples["warm.open_ms"].push_back(doc["open_ms"]);
-    g_samples["warm.process_ms"].push_back(doc["process_ms"]);
+    counters.add(doc, {"open_ms", "process_ms"});
+    keep_samples(doc, "warm", {"prepare_ms", "prepare_cpu_ms", "open_ms", "process_ms"});
   }
-  state.counters["open_ms"] = benchmark::Counter(open_ms, benchmark::Counter::kAvgIterations);
-  state.counters["process_ms"] = benchmark::Counter(process_ms, benchmark::Counter::kAvgIterations);
+  counters.set(state);
 }
 BENCHMARK(BM_PrepareWarm_FreshProcess)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(20);
 
@@ -225,46 +236,41 @@ void BM_PrepareWarm_FreshProcess_OpensslReady(benchmark::State& state) {
   for (auto _ : state) {
     const auto doc = run_child("--child-prepare-openssl-ready", cache);
     state.SetIterationTime(doc["prepare_ms"].get<double>() / 1e3);
-    g_samples["warm_openssl_ready.prepare_ms"].push_back(doc["prepare_ms"]);
-    g_samples["warm_openssl_ready.prepare_cpu_ms"].push_back(doc["prepare_cpu_ms"]);
+    keep_samples(doc, "warm_openssl_ready", {"prepare_ms", "prepare_cpu_ms"});
   }
 }
 BENCHMARK(BM_PrepareWarm_FreshProcess_OpensslReady)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(20);
 
 void BM_PrepareCold_FreshProcess(benchmark::State& state) {
-  double open_ms = 0, compiled = 0;
+  AveragedCounters counters;
   for (auto _ : state) {
     const auto doc = run_child("--child-prepare", bench::fresh_dir(g_config.scratch, "cold") / "cache");
     state.SetIterationTime(doc["prepare_ms"].get<double>() / 1e3);
-    open_ms += doc["open_ms"].get<double>();
-    compiled += doc["compiled"].get<double>();
-    g_samples["cold.prepare_ms"].push_back(doc["prepare_ms"]);
-    g_samples["cold.open_ms"].push_back(doc["open_ms"]);
+    counters.add(doc, {"open_ms", "compiled"});
+    keep_samples(doc, "cold", {"prepare_ms", "open_ms"});
   }
-  state.counters["open_ms"] = benchmark::Counter(open_ms, benchmark::Counter::kAvgIterations);
-  state.counters["compiled"] = benchmark::Counter(compiled, benchmark::Counter::kAvgIterations);
+  counters.set(state);
 }
 BENCHMARK(BM_PrepareCold_FreshProcess)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
 // Where a warm fresh process's time goes (each step once per process; averages).
 void BM_WarmPathBreakdown_FreshProcess(benchmark::State& state) {
   const fs::path cache = warm_cache();
-  std::map<std::string, double> sums;
+  AveragedCounters counters;
   double total = 0;
   for (auto _ : state) {
     const auto doc = run_child("--child-breakdown", cache);
     double sum = 0;
     for (const auto& [name, ms] : doc.items()) {
       if (name == "process_ms") continue;
-      sums[name] += ms.get<double>();
+      counters.sums[name] += ms.get<double>();
       g_samples["breakdown." + name].push_back(ms.get<double>());
       if (!name.starts_with("x_")) sum += ms.get<double>();
     }
     total += sum;
     state.SetIterationTime(sum / 1e3);
   }
-  for (const auto& [name, ms] : sums)
-    state.counters[name] = benchmark::Counter(ms, benchmark::Counter::kAvgIterations);
+  counters.set(state);
 }
 BENCHMARK(BM_WarmPathBreakdown_FreshProcess)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 
@@ -661,35 +667,17 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  g_config.self = fs::read_symlink("/proc/self/exe");
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg.starts_with("--checkpoint=")) g_config.checkpoint = fs::absolute(arg.substr(13));
-    else if (arg.starts_with("--jitcache-cli=")) g_config.cli = fs::absolute(arg.substr(15));
-    else if (arg.starts_with("--nvcc=")) g_config.nvcc = arg.substr(7);
+    if (bench::take_path_option(arg, g_config)) continue;
+    if (arg.starts_with("--nvcc=")) g_config.nvcc = arg.substr(7);
     else rest.push_back(argv[i]);
   }
-  if (g_config.checkpoint.empty()) g_config.checkpoint = bench::find_example_checkpoint(g_config.self);
-  if (g_config.checkpoint.empty()) {
-    std::fprintf(stderr, "bench_runtime: cannot find examples/glm5-mini; pass --checkpoint=DIR\n");
-    return 2;
-  }
-  // The CLI built next to this program (build/bench/.. -> build/tools/jitcache).
-  if (g_config.cli.empty()) g_config.cli = g_config.self.parent_path().parent_path() / "tools" / "jitcache";
+  if (!bench::complete_paths(g_config, "bench_runtime")) return 2;
   if (g_config.nvcc.empty()) g_config.nvcc = find_in_path("nvcc");
 
-  char scratch[] = "/tmp/jitcache-bench-runtime-XXXXXX";
-  if (::mkdtemp(scratch) == nullptr) return 2;
-  g_config.scratch = scratch;
-
-  int bench_argc = static_cast<int>(rest.size());
-  benchmark::Initialize(&bench_argc, rest.data());
-  if (benchmark::ReportUnrecognizedArguments(bench_argc, rest.data())) return 2;
-  set_log_level(LogLevel::warning);
-  benchmark::RunSpecifiedBenchmarks();
-  print_summary();
-  benchmark::Shutdown();
+  if (!bench::run_benchmarks(rest, LogLevel::warning, print_summary)) return 2;
   std::error_code ec;
   fs::remove_all(g_config.scratch, ec);
   return 0;

@@ -1,9 +1,12 @@
 #include "bench/sass_analysis.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <functional>
 #include <regex>
+
+#include "bench/enum_names.hpp"
 
 namespace jitcache::sass {
 namespace {
@@ -180,23 +183,12 @@ bool is_control(const Instruction& ins) {
 }
 
 const char* to_string(Cold cold) {
-  switch (cold) {
-    case Cold::none:
-      return "both sides";
-    case Cold::slow_division:
-      return "slow division";
-    case Cold::status_report:
-      return "status report";
-    case Cold::nan_input:
-      return "NaN input";
-    case Cold::early_exit:
-      return "early exit";
-    case Cold::zero_fill:
-      return "zero fill";
-    case Cold::diverged_warp:
-      return "diverged warp";
-  }
-  return "?";
+  // In Cold's order (sass_analysis.hpp).
+  static constexpr std::array<const char*, 7> k_names = {"both sides",  "slow division", "status report",
+                                                         "NaN input",   "early exit",    "zero fill",
+                                                         "diverged warp"};
+  static_assert(static_cast<std::size_t>(Cold::diverged_warp) + 1 == k_names.size(), "a name for every Cold");
+  return bench::enum_name(k_names, cold);
 }
 
 namespace {

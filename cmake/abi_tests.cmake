@@ -26,27 +26,25 @@ add_test(NAME no_cuda_driver_dependency
           "-DFILES=$<TARGET_FILE:jitcache_shared>;$<TARGET_FILE:jitcache_cli>;$<TARGET_FILE:jitcache_tool_worker>"
           -P ${PROJECT_SOURCE_DIR}/cmake/check_no_driver.cmake)
 
-# ... and the check is not vacuous: a program that does link the driver is refused.
+# ... and the check is not vacuous: a program linked (--no-as-needed) against `library` is
+# refused by test `name`, with a message matching `refusal`.
+function(jitcache_refused_link_test name probe library refusal)
+  add_executable(${probe} ${CMAKE_CURRENT_BINARY_DIR}/generated/driver_linked_probe.c)
+  target_link_libraries(${probe} PRIVATE ${library})
+  target_link_options(${probe} PRIVATE "LINKER:--no-as-needed")
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_COMMAND} -DREADELF=${CMAKE_READELF} -DFILES=$<TARGET_FILE:${probe}>
+            -P ${PROJECT_SOURCE_DIR}/cmake/check_no_driver.cmake)
+  set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION "${refusal}")
+endfunction()
 file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/generated/driver_linked_probe.c
      CONTENT "int main(void) { return 0; }\n")
-add_executable(driver_linked_probe ${CMAKE_CURRENT_BINARY_DIR}/generated/driver_linked_probe.c)
-target_link_libraries(driver_linked_probe PRIVATE CUDA::cuda_driver)
-target_link_options(driver_linked_probe PRIVATE "LINKER:--no-as-needed")
-add_test(NAME no_cuda_driver_dependency_check_refuses_a_driver_link
-  COMMAND ${CMAKE_COMMAND} -DREADELF=${CMAKE_READELF} -DFILES=$<TARGET_FILE:driver_linked_probe>
-          -P ${PROJECT_SOURCE_DIR}/cmake/check_no_driver.cmake)
-set_tests_properties(no_cuda_driver_dependency_check_refuses_a_driver_link PROPERTIES
-  PASS_REGULAR_EXPRESSION "CUDA driver dependency: libcuda\\.so")
-
-# ... nor a program that links NVRTC.
-add_executable(nvrtc_linked_probe ${CMAKE_CURRENT_BINARY_DIR}/generated/driver_linked_probe.c)
-target_link_libraries(nvrtc_linked_probe PRIVATE ${CUDA_nvrtc_LIBRARY})
-target_link_options(nvrtc_linked_probe PRIVATE "LINKER:--no-as-needed")
-add_test(NAME no_cuda_driver_dependency_check_refuses_an_nvrtc_link
-  COMMAND ${CMAKE_COMMAND} -DREADELF=${CMAKE_READELF} -DFILES=$<TARGET_FILE:nvrtc_linked_probe>
-          -P ${PROJECT_SOURCE_DIR}/cmake/check_no_driver.cmake)
-set_tests_properties(no_cuda_driver_dependency_check_refuses_an_nvrtc_link PROPERTIES
-  PASS_REGULAR_EXPRESSION "CUDA compiler dependency: libnvrtc\\.so")
+# A program that does link the driver...
+jitcache_refused_link_test(no_cuda_driver_dependency_check_refuses_a_driver_link driver_linked_probe
+                           CUDA::cuda_driver "CUDA driver dependency: libcuda\\.so")
+# ... or NVRTC.
+jitcache_refused_link_test(no_cuda_driver_dependency_check_refuses_an_nvrtc_link nvrtc_linked_probe
+                           ${CUDA_nvrtc_LIBRARY} "CUDA compiler dependency: libnvrtc\\.so")
 
 # ... whatever the length of the path it reports (CMake wraps error text at spaces; no test
 # may pass or fail by the length of the build directory's path).

@@ -116,27 +116,36 @@ export CC="$bin/cc" CXX="$bin/c++" AR="$bin/ar" RANLIB="$bin/ranlib"
 cflags="-O2 -g0 -fPIC -ffunction-sections -fdata-sections"
 mkdir -p "$prefix/lib" "$prefix/include"
 
-# Builds NAME with the function of the same name unless PREFIX has it from the same pin,
-# flags, toolchain and build steps.
+# Builds NAME with the function of the same name (given the source tree and an empty build
+# tree below PREFIX/build-trees) unless PREFIX has it from the same pin, flags, toolchain
+# and build steps.
 build() {
   local name=$1 version=$2 digest=$3
   local stamp=$prefix/.$name.stamp want
-  want="$version $digest $cflags $(cat "$bin/.toolchain-id") $(declare -f "build_$name" | sha256sum | cut -d' ' -f1)"
+  want="$version $digest $cflags $(cat "$bin/.toolchain-id") $(declare -f "build_$name" install_archive | sha256sum | cut -d' ' -f1)"
   if [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ]; then
     return
   fi
-  local tree start
+  local tree start work=$prefix/build-trees/$name
   tree=$(fetch "$name" "$version" "$digest")
   start=$(date +%s)
   echo "==> building $name $version" >&2
-  "build_$name" "$tree"
+  rm -rf "$work" && mkdir -p "$work"
+  "build_$name" "$tree" "$work"
   echo "$want" > "$stamp"
   echo "==> $name built in $(( $(date +%s) - start )) s" >&2
 }
 
+# PREFIX/lib/libNAME.a, made anew from the object files given.
+install_archive() {
+  local archive=$prefix/lib/lib$1.a
+  shift
+  rm -f "$archive"
+  "$AR" rcs "$archive" "$@"
+}
+
 build_sqlite3() {
-  local tree=$1 work=$prefix/build-trees/sqlite3
-  rm -rf "$work" && mkdir -p "$work"
+  local tree=$1 work=$2
   # The amalgamation is generated from the full source tree by its own tools (tclsh and
   # the host compiler); only sqlite3.c is compiled for the target.
   (cd "$work" && CC=gcc CFLAGS=-O0 "$tree/configure" --disable-tcl --disable-readline >/dev/null \
@@ -146,24 +155,20 @@ build_sqlite3() {
   "$CC" $cflags -DSQLITE_THREADSAFE=1 -DSQLITE_USE_URI=1 -DSQLITE_OMIT_LOAD_EXTENSION \
     -DSQLITE_ENABLE_COLUMN_METADATA -DSQLITE_MAX_SCHEMA_RETRY=25 -DSQLITE_DEFAULT_FOREIGN_KEYS=0 \
     -DHAVE_USLEEP=1 -c "$work/sqlite3.c" -o "$work/sqlite3.o"
-  rm -f "$prefix/lib/libsqlite3.a"
-  "$AR" rcs "$prefix/lib/libsqlite3.a" "$work/sqlite3.o"
+  install_archive sqlite3 "$work/sqlite3.o"
   cp "$work/sqlite3.h" "$work/sqlite3ext.h" "$prefix/include/"
 }
 
 build_xxhash() {
-  local tree=$1 work=$prefix/build-trees/xxhash
-  rm -rf "$work" && mkdir -p "$work"
+  local tree=$1 work=$2
   # -O3 as upstream's Makefile builds the library.
   "$CC" ${cflags/-O2/-O3} -c "$tree/xxhash.c" -o "$work/xxhash.o"
-  rm -f "$prefix/lib/libxxhash.a"
-  "$AR" rcs "$prefix/lib/libxxhash.a" "$work/xxhash.o"
+  install_archive xxhash "$work/xxhash.o"
   cp "$tree/xxhash.h" "$tree/xxh3.h" "$prefix/include/"
 }
 
 build_hiredis() {
-  local tree=$1 work=$prefix/build-trees/hiredis
-  rm -rf "$work" && mkdir -p "$work"
+  local tree=$1 work=$2
   local objs=()
   # hiredis 0.14.1 declares a reply callback's element count as size_t where the reader's
   # function pointer type says int: GCC (Debian's build) warns, clang refuses by default.
@@ -172,16 +177,14 @@ build_hiredis() {
     "$CC" $cflags -std=c99 -D_GNU_SOURCE -Wno-error=incompatible-function-pointer-types -c "$tree/$s.c" -o "$work/$s.o"
     objs+=("$work/$s.o")
   done
-  rm -f "$prefix/lib/libhiredis.a"
-  "$AR" rcs "$prefix/lib/libhiredis.a" "${objs[@]}"
+  install_archive hiredis "${objs[@]}"
   mkdir -p "$prefix/include/hiredis/adapters"
   cp "$tree"/{hiredis,read,sds,async,alloc}.h "$prefix/include/hiredis/"   # as Debian installs them
   cp "$tree"/adapters/*.h "$prefix/include/hiredis/adapters/"
 }
 
 build_openssl() {
-  local tree=$1 work=$prefix/build-trees/openssl
-  rm -rf "$work" && mkdir -p "$work"
+  local tree=$1 work=$2
   # libcrypto alone, static, with what the library uses (SHA-256, HMAC through EVP_MAC,
   # CRYPTO_memcmp) and the provider core they need; the assembly kept (SHA-NI, AVX2 SHA-256:
   # the compiler libraries' fingerprints hash whole files). No configuration file is read

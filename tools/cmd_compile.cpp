@@ -19,6 +19,7 @@
 #include "support/env.hpp"
 #include "support/regular_file.hpp"
 #include "tools/cli.hpp"
+#include "tools/subcommand.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -226,26 +227,25 @@ int run_compile(const CompileArgs& args, const GlobalOptions& global) {
 }
 
 void register_compile(CLI::App& root, Context& context) {
-  auto args = std::make_shared<CompileArgs>();
-  CLI::App* cmd = root.add_subcommand(
-      "compile",
+  auto [cmd, args] = add_subcommand(
+      root, context, "compile",
       "Compile every kernel variant with NVRTC and print registers, spills, sizes; or, with --source, "
-      "compile one kernel from outside (CUDA C++, NVVM IR, PTX) through the cache");
-  cmd->add_option("--arch", args->archs, "Target(s), e.g. sm_90 sm_100a sm_120a (default: those three)");
-  add_json_flag(cmd, args->json);
-  cmd->add_option("--source", args->source, "A kernel from outside: a .cu, .ll/.bc (NVVM IR) or .ptx file");
-  cmd->add_option("--kind", args->kind, "cuda, nvvm or ptx (default: from --source's extension)");
-  cmd->add_option("--entry", args->entry, "The kernel's symbol (with --source)");
-  cmd->add_option("--family", args->family, "The kernel's family (default: cli)");
-  cmd->add_option("--fact", args->facts, "A spec fact NAME=VALUE (repeatable)");
-  cmd->add_option("--option", args->options, "An option for the tool that reads the source (repeatable)")
+      "compile one kernel from outside (CUDA C++, NVVM IR, PTX) through the cache",
+      run_compile);
+  cmd->add_option("--arch", args.archs, "Target(s), e.g. sm_90 sm_100a sm_120a (default: those three)");
+  add_json_flag(cmd, args.json);
+  cmd->add_option("--source", args.source, "A kernel from outside: a .cu, .ll/.bc (NVVM IR) or .ptx file");
+  cmd->add_option("--kind", args.kind, "cuda, nvvm or ptx (default: from --source's extension)");
+  cmd->add_option("--entry", args.entry, "The kernel's symbol (with --source)");
+  cmd->add_option("--family", args.family, "The kernel's family (default: cli)");
+  cmd->add_option("--fact", args.facts, "A spec fact NAME=VALUE (repeatable)");
+  cmd->add_option("--option", args.options, "An option for the tool that reads the source (repeatable)")
       ->allow_extra_args(false);
-  cmd->add_option("--include-header", args->headers, "NAME=FILE: a header the CUDA source includes (repeatable)");
-  cmd->add_option("--cubin-out", args->cubin_out, "Also write the cubin to this file");
-  cmd->add_flag("--no-compile", args->no_compile,
+  cmd->add_option("--include-header", args.headers, "NAME=FILE: a header the CUDA source includes (repeatable)");
+  cmd->add_option("--cubin-out", args.cubin_out, "Also write the cubin to this file");
+  cmd->add_flag("--no-compile", args.no_compile,
                 "Compile nothing: with --source, a kernel missing from every cache tier is an error (exit 2); "
                 "JITCACHE_NO_COMPILE=1 does the same");
-  context.bind(cmd, [args, &context] { return run_compile(*args, context.global); });
 }
 
 const Registrar k_registrar(90, register_compile);

@@ -15,6 +15,7 @@
 #include "tools/cache_cli.hpp"
 #include "tools/cli.hpp"
 #include "tools/model_options.hpp"
+#include "tools/subcommand.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -152,29 +153,27 @@ int run_explain(const ExplainArgs& args, const GlobalOptions& global) {
 
 void register_coverage(CLI::App& root, Context& context) {
   {
-    auto args = std::make_shared<CoverageArgs>();
-    CLI::App* cmd = root.add_subcommand(
-        "coverage",
+    auto [cmd, args] = add_subcommand(
+        root, context, "coverage",
         "Which cache tier (memory, local, provider, remote) holds each kernel variant a checkpoint needs; "
-        "exit 1 when any is in none. Compiles, counts and copies nothing");
-    add_model_options(cmd, args->model, true);
-    add_json_flag(cmd, args->json);
-    context.bind(cmd, [args, &context] { return run_coverage(*args, context.global); });
+        "exit 1 when any is in none. Compiles, counts and copies nothing",
+        run_coverage);
+    add_model_options(cmd, args.model, true);
+    add_json_flag(cmd, args.json);
   }
   {
-    auto args = std::make_shared<ExplainArgs>();
-    CLI::App* cmd = root.add_subcommand(
-        "explain",
+    auto [cmd, args] = add_subcommand(
+        root, context, "explain",
         "Why a lookup hits or misses: the key a layer's kernels (or a spec-keyed kernel from outside) use, each "
-        "fact in it, and for a miss the nearest entries of every tier with the facts that differ; exit 1 on a miss");
-    add_model_options(cmd, args->model, false);
-    cmd->add_option("--layer", args->layer, "The layer whose writer and gather kernels to explain (with --checkpoint)");
-    cmd->add_option("--family", args->family, "A family of kernels from outside (instead of --checkpoint)");
-    cmd->add_option("--spec", args->spec, "A spec fact NAME=VALUE of --family (repeatable)");
-    cmd->add_option("--kind", args->kind, "The family's source kind: cuda, nvvm or ptx (default cuda)");
-    cmd->add_option("--nearest", args->nearest, "Nearest entries shown per tier (default 3)");
-    add_json_flag(cmd, args->json);
-    context.bind(cmd, [args, &context] { return run_explain(*args, context.global); });
+        "fact in it, and for a miss the nearest entries of every tier with the facts that differ; exit 1 on a miss",
+        run_explain);
+    add_model_options(cmd, args.model, false);
+    cmd->add_option("--layer", args.layer, "The layer whose writer and gather kernels to explain (with --checkpoint)");
+    cmd->add_option("--family", args.family, "A family of kernels from outside (instead of --checkpoint)");
+    cmd->add_option("--spec", args.spec, "A spec fact NAME=VALUE of --family (repeatable)");
+    cmd->add_option("--kind", args.kind, "The family's source kind: cuda, nvvm or ptx (default cuda)");
+    cmd->add_option("--nearest", args.nearest, "Nearest entries shown per tier (default 3)");
+    add_json_flag(cmd, args.json);
   }
 }
 

@@ -26,6 +26,7 @@
 #include "tools/cache_cli.hpp"
 #include "tools/cli.hpp"
 #include "tools/format_options.hpp"
+#include "tools/subcommand.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -122,6 +123,21 @@ int run_export(const ExportArgs& args, const GlobalOptions& global) {
   return k_exit_ok;
 }
 
+// What importing `file` says about its signature; empty: nothing (it is verified).
+std::string signature_warning(ArchiveSignature signature, const std::string& file) {
+  switch (signature) {
+    case ArchiveSignature::verified:
+      return {};
+    case ArchiveSignature::absent:
+      return file + " is not signed: it is intact, but nothing says who wrote it (configure the fleet key, " +
+             key_file_name() + ", to accept signed files only)";
+    case ArchiveSignature::unchecked:
+      return file + " is signed, but no fleet key is configured here (" + key_file_name() +
+             "): the signature was not checked";
+  }
+  return {};
+}
+
 int run_import(const ImportArgs& args, const GlobalOptions& global) {
   const auto started = Clock::now();
   auto key = remote::load_fleet_key();
@@ -129,21 +145,8 @@ int run_import(const ImportArgs& args, const GlobalOptions& global) {
   // Everything is checked before the cache is even opened: a refused file touches nothing.
   auto archive = read_archive(args.file, *key);
   if (!archive) return report(archive.error());
-  switch (archive->signature) {
-    case ArchiveSignature::verified: break;
-    case ArchiveSignature::absent:
-      std::fprintf(stderr,
-                   "jitcache: warning: %s is not signed: it is intact, but nothing says who wrote it "
-                   "(configure the fleet key, %s, to accept signed files only)\n",
-                   args.file.c_str(), key_file_name().c_str());
-      break;
-    case ArchiveSignature::unchecked:
-      std::fprintf(stderr,
-                   "jitcache: warning: %s is signed, but no fleet key is configured here (%s): the signature "
-                   "was not checked\n",
-                   args.file.c_str(), key_file_name().c_str());
-      break;
-  }
+  if (const std::string warning = signature_warning(archive->signature, args.file); !warning.empty())
+    std::fprintf(stderr, "jitcache: warning: %s\n", warning.c_str());
 
   std::optional<ImportReport> imported;
   std::filesystem::path cache_dir;
@@ -243,20 +246,18 @@ int run_import(const ImportArgs& args, const GlobalOptions& global) {
 }
 
 void register_export(CLI::App& root, Context& context) {
-  auto args = std::make_shared<ExportArgs>();
-  CLI::App* cmd = root.add_subcommand("export", "Write the variants a checkpoint needs into one signed file");
-  add_checkpoint_options(cmd, *args);
-  cmd->add_option("--out", args->out, "The export file to write")->required();
-  add_jobs_option(cmd, args->jobs);
-  add_json_flag(cmd, args->json);
-  context.bind(cmd, [args, &context] { return run_export(*args, context.global); });
+  auto [cmd, args] = add_subcommand(root, context, "export",
+                                    "Write the variants a checkpoint needs into one signed file", run_export);
+  add_checkpoint_options(cmd, args);
+  cmd->add_option("--out", args.out, "The export file to write")->required();
+  add_jobs_option(cmd, args.jobs);
+  add_json_flag(cmd, args.json);
 
-  auto import_args = std::make_shared<ImportArgs>();
-  CLI::App* imp = root.add_subcommand("import", "Check an export file whole, then add its entries to the cache");
-  imp->add_option("FILE", import_args->file, "The export file")->required();
-  imp->add_flag("--verify-only", import_args->verify_only, "Check everything, publish nothing");
-  add_json_flag(imp, import_args->json);
-  context.bind(imp, [import_args, &context] { return run_import(*import_args, context.global); });
+  auto [imp, import_args] = add_subcommand(
+      root, context, "import", "Check an export file whole, then add its entries to the cache", run_import);
+  imp->add_option("FILE", import_args.file, "The export file")->required();
+  imp->add_flag("--verify-only", import_args.verify_only, "Check everything, publish nothing");
+  add_json_flag(imp, import_args.json);
 }
 
 const Registrar k_registrar(25, register_export);

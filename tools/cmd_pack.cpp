@@ -34,6 +34,7 @@
 #include "tools/cache_cli.hpp"
 #include "tools/cli.hpp"
 #include "tools/format_options.hpp"
+#include "tools/subcommand.hpp"
 
 extern char** environ;
 
@@ -286,19 +287,18 @@ int run_pack(const PackArgs& args, const GlobalOptions& global) {
 }
 
 void register_pack(CLI::App& root, Context& context) {
-  auto args = std::make_shared<PackArgs>();
-  CLI::App* cmd = root.add_subcommand("pack", "Build a cache wheel: the variants a checkpoint needs, as a pip package");
-  add_checkpoint_options(cmd, *args);
-  cmd->add_option("--out", args->out, "Directory the wheel is written to (created when missing)")->required();
-  cmd->add_option("--name", args->name,
+  auto [cmd, args] = add_subcommand(root, context, "pack",
+                                    "Build a cache wheel: the variants a checkpoint needs, as a pip package", run_pack);
+  add_checkpoint_options(cmd, args);
+  cmd->add_option("--out", args.out, "Directory the wheel is written to (created when missing)")->required();
+  cmd->add_option("--name", args.name,
                   "Package name (default: jitcache_cache_<checkpoint>[_<format>]_<targets>, e.g. "
                   "jitcache_cache_glm5_mini_sm90)");
-  cmd->add_option("--package-version", args->version, "Package version (default: this jitcache's)");
-  cmd->add_option("--python", args->python,
+  cmd->add_option("--package-version", args.version, "Package version (default: this jitcache's)");
+  cmd->add_option("--python", args.python,
                   "Interpreter whose `wheel` package makes the wheel (default: $VIRTUAL_ENV's, else python3)");
-  add_jobs_option(cmd, args->jobs);
-  add_json_flag(cmd, args->json);
-  context.bind(cmd, [args, &context] { return run_pack(*args, context.global); });
+  add_jobs_option(cmd, args.jobs);
+  add_json_flag(cmd, args.json);
 }
 
 const Registrar k_registrar(26, register_pack);

@@ -21,6 +21,7 @@
 #include "tools/cli.hpp"
 #include "tools/entry_filter.hpp"
 #include "tools/remote_cli.hpp"
+#include "tools/subcommand.hpp"
 
 namespace jitcache::cli {
 
@@ -50,29 +51,32 @@ void print_error(std::string_view command, const std::string& message) {
                message.c_str());
 }
 
+// The value a setting's lookup found, or null after printing why there is none: the
+// lookup's error, else `absent` (the setting is not configured).
+template <typename T>
+T* found_or_print(Result<std::optional<T>>& found, std::string_view command, const std::string& absent) {
+  if (!found) {
+    print_error(command, found.error().to_string());
+    return nullptr;
+  }
+  if (!*found) {
+    print_error(command, absent);
+    return nullptr;
+  }
+  return &**found;
+}
+
 }  // namespace
 
 std::unique_ptr<remote::RemoteTier> open_remote_tier(const GlobalOptions& global, std::string_view command) {
   auto settings = remote::remote_settings(explicit_url(global));
-  if (!settings) {
-    print_error(command, settings.error().to_string());
-    return nullptr;
-  }
-  if (!*settings) {
-    print_error(command, no_remote_message());
-    return nullptr;
-  }
+  remote::RemoteTierOptions* options = found_or_print(settings, command, no_remote_message());
+  if (options == nullptr) return nullptr;
   auto key = remote::load_fleet_key();
-  if (!key) {
-    print_error(command, key.error().to_string());
-    return nullptr;
-  }
-  if (!*key) {
-    print_error(command, no_key_message());
-    return nullptr;
-  }
-  (*settings)->fleet_key = std::move(**key);
-  return std::make_unique<remote::RemoteTier>(std::move(**settings));
+  std::string* fleet_key = found_or_print(key, command, no_key_message());
+  if (fleet_key == nullptr) return nullptr;
+  options->fleet_key = std::move(*fleet_key);
+  return std::make_unique<remote::RemoteTier>(std::move(*options));
 }
 
 namespace {
@@ -350,26 +354,23 @@ int run_push(const Context& context, const PushArgs& args) {
 }
 
 void register_remote(CLI::App& root, Context& context) {
-  CLI::App* remote = root.add_subcommand(
-      "remote", "The shared remote tier (Redis): status, and pushing local entries to it");
-  remote->require_subcommand(1);
+  CLI::App* remote =
+      add_command_group(root, "remote", "The shared remote tier (Redis): status, and pushing local entries to it");
 
-  auto status_args = std::make_shared<StatusArgs>();
-  CLI::App* status = remote->add_subcommand(
-      "status",
+  auto [status, status_args] = add_subcommand(
+      *remote, context, "status",
       "The configured remote (--remote or JITCACHE_REMOTE): reachable, latency, entries under jitcache's prefix, "
-      "server version, whether a fleet key is configured (exit 2 when it cannot be used)");
-  add_json_flag(status, status_args->json);
-  context.bind(status, [&context, status_args] { return run_status(context, *status_args); });
+      "server version, whether a fleet key is configured (exit 2 when it cannot be used)",
+      run_status);
+  add_json_flag(status, status_args.json);
 
-  auto push_args = std::make_shared<PushArgs>();
-  CLI::App* push = remote->add_subcommand(
-      "push",
+  auto [push, push_args] = add_subcommand(
+      *remote, context, "push",
       "Upload every verified local entry the remote does not have (first writer wins); bad local entries are "
-      "skipped and named (exit 1)");
-  add_filter_options(push, push_args->filter);
-  add_json_flag(push, push_args->json);
-  context.bind(push, [&context, push_args] { return run_push(context, *push_args); });
+      "skipped and named (exit 1)",
+      run_push);
+  add_filter_options(push, push_args.filter);
+  add_json_flag(push, push_args.json);
 }
 
 const Registrar k_registrar(47, register_remote);

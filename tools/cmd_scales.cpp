@@ -1,6 +1,7 @@
 // `jitcache scales show` and `jitcache scales validate`: per-layer outer scales as the
 // runtime would resolve them, and a gate for scales files before they ship in a checkpoint.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "runtime/scales/scale_json.hpp"
 #include "runtime/scales/scale_resolver.hpp"
 #include "tools/cli.hpp"
+#include "tools/subcommand.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -65,11 +67,9 @@ void print_provenance(const ResolvedScales& r) {
 }
 
 int run_show(const ShowArgs& args) {
-  ResolveOptions options;
-  options.checkpoint_dir = args.checkpoint;
-  if (!args.scales_file.empty()) options.override_file = args.scales_file;
-  if (!args.revision.empty()) options.checkpoint_revision = args.revision;
-  const auto resolved = resolve_scales(options);
+  const auto resolved = resolve_scales({.checkpoint_dir = args.checkpoint,
+                                        .override_file = unless_empty<std::filesystem::path>(args.scales_file),
+                                        .checkpoint_revision = unless_empty(args.revision)});
   if (!resolved) return report_data(resolved.error());
   if (args.json) {
     std::cout << scales::to_json(*resolved).dump(2) << "\n";
@@ -86,11 +86,9 @@ int run_show(const ShowArgs& args) {
 }
 
 int run_validate(const ValidateArgs& args) {
-  ValidateOptions options;
-  options.file = args.file;
-  if (!args.checkpoint.empty()) options.checkpoint_dir = args.checkpoint;
-  if (!args.revision.empty()) options.checkpoint_revision = args.revision;
-  const auto validated = validate_scales_file(options);
+  const auto validated = validate_scales_file({.file = args.file,
+                                                .checkpoint_dir = unless_empty<std::filesystem::path>(args.checkpoint),
+                                                .checkpoint_revision = unless_empty(args.revision)});
   if (!validated) {
     const int code = report_data(validated.error());
     if (args.json) {
@@ -116,33 +114,27 @@ int run_validate(const ValidateArgs& args) {
 }
 
 void register_scales(CLI::App& root, Context& context) {
-  CLI::App* scales = root.add_subcommand(
-      "scales", "Show or validate per-layer NVFP4 MLA outer latent scales");
-  scales->require_subcommand(1);
+  CLI::App* scales = add_command_group(root, "scales", "Show or validate per-layer NVFP4 MLA outer latent scales");
 
-  auto show_args = std::make_shared<ShowArgs>();
-  CLI::App* show = scales->add_subcommand(
-      "show", "Resolve every layer's scale for a checkpoint (override > checkpoint > identity)");
-  show->add_option("--checkpoint", show_args->checkpoint, "Checkpoint directory (with config.json)")
-      ->required();
-  show->add_option("--scales", show_args->scales_file,
+  auto [show, show_args] = add_subcommand(
+      *scales, context, "show", "Resolve every layer's scale for a checkpoint (override > checkpoint > identity)",
+      run_show);
+  show->add_option("--checkpoint", show_args.checkpoint, "Checkpoint directory (with config.json)")->required();
+  show->add_option("--scales", show_args.scales_file,
                    "Explicit override scales file (before VLLM_NVFP4_MLA_SCALES_FILE)");
-  show->add_option("--revision", show_args->revision,
+  show->add_option("--revision", show_args.revision,
                    "Checkpoint revision to check model_revision against (default: the "
                    "snapshots/<rev> directory name, if any)");
-  add_json_flag(show, show_args->json);
-  context.bind(show, [show_args] { return run_show(*show_args); });
+  add_json_flag(show, show_args.json);
 
-  auto validate_args = std::make_shared<ValidateArgs>();
-  CLI::App* validate = scales->add_subcommand(
-      "validate", "Validate a nvfp4_ds_mla_outer_scale_v1 file: exit 0 valid, 1 invalid");
-  validate->add_option("file", validate_args->file, "The scales file")->required();
-  validate->add_option("--checkpoint", validate_args->checkpoint,
+  auto [validate, validate_args] = add_subcommand(
+      *scales, context, "validate", "Validate a nvfp4_ds_mla_outer_scale_v1 file: exit 0 valid, 1 invalid",
+      run_validate);
+  validate->add_option("file", validate_args.file, "The scales file")->required();
+  validate->add_option("--checkpoint", validate_args.checkpoint,
                        "Also check it against this checkpoint's model and revision");
-  validate->add_option("--revision", validate_args->revision,
-                       "Checkpoint revision to check model_revision against");
-  add_json_flag(validate, validate_args->json);
-  context.bind(validate, [validate_args] { return run_validate(*validate_args); });
+  validate->add_option("--revision", validate_args.revision, "Checkpoint revision to check model_revision against");
+  add_json_flag(validate, validate_args.json);
 }
 
 const Registrar k_registrar(60, register_scales);

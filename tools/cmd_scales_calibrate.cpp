@@ -22,6 +22,7 @@
 #include "support/regular_file.hpp"
 #include "support/sha256.hpp"
 #include "tools/cli.hpp"
+#include "tools/subcommand.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -183,30 +184,26 @@ int run_calibrate(const CalibrateArgs& args) {
 }
 
 void register_scales_calibrate(CLI::App& root, Context& context) {
-  CLI::App* scales = root.get_subcommand("scales");
-  auto args = std::make_shared<CalibrateArgs>();
-  CLI::App* calibrate = scales->add_subcommand(
-      "calibrate",
-      "Turn per-rank max_abs capture files into a v1 scales file (agreement, envelope, headroom)");
-  calibrate->add_option("captures", args->captures,
+  auto [calibrate, args] = add_subcommand(
+      *root.get_subcommand("scales"), context, "calibrate",
+      "Turn per-rank max_abs capture files into a v1 scales file (agreement, envelope, headroom)", run_calibrate);
+  calibrate->add_option("captures", args.captures,
                         "Capture files (nvfp4_ds_mla_capture_v1) of one run: ranks 0..tp-1")
       ->required();
-  calibrate->add_option("--out", args->out, "The scales file to write (replaced atomically)")
-      ->required();
-  calibrate->add_option("--envelope", args->envelope,
+  calibrate->add_option("--out", args.out, "The scales file to write (replaced atomically)")->required();
+  calibrate->add_option("--envelope", args.envelope,
                         "Capture files of an independent run on the same base; each layer "
                         "takes the larger maximum");
-  calibrate->add_option("--headroom", args->headroom,
+  calibrate->add_option("--headroom", args.headroom,
                         "Multiply every layer's maximum by H (finite, >= 1; default 1)");
-  calibrate->add_option("--agreement", args->agreement,
+  calibrate->add_option("--agreement", args.agreement,
                         "Largest relative spread across ranks per layer (default 1e-3)");
-  calibrate->add_option("--checkpoint", args->checkpoint,
+  calibrate->add_option("--checkpoint", args.checkpoint,
                         "Check the counts (and revision) against this checkpoint's config.json");
-  calibrate->add_option("--revision", args->revision,
+  calibrate->add_option("--revision", args.revision,
                         "Checkpoint revision the captures' model_revision must match (default: "
                         "the snapshots/<rev> directory name of --checkpoint, if any)");
-  add_json_flag(calibrate, args->json);
-  context.bind(calibrate, [args] { return run_calibrate(*args); });
+  add_json_flag(calibrate, args.json);
 }
 
 // After cmd_scales.cpp (60), which makes the `scales` subcommand.

@@ -15,6 +15,7 @@
 #include "runtime/scales/scale_json.hpp"
 #include "runtime/scales/scale_resolver.hpp"
 #include "tools/cli.hpp"
+#include "tools/subcommand.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -165,36 +166,33 @@ int run_diff(const DiffArgs& args) {
 void register_scales_edit(CLI::App& root, Context& context) {
   CLI::App* scales_command = root.get_subcommand("scales");
 
-  auto install_args = std::make_shared<InstallArgs>();
-  CLI::App* install = scales_command->add_subcommand(
-      "install", "Write a scales file into a checkpoint's config.json (inline or as a sidecar)");
-  install->add_option("file", install_args->file, "The nvfp4_ds_mla_outer_scale_v1 file")->required();
-  install->add_option("--checkpoint", install_args->checkpoint, "Checkpoint directory (with config.json)")
+  auto [install, install_args] = add_subcommand(
+      *scales_command, context, "install",
+      "Write a scales file into a checkpoint's config.json (inline or as a sidecar)", run_install);
+  install->add_option("file", install_args.file, "The nvfp4_ds_mla_outer_scale_v1 file")->required();
+  install->add_option("--checkpoint", install_args.checkpoint, "Checkpoint directory (with config.json)")
       ->required();
-  install->add_flag("--inline", install_args->inline_object,
-                    "Put the v1 object itself into config.json");
-  install_args->sidecar_option = install->add_option(
-      "--sidecar", install_args->sidecar,
+  install->add_flag("--inline", install_args.inline_object, "Put the v1 object itself into config.json");
+  install_args.sidecar_option = install->add_option(
+      "--sidecar", install_args.sidecar,
       "Copy the file to NAME (relative, inside the checkpoint) and reference it with its sha256");
-  install->add_flag("--replace", install_args->replace,
+  install->add_flag("--replace", install_args.replace,
                     "Replace existing scales (an old sidecar of another name is left in place)");
-  install->add_option("--revision", install_args->revision,
+  install->add_option("--revision", install_args.revision,
                       "Checkpoint revision to check model_revision against (default: the "
                       "snapshots/<rev> directory name, if any)");
-  add_json_flag(install, install_args->json);
-  context.bind(install, [install_args] { return run_install(*install_args); });
+  add_json_flag(install, install_args.json);
 
-  auto diff_args = std::make_shared<DiffArgs>();
-  CLI::App* diff = scales_command->add_subcommand(
-      "diff", "Compare two scales files or checkpoints layer by layer: exit 1 when a layer "
-              "changes by more than --tolerance");
-  diff->add_option("a", diff_args->a, "A scales file or checkpoint directory (the reference)")->required();
-  diff->add_option("b", diff_args->b, "A scales file or checkpoint directory")->required();
-  diff->add_option("--tolerance", diff_args->tolerance,
+  auto [diff, diff_args] = add_subcommand(*scales_command, context, "diff",
+                                          "Compare two scales files or checkpoints layer by layer: exit 1 when a "
+                                          "layer changes by more than --tolerance",
+                                          run_diff);
+  diff->add_option("a", diff_args.a, "A scales file or checkpoint directory (the reference)")->required();
+  diff->add_option("b", diff_args.b, "A scales file or checkpoint directory")->required();
+  diff->add_option("--tolerance", diff_args.tolerance,
                    "Largest relative change |B-A|/A allowed per layer (default 0: any change)");
-  diff->add_flag("--all", diff_args->all, "List every layer, not only those that differ");
-  diff->add_flag("--json", diff_args->json, "One JSON document on stdout, with every layer");
-  context.bind(diff, [diff_args] { return run_diff(*diff_args); });
+  diff->add_flag("--all", diff_args.all, "List every layer, not only those that differ");
+  diff->add_flag("--json", diff_args.json, "One JSON document on stdout, with every layer");
 }
 
 // After cmd_scales.cpp (60), which creates the `scales` subcommand.

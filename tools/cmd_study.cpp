@@ -12,6 +12,7 @@
 #include "runtime/kv/outer_scale_study.hpp"
 #include "tools/cli.hpp"
 #include "tools/format_options.hpp"
+#include "tools/subcommand.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -187,16 +188,15 @@ void register_study(CLI::App& root, Context& context) {
   } catch (const CLI::OptionNotFound&) {
     kv = root.add_subcommand("kv", "CPU KV tools (the kernels' numerics, run on the host)");
   }
-  auto args = std::make_shared<StudyArgs>();
-  CLI::App* cmd = kv->add_subcommand(
-      "study", "Identity vs calibrated vs per-token scale: round-trip error across layer magnitudes");
-  cmd->add_option("--tokens", args->tokens, "Synthetic tokens per layer")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--seed", args->seed, "Seed of the synthetic data");
-  add_format_options(cmd, args->format, /*latent=*/false);
-  cmd->add_option("--checkpoint", args->checkpoint,
+  auto [cmd, args] = add_subcommand(
+      *kv, context, "study", "Identity vs calibrated vs per-token scale: round-trip error across layer magnitudes",
+      run_study);
+  cmd->add_option("--tokens", args.tokens, "Synthetic tokens per layer")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--seed", args.seed, "Seed of the synthetic data");
+  add_format_options(cmd, args.format, /*latent=*/false);
+  cmd->add_option("--checkpoint", args.checkpoint,
                   "A checkpoint directory: one row per layer, at the magnitude its scales record");
-  add_json_flag(cmd, args->json);
-  context.bind(cmd, [args] { return run_study(*args); });
+  add_json_flag(cmd, args.json);
 }
 
 // After cmd_kv.cpp's registration, which creates the `kv` command.

@@ -10,6 +10,7 @@
 #include "kernel_templates/variant_dimensions.hpp"
 #include "tools/cli.hpp"
 #include "tools/model_options.hpp"
+#include "tools/subcommand.hpp"
 
 namespace jitcache::cli {
 namespace {
@@ -117,15 +118,14 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
 }
 
 void register_warm(CLI::App& root, Context& context) {
-  auto args = std::make_shared<WarmArgs>();
-  CLI::App* cmd = root.add_subcommand("warm", "Precompile exactly the kernel variants a checkpoint needs");
-  add_model_options(cmd, args->model, true);
-  add_jobs_option(cmd, args->jobs);
-  add_json_flag(cmd, args->json);
-  cmd->add_flag("--no-compile", args->no_compile,
+  auto [cmd, args] = add_subcommand(root, context, "warm",
+                                    "Precompile exactly the kernel variants a checkpoint needs", run_warm);
+  add_model_options(cmd, args.model, true);
+  add_jobs_option(cmd, args.jobs);
+  add_json_flag(cmd, args.json);
+  cmd->add_flag("--no-compile", args.no_compile,
                 "Compile nothing: a variant missing from every cache tier is an error (exit 2) naming it; "
                 "JITCACHE_NO_COMPILE=1 does the same");
-  context.bind(cmd, [args, &context] { return run_warm(*args, context.global); });
 }
 
 const Registrar k_registrar(20, register_warm);

@@ -1,13 +1,12 @@
 #include "bench/kernel_model.hpp"
 
 #include <algorithm>
-#include <array>
 #include <string>
 
-#include "bench/enum_names.hpp"
 #include "kernel_templates/kernel_spec.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
 #include "kernel_templates/nvfp4_mla.cuh"
+#include "support/enum_names.hpp"
 
 namespace jitcache::kernel_model {
 
@@ -30,12 +29,7 @@ std::optional<ArchLimits> arch_limits(std::string_view target) {
   return std::nullopt;
 }
 
-const char* to_string(OccupancyLimit limit) {
-  // In OccupancyLimit's order (kernel_model.hpp).
-  static constexpr std::array<const char*, 3> k_names = {"registers", "warps", "CTAs"};
-  static_assert(static_cast<std::size_t>(OccupancyLimit::ctas) + 1 == k_names.size(), "a name for every limit");
-  return bench::enum_name(k_names, limit);
-}
+const char* to_string(OccupancyLimit limit) { return enum_name(limit, {"registers", "warps", "CTAs"}); }
 
 Occupancy occupancy(const ArchLimits& limits, int registers, int threads_per_cta) {
   Occupancy out;

@@ -1,12 +1,11 @@
 #include "bench/sass_analysis.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <functional>
 #include <regex>
 
-#include "bench/enum_names.hpp"
+#include "support/enum_names.hpp"
 
 namespace jitcache::sass {
 namespace {
@@ -183,12 +182,8 @@ bool is_control(const Instruction& ins) {
 }
 
 const char* to_string(Cold cold) {
-  // In Cold's order (sass_analysis.hpp).
-  static constexpr std::array<const char*, 7> k_names = {"both sides",  "slow division", "status report",
-                                                         "NaN input",   "early exit",    "zero fill",
-                                                         "diverged warp"};
-  static_assert(static_cast<std::size_t>(Cold::diverged_warp) + 1 == k_names.size(), "a name for every Cold");
-  return bench::enum_name(k_names, cold);
+  return enum_name(cold, {"both sides", "slow division", "status report", "NaN input", "early exit", "zero fill",
+                          "diverged warp"});
 }
 
 namespace {

@@ -60,8 +60,8 @@ class RemoteLeaseTest : public RedisTest {
     return ms;
   }
 
-  // Options that wait `wait` for a lease, and `facts`' lease held by someone else for a
-  // minute, longer than any test waits.
+  // Holds `facts`' lease as someone else for a minute (longer than any test waits) and
+  // returns options that wait `wait` for a lease.
   RemoteTierOptions lease_held_elsewhere(const Facts& facts, milliseconds wait) {
     RemoteTierOptions impatient = options();
     impatient.wait = wait;

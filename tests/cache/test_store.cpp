@@ -6,6 +6,8 @@
 
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
+#include "store_checks.hpp"
+#include "seeded_fixture.hpp"
 #include "store_fixture.hpp"
 #include "test_support.hpp"
 
@@ -14,10 +16,7 @@ namespace {
 
 using namespace jitcache::cache::testing;
 
-class StoreTest : public StoreFixture {
- protected:
-  std::uint64_t seed = jitcache::testing::test_seed("store");
-};
+using StoreTest = Seeded<StoreFixture>;
 
 TEST_F(StoreTest, MissThenPutThenDiskThenMemoryHit) {
   auto store = open_store();
@@ -31,23 +30,17 @@ TEST_F(StoreTest, MissThenPutThenDiskThenMemoryHit) {
   store.reset();
 
   store = open_store();
-  auto first = store->get(facts.key());
-  ASSERT_OK(first);
-  ASSERT_TRUE(*first);
-  EXPECT_EQ((*first)->tier, Tier::disk);
-  EXPECT_EQ(*(*first)->bytes, bytes);
-  auto second = store->get(facts.key());
-  ASSERT_OK(second);
-  ASSERT_TRUE(*second);
-  EXPECT_EQ((*second)->tier, Tier::memory);
-  EXPECT_EQ((*second)->bytes, (*first)->bytes) << "a memory hit shares the bytes, no copy";
+  const SharedBytes first = expect_hit(*store, facts.key(), Tier::disk, &bytes);
+  ASSERT_TRUE(first);
+  const SharedBytes second = expect_hit(*store, facts.key(), Tier::memory);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second, first) << "a memory hit shares the bytes, no copy";
 
-  const Counters c = store->session_counters();
-  EXPECT_EQ(c.disk_hits, 1u);
-  EXPECT_EQ(c.memory_hits, 1u);
-  EXPECT_EQ(c.misses, 0u);
-  EXPECT_EQ(c.produces, 0u);
-  EXPECT_DOUBLE_EQ(c.compile_ms_saved, 80.0);
+  expect_counters(store->session_counters(), {{&Counters::disk_hits, 1},
+                                              {&Counters::memory_hits, 1},
+                                              {&Counters::misses, 0},
+                                              {&Counters::produces, 0},
+                                              {&Counters::compile_ms_saved, 80.0}});
 }
 
 TEST_F(StoreTest, GetOrCreateProducesOnceThenHits) {
@@ -473,28 +466,15 @@ TEST_F(StoreTest, MemoryTierRespectsItsCap) {
     ASSERT_OK(store->put(facts.back().key(), facts.back(), make_bytes(1000, seed + i), 1.0));
   }
   // Only two fit: the first one went back to disk-only.
-  auto first = store->get(facts[0].key());
-  ASSERT_OK(first);
-  ASSERT_TRUE(*first);
-  EXPECT_EQ((*first)->tier, Tier::disk);
-  auto last = store->get(facts[2].key());
-  ASSERT_OK(last);
-  ASSERT_TRUE(*last);
-  EXPECT_EQ((*last)->tier, Tier::memory);
+  EXPECT_TRUE(expect_hit(*store, facts[0].key(), Tier::disk));
+  EXPECT_TRUE(expect_hit(*store, facts[2].key(), Tier::memory));
 }
 
 TEST_F(StoreTest, DisabledMemoryTierServesEveryHitFromDisk) {
-  StoreOptions options;
-  options.memory_max_bytes = 0;
-  auto store = open_store(options);
+  auto store = open_store(without_memory_tier());
   const Facts facts = sample_facts("nomem");
   ASSERT_OK(store->put(facts.key(), facts, make_bytes(100, seed), 1.0));
-  for (int i = 0; i < 3; ++i) {
-    auto hit = store->get(facts.key());
-    ASSERT_OK(hit);
-    ASSERT_TRUE(*hit);
-    EXPECT_EQ((*hit)->tier, Tier::disk);
-  }
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(expect_hit(*store, facts.key(), Tier::disk));
   EXPECT_EQ(store->session_counters().disk_hits, 3u);
   EXPECT_EQ(store->session_counters().memory_hits, 0u);
   auto entries = store->list();

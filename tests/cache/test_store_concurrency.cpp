@@ -15,6 +15,7 @@
 
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
+#include "store_checks.hpp"
 #include "store_fixture.hpp"
 #include "test_support.hpp"
 
@@ -182,9 +183,7 @@ TEST_F(ConcurrencyTest, EightProcessesOneKeyOneProduce) {
   EXPECT_EQ(stats->totals.misses, 1u);
   EXPECT_EQ(stats->totals.disk_hits, static_cast<std::uint64_t>(k_workers - 1));
   EXPECT_EQ(stats->totals.produce_failures, 0u);
-  auto report = store->verify();
-  ASSERT_OK(report);
-  EXPECT_TRUE(report->clean());
+  expect_verified_clean(*store);
 }
 
 // Issue 10, item 10: ranks of one engine cold-starting together on a new machine. Each

@@ -11,6 +11,7 @@
 #include "cache/key_lock.hpp"
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
+#include "store_checks.hpp"
 #include "store_fixture.hpp"
 #include "test_support.hpp"
 
@@ -42,6 +43,27 @@ class CorruptionTest : public StoreFixture {
     ASSERT_OK(store->put(facts.key(), facts, producer.bytes, 1.0));
   }
 
+  // The blob at `path` replaced by a FIFO: opened for reading, it waits for a writer for
+  // ever unless opened non-blocking.
+  static void replace_with_fifo(const std::filesystem::path& path) {
+    std::filesystem::remove(path);
+    ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << path;
+  }
+
+  // A fresh store's lookup must miss and quarantine one entry; `why` is said where it hits, and
+  // the log must hold `logged` where given.
+  void expect_quarantined_miss(const std::string& why = {}, const std::string& logged = {}) {
+    LogCapture log;
+    auto store = open_store();
+    auto lookup = store->get(facts.key());
+    ASSERT_OK(lookup);
+    EXPECT_FALSE(*lookup) << why;
+    EXPECT_EQ(store->session_counters().quarantined, 1u);
+    if (!logged.empty()) {
+      EXPECT_GE(log.count_containing(logged), 1u) << log.all();
+    }
+  }
+
   // A fresh store must miss, produce once, count one quarantined entry, and heal.
   void expect_miss_and_reproduce(std::uint64_t quarantined = 1) {
     LogCapture log;
@@ -65,14 +87,8 @@ class CorruptionTest : public StoreFixture {
     store.reset();
     // Healed: a new process reads the re-produced entry from disk.
     store = open_store();
-    auto healed = store->get(facts.key());
-    ASSERT_OK(healed);
-    ASSERT_TRUE(*healed);
-    EXPECT_EQ((*healed)->tier, Tier::disk);
-    EXPECT_EQ(*(*healed)->bytes, producer.bytes);
-    auto report = store->verify();
-    ASSERT_OK(report);
-    EXPECT_TRUE(report->clean());
+    ASSERT_TRUE(expect_hit(*store, facts.key(), Tier::disk, &producer.bytes));
+    expect_verified_clean(*store);
   }
 
   std::uint64_t seed = jitcache::testing::test_seed("corruption");
@@ -136,49 +152,28 @@ TEST_F(CorruptionTest, ShardReplacedBySymlinkIsNotFollowed) {
   std::filesystem::copy_file(blob, planted / blob.filename());
   std::filesystem::remove_all(blob.parent_path());
   std::filesystem::create_directory_symlink(planted, blob.parent_path());
-  LogCapture log;
-  auto store = open_store();
-  auto lookup = store->get(facts.key());
-  ASSERT_OK(lookup);
-  EXPECT_FALSE(*lookup) << "a blob was read through a symlinked shard directory";
-  EXPECT_EQ(store->session_counters().quarantined, 1u);
-  EXPECT_GE(log.count_containing("symbolic link"), 1u) << log.all();
+  expect_quarantined_miss("a blob was read through a symlinked shard directory", "symbolic link");
 }
 
 TEST_F(CorruptionTest, ReplacedByDirectory) {
   const auto blob = store_entry();
   std::filesystem::remove(blob);
   std::filesystem::create_directory(blob);
-  LogCapture log;
-  auto store = open_store();
-  auto lookup = store->get(facts.key());
-  ASSERT_OK(lookup);
-  EXPECT_FALSE(*lookup);
-  EXPECT_EQ(store->session_counters().quarantined, 1u);
+  expect_quarantined_miss();
 }
 
 // A FIFO opened for reading waits for a writer for ever unless opened non-blocking: in
 // place of a blob it must be a bad blob like any other, found at once.
 TEST_F(CorruptionTest, ReplacedByFifoIsABadBlobNotAHang) {
   const auto blob = store_entry();
-  std::filesystem::remove(blob);
-  ASSERT_EQ(::mkfifo(blob.c_str(), 0600), 0);
+  ASSERT_NO_FATAL_FAILURE(replace_with_fifo(blob));
   const jitcache::testing::HangGuard guard(60);
-  {
-    LogCapture log;
-    auto store = open_store();
-    auto lookup = store->get(facts.key());
-    ASSERT_OK(lookup);
-    EXPECT_FALSE(*lookup);
-    EXPECT_EQ(store->session_counters().quarantined, 1u);
-    EXPECT_GE(log.count_containing("is a FIFO (not a regular file)"), 1u) << log.all();
-  }
+  expect_quarantined_miss("", "is a FIFO (not a regular file)");
   const auto moved = std::filesystem::directory_iterator(root() / "quarantine");
   EXPECT_EQ(std::distance(begin(moved), end(moved)), 1) << "the FIFO is moved aside";
   std::filesystem::remove(blob);  // nothing left in the way, if the quarantine failed
   ASSERT_OK(open_store()->put(facts.key(), facts, producer.bytes, 1.0));
-  std::filesystem::remove(blob);
-  ASSERT_EQ(::mkfifo(blob.c_str(), 0600), 0);
+  ASSERT_NO_FATAL_FAILURE(replace_with_fifo(blob));
   expect_miss_and_reproduce();
 }
 
@@ -203,16 +198,13 @@ TEST_F(CorruptionTest, ReplacedBySocketIsABadBlob) {
 
 TEST_F(CorruptionTest, VerifyWithAFifoBlobFinishesAndFindsIt) {
   const auto blob = store_entry();
-  std::filesystem::remove(blob);
-  ASSERT_EQ(::mkfifo(blob.c_str(), 0600), 0);
+  ASSERT_NO_FATAL_FAILURE(replace_with_fifo(blob));
   const jitcache::testing::HangGuard guard(60);
   auto store = open_store();
   auto report = store->verify();
   ASSERT_OK(report);
   EXPECT_FALSE(report->clean());
-  auto again = store->verify();
-  ASSERT_OK(again);
-  EXPECT_TRUE(again->clean()) << "the bad entry was dropped by the first verify";
+  expect_verified_clean(*store, "the bad entry was dropped by the first verify");
 }
 
 // A key's lock file is only ever a regular file the store made: a FIFO, a socket or a
@@ -381,9 +373,7 @@ TEST_F(CorruptionTest, GarbageIndexIsRebuilt) {
   EXPECT_TRUE(report->integrity_problems.empty()) << report->integrity_problems[0];
   store.reset();
   auto reopened = open_store();
-  auto again = reopened->verify();
-  ASSERT_OK(again);
-  EXPECT_TRUE(again->clean()) << "the fresh index itself is sound";
+  expect_verified_clean(*reopened, "the fresh index itself is sound");
 }
 
 TEST_F(CorruptionTest, TruncatedIndexIsRebuilt) {

@@ -7,11 +7,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <iostream>
 
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
 #include "fault_vfs.hpp"
+#include "store_checks.hpp"
 #include "store_fixture.hpp"
 #include "test_support.hpp"
 
@@ -79,6 +81,58 @@ class FaultTest : public StoreFixture {
     EXPECT_EQ(*(*hit)->bytes, bytes);
   }
 
+  // What a dry run did through a FaultVfs: the calls of each kind, and their line for the
+  // report (" open=2 write=5 ...").
+  struct CountedCalls {
+    explicit CountedCalls(const FaultVfs& vfs) {
+      for (const VfsOp op : k_vfs_ops) {
+        calls[static_cast<std::size_t>(op)] = vfs.count(op);
+        line += std::string(" ") + to_string(op) + "=" + std::to_string(vfs.count(op));
+      }
+    }
+    int of(VfsOp op) const { return calls[static_cast<std::size_t>(op)]; }
+
+    std::array<int, k_vfs_ops.size()> calls{};
+    std::string line;
+  };
+
+  // One fault of a counted run: call `nth` of kind `op` fails with `error_number`. `what`
+  // says so (and traces every check made for it); `root` is a fresh cache root for it.
+  struct Fault {
+    VfsOp op;
+    int nth;
+    int error_number;
+    std::string what;
+    std::filesystem::path root;
+  };
+  struct FaultCount {
+    int points = 0;  // calls that failed in turn
+    int tried = 0;   // faults: points x errnos
+  };
+
+  // Every call the dry run counted fails in turn with each errno: `inject` gets each fault,
+  // described as "<prefix><op> call <nth> fails with <reason>", at a root `<stem>-<i>`.
+  // Stops at the first fatal failure, as a loop in the test body would.
+  FaultCount for_each_fault(const CountedCalls& counted, const std::string& prefix, const std::string& stem,
+                            const std::function<void(const Fault&)>& inject) const {
+    FaultCount n;
+    for (const VfsOp op : k_vfs_ops) {
+      for (int nth = 0; nth < counted.of(op); ++nth) {
+        ++n.points;
+        for (const int error_number : k_errnos) {
+          const Fault fault{op, nth, error_number,
+                            prefix + to_string(op) + " call " + std::to_string(nth) + " fails with " +
+                                std::strerror(error_number),
+                            round_root(stem + "-" + std::to_string(n.tried++))};
+          SCOPED_TRACE(fault.what);
+          inject(fault);
+          if (::testing::Test::HasFatalFailure()) return n;
+        }
+      }
+    }
+    return n;
+  }
+
   std::uint64_t seed = jitcache::testing::test_seed("faults");
 };
 
@@ -130,8 +184,7 @@ TEST_F(FaultTest, EveryIndexWriteStepOfAPublishFailingWithEveryErrno) {
   FaultVfs vfs;
   const Facts facts = sample_facts("index");
   const Bytes bytes = make_bytes(5'000, seed);
-  StoreOptions options;
-  options.memory_max_bytes = 0;  // every read goes to the index and the blob
+  const StoreOptions options = without_memory_tier();  // every read goes to the index and the blob
   auto publish = [&](const std::filesystem::path& root) {
     auto store = open_at(root, options);
     if (!store) return false;
@@ -150,51 +203,36 @@ TEST_F(FaultTest, EveryIndexWriteStepOfAPublishFailingWithEveryErrno) {
   };
 
   ASSERT_TRUE(publish(round_root("dry")));
-  std::array<int, k_vfs_ops.size()> calls{};
-  std::string counted;
-  for (const VfsOp op : k_vfs_ops) {
-    calls[static_cast<std::size_t>(op)] = vfs.count(op);
-    counted += std::string(" ") + to_string(op) + "=" + std::to_string(vfs.count(op));
-  }
-  ASSERT_GT(calls[static_cast<std::size_t>(VfsOp::write)], 0) << "the publish wrote nothing through SQLite?";
+  const CountedCalls counted(vfs);
+  ASSERT_GT(counted.of(VfsOp::write), 0) << "the publish wrote nothing through SQLite?";
 
-  int tried = 0, points = 0;
-  for (const VfsOp op : k_vfs_ops) {
-    for (int nth = 0; nth < calls[static_cast<std::size_t>(op)]; ++nth) {
-      ++points;
-      for (const int error_number : k_errnos) {
-        const std::string what = std::string(to_string(op)) + " call " + std::to_string(nth) +
-                                 " fails with " + std::strerror(error_number);
-        SCOPED_TRACE(what);
-        const auto root = round_root("index-" + std::to_string(tried++));
-        {
-          auto store = open_at(root, options);
-          ASSERT_TRUE(store);
-          const Facts before = sample_facts("before");
-          ASSERT_OK(store->put(before.key(), before, make_bytes(100, seed + 1), 1.0));
-          LogCapture log;
-          vfs.arm(op, nth, sqlite_code_for(op, error_number), error_number);
-          CountingProducer producer{bytes};
-          auto served = store->get_or_create(facts.key(), facts, producer.producer());
-          const bool fired = vfs.fired();
-          vfs.disarm();
-          // The caller is always served; a failed commit is logged, naming the index.
-          ASSERT_OK(served);
-          EXPECT_EQ(*served->bytes, bytes);
-          EXPECT_TRUE(fired) << "the same publish made fewer calls than the dry run";
-          auto listed = store->list();
-          if (!listed || listed->size() < 2) {
-            EXPECT_GE(log.count_containing("could not store"), 1u) << log.all();
-            EXPECT_GE(log.count_containing("index.db"), 1u) << log.all();
-          }
-        }
-        expect_no_partial_state(root, what);
-        expect_recovery(root, facts, bytes, what);
+  const FaultCount n = for_each_fault(counted, "", "index", [&](const Fault& fault) {
+    {
+      auto store = open_at(fault.root, options);
+      ASSERT_TRUE(store);
+      const Facts before = sample_facts("before");
+      ASSERT_OK(store->put(before.key(), before, make_bytes(100, seed + 1), 1.0));
+      LogCapture log;
+      vfs.arm(fault.op, fault.nth, sqlite_code_for(fault.op, fault.error_number), fault.error_number);
+      CountingProducer producer{bytes};
+      auto served = store->get_or_create(facts.key(), facts, producer.producer());
+      const bool fired = vfs.fired();
+      vfs.disarm();
+      // The caller is always served; a failed commit is logged, naming the index.
+      ASSERT_OK(served);
+      EXPECT_EQ(*served->bytes, bytes);
+      EXPECT_TRUE(fired) << "the same publish made fewer calls than the dry run";
+      auto listed = store->list();
+      if (!listed || listed->size() < 2) {
+        EXPECT_GE(log.count_containing("could not store"), 1u) << log.all();
+        EXPECT_GE(log.count_containing("index.db"), 1u) << log.all();
       }
     }
-  }
-  std::cout << "[faults] index: calls counted in one publish:" << counted << "; " << points
-            << " injection points x " << std::size(k_errnos) << " errnos = " << tried << " faults\n";
+    expect_no_partial_state(fault.root, fault.what);
+    expect_recovery(fault.root, facts, bytes, fault.what);
+  });
+  std::cout << "[faults] index: calls counted in one publish:" << counted.line << "; " << n.points
+            << " injection points x " << std::size(k_errnos) << " errnos = " << n.tried << " faults\n";
 }
 
 // Closing the last connection checkpoints the WAL into index.db (writes, syncs, truncates):
@@ -218,34 +256,19 @@ TEST_F(FaultTest, EveryCheckpointStepAtCloseFailingWithEveryErrno) {
     vfs.disarm();
   };
   fill_and_close(round_root("dry"), std::nullopt);
-  std::array<int, k_vfs_ops.size()> calls{};
-  std::string counted;
-  for (const VfsOp op : k_vfs_ops) {
-    calls[static_cast<std::size_t>(op)] = vfs.count(op);
-    counted += std::string(" ") + to_string(op) + "=" + std::to_string(vfs.count(op));
-  }
-  int tried = 0, points = 0;
-  for (const VfsOp op : k_vfs_ops) {
-    for (int nth = 0; nth < calls[static_cast<std::size_t>(op)]; ++nth) {
-      ++points;
-      for (const int error_number : k_errnos) {
-        const std::string what = std::string("close: ") + to_string(op) + " call " + std::to_string(nth) +
-                                 " fails with " + std::strerror(error_number);
-        SCOPED_TRACE(what);
-        const auto root = round_root("close-" + std::to_string(tried++));
-        fill_and_close(root, std::make_tuple(op, nth, error_number));
-        expect_no_partial_state(root, what);
-        auto store = open_at(root);
-        ASSERT_TRUE(store);
-        auto hit = store->get(facts.key());
-        ASSERT_OK(hit);
-        ASSERT_TRUE(*hit) << "the committed entry was lost";
-        EXPECT_EQ(*(*hit)->bytes, bytes);
-      }
-    }
-  }
-  std::cout << "[faults] close: calls counted:" << counted << "; " << points << " injection points x "
-            << std::size(k_errnos) << " errnos = " << tried << " faults\n";
+  const CountedCalls counted(vfs);
+  const FaultCount n = for_each_fault(counted, "close: ", "close", [&](const Fault& fault) {
+    fill_and_close(fault.root, std::make_tuple(fault.op, fault.nth, fault.error_number));
+    expect_no_partial_state(fault.root, fault.what);
+    auto store = open_at(fault.root);
+    ASSERT_TRUE(store);
+    auto hit = store->get(facts.key());
+    ASSERT_OK(hit);
+    ASSERT_TRUE(*hit) << "the committed entry was lost";
+    EXPECT_EQ(*(*hit)->bytes, bytes);
+  });
+  std::cout << "[faults] close: calls counted:" << counted.line << "; " << n.points << " injection points x "
+            << std::size(k_errnos) << " errnos = " << n.tried << " faults\n";
 }
 
 // Creating the index of a fresh cache: opening index.db and its WAL, writing the schema.
@@ -258,38 +281,24 @@ TEST_F(FaultTest, EveryStepOfCreatingTheIndexFailingWithEveryErrno) {
   vfs.count_only();
   { ASSERT_TRUE(open_at(round_root("dry"))); }
   vfs.disarm();
-  std::array<int, k_vfs_ops.size()> calls{};
-  std::string counted;
-  for (const VfsOp op : k_vfs_ops) {
-    calls[static_cast<std::size_t>(op)] = vfs.count(op);
-    counted += std::string(" ") + to_string(op) + "=" + std::to_string(vfs.count(op));
-  }
-  int tried = 0, points = 0, refused = 0;
-  for (const VfsOp op : k_vfs_ops) {
-    for (int nth = 0; nth < calls[static_cast<std::size_t>(op)]; ++nth) {
-      ++points;
-      for (const int error_number : k_errnos) {
-        const std::string what = std::string("create: ") + to_string(op) + " call " + std::to_string(nth) +
-                                 " fails with " + std::strerror(error_number);
-        SCOPED_TRACE(what);
-        const auto root = round_root("create-" + std::to_string(tried++));
-        vfs.arm(op, nth, sqlite_code_for(op, error_number), error_number);
-        {
-          auto store = Store::open(root);
-          if (!store) {
-            ++refused;
-            EXPECT_EQ(store.error().code, ErrorCode::database);
-            EXPECT_NE(store.error().message.find("index.db"), std::string::npos) << store.error().message;
-          }
-        }
-        vfs.disarm();
-        expect_no_partial_state(root, what);
-        expect_recovery(root, facts, bytes, what);
+  const CountedCalls counted(vfs);
+  int refused = 0;
+  const FaultCount n = for_each_fault(counted, "create: ", "create", [&](const Fault& fault) {
+    vfs.arm(fault.op, fault.nth, sqlite_code_for(fault.op, fault.error_number), fault.error_number);
+    {
+      auto store = Store::open(fault.root);
+      if (!store) {
+        ++refused;
+        EXPECT_EQ(store.error().code, ErrorCode::database);
+        EXPECT_NE(store.error().message.find("index.db"), std::string::npos) << store.error().message;
       }
     }
-  }
-  std::cout << "[faults] create: calls counted:" << counted << "; " << points << " injection points x "
-            << std::size(k_errnos) << " errnos = " << tried << " faults (" << refused
+    vfs.disarm();
+    expect_no_partial_state(fault.root, fault.what);
+    expect_recovery(fault.root, facts, bytes, fault.what);
+  });
+  std::cout << "[faults] create: calls counted:" << counted.line << "; " << n.points << " injection points x "
+            << std::size(k_errnos) << " errnos = " << n.tried << " faults (" << refused
             << " refused with an error, the rest absorbed by SQLite)\n";
 }
 

@@ -13,6 +13,8 @@
 #include "cache/memory_tier.hpp"
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
+#include "store_checks.hpp"
+#include "seeded_fixture.hpp"
 #include "store_fixture.hpp"
 #include "test_support.hpp"
 
@@ -21,10 +23,7 @@ namespace {
 
 using namespace jitcache::cache::testing;
 
-class FirstWriteTest : public StoreFixture {
- protected:
-  std::uint64_t seed = jitcache::testing::test_seed("first-write");
-};
+using FirstWriteTest = Seeded<StoreFixture>;
 
 TEST_F(FirstWriteTest, TheFirstWriterWinsAndLaterOnesGetItsBytes) {
   auto store = open_store();
@@ -98,9 +97,7 @@ TEST_F(FirstWriteTest, ADamagedOrRemovedFirstEntryCountsAsNone) {
   auto again = store->put_if_absent(facts.key(), facts, first, 1.0);
   ASSERT_OK(again);
   EXPECT_TRUE(again->ours);
-  auto verified = store->verify();
-  ASSERT_OK(verified);
-  EXPECT_TRUE(verified->clean());
+  expect_verified_clean(*store);
 }
 
 // Eight writers of different bytes, each with its own store over one directory (as

@@ -8,6 +8,7 @@
 
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
+#include "store_checks.hpp"
 #include "store_fixture.hpp"
 #include "test_support.hpp"
 
@@ -82,11 +83,11 @@ class StoreLocateTest : public StoreFixture {
   }
 
   static void expect_no_counts(const Counters& c) {
-    EXPECT_EQ(c.memory_hits, 0u);
-    EXPECT_EQ(c.disk_hits, 0u);
-    EXPECT_EQ(c.misses, 0u);
-    EXPECT_EQ(c.produces, 0u);
-    EXPECT_DOUBLE_EQ(c.compile_ms_saved, 0.0);
+    expect_counters(c, {{&Counters::memory_hits, 0},
+                        {&Counters::disk_hits, 0},
+                        {&Counters::misses, 0},
+                        {&Counters::produces, 0},
+                        {&Counters::compile_ms_saved, 0.0}});
   }
 };
 

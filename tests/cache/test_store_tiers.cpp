@@ -10,6 +10,7 @@
 
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
+#include "store_checks.hpp"
 #include "store_fixture.hpp"
 #include "test_support.hpp"
 
@@ -117,22 +118,14 @@ TEST_F(StoreTiersTest, ARemoteHitIsServedThenKeptInMemory) {
   const Facts facts = sample_facts("remote-hit");
   const Bytes bytes = make_bytes(700, seed);
   seed_remote(facts, bytes);
-  auto first = store->get(facts.key());
-  ASSERT_OK(first);
-  ASSERT_TRUE(*first);
-  EXPECT_EQ((*first)->tier, Tier::remote);
-  EXPECT_EQ(*(*first)->bytes, bytes);
-  auto second = store->get(facts.key());
-  ASSERT_OK(second);
-  ASSERT_TRUE(*second);
-  EXPECT_EQ((*second)->tier, Tier::memory);
+  ASSERT_TRUE(expect_hit(*store, facts.key(), Tier::remote, &bytes));
+  ASSERT_TRUE(expect_hit(*store, facts.key(), Tier::memory));
   EXPECT_EQ(remote->gets, 1) << "the memory tier answers first";
 
-  const Counters c = store->session_counters();
-  EXPECT_EQ(c.memory_hits, 1u);
-  EXPECT_EQ(c.disk_hits, 0u);
-  EXPECT_EQ(c.misses, 0u);
-  EXPECT_DOUBLE_EQ(c.compile_ms_saved, 60.0);
+  expect_counters(store->session_counters(), {{&Counters::memory_hits, 1},
+                                              {&Counters::disk_hits, 0},
+                                              {&Counters::misses, 0},
+                                              {&Counters::compile_ms_saved, 60.0}});
   EXPECT_EQ(stats_of(store->tier_stats(), "fake-remote").hits, 1u);
   EXPECT_EQ(stats_of(store->tier_stats(), "disk").hits, 0u);
   // Without the facts, a plain get fills the memory tier only.
@@ -320,9 +313,7 @@ TEST_F(StoreTiersTest, ADecodedFormIsKeptBesideItsMemoryEntry) {
 }
 
 TEST_F(StoreTiersTest, WithoutAMemoryTierNothingIsAttached) {
-  StoreOptions options;
-  options.memory_max_bytes = 0;
-  auto store = open_store(options);
+  auto store = open_store(without_memory_tier());
   const Facts facts = sample_facts("no-memory");
   ASSERT_OK(store->put(facts.key(), facts, make_bytes(10, seed), 1.0));
   auto hit = store->get(facts.key());

@@ -14,6 +14,7 @@
 #include "cache/store.hpp"
 #include "cache/usage_journal.hpp"
 #include "cache_test_support.hpp"
+#include "seeded_fixture.hpp"
 #include "store_fixture.hpp"
 #include "test_support.hpp"
 
@@ -22,10 +23,8 @@ namespace {
 
 using namespace jitcache::cache::testing;
 
-class UsageJournalTest : public StoreFixture {
+class UsageJournalTest : public Seeded<StoreFixture> {
  protected:
-  std::uint64_t seed = jitcache::testing::test_seed("usage journal");
-
   std::filesystem::path journal() const { return root() / k_usage_journal_name; }
 
   // One entry stored by a first session; returns its facts.

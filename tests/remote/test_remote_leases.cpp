@@ -60,6 +60,15 @@ class RemoteLeaseTest : public RedisTest {
     return ms;
   }
 
+  // Holds `facts`' lease as someone else for a minute (longer than any test waits) and
+  // returns options that wait `wait` for a lease.
+  RemoteTierOptions lease_held_elsewhere(const Facts& facts, milliseconds wait) {
+    RemoteTierOptions impatient = options();
+    impatient.wait = wait;
+    EXPECT_OK(server->command({"SET", RemoteTier(impatient).lease_name(facts.key()), "someone-else", "PX", "60000"}));
+    return impatient;
+  }
+
   std::uint64_t seed = jitcache::testing::test_seed("remote_leases");
 };
 
@@ -175,10 +184,8 @@ TEST_F(RemoteLeaseTest, HolderKilledWhileProducingLetsAnotherNodeProduceAfterExp
 TEST_F(RemoteLeaseTest, WaitIsBoundedWhenTheLeaseNeverGoes) {
   HangGuard guard(30);
   const Facts facts = sample_facts("stuck-lease");
-  RemoteTierOptions impatient = options();
-  impatient.wait = milliseconds(300);
+  const RemoteTierOptions impatient = lease_held_elsewhere(facts, milliseconds(300));
   RemoteTier probe(impatient);
-  ASSERT_OK(server->command({"SET", probe.lease_name(facts.key()), "someone-else", "PX", "60000"}));
   jitcache::testing::LogCapture log;
   Node node = open_node(dir() / "n", impatient);
   const double ms = produce_past_lease(node, facts);
@@ -224,10 +231,8 @@ TEST_F(RemoteLeaseTest, LeaseIsRenewedWhileItsHolderWorks) {
 TEST_F(RemoteLeaseTest, PoisonedValueIsReportedOnceWhileWaiting) {
   HangGuard guard(30);
   const Facts facts = sample_facts("poison-wait");
-  RemoteTierOptions impatient = options();
-  impatient.wait = milliseconds(400);
+  const RemoteTierOptions impatient = lease_held_elsewhere(facts, milliseconds(400));
   RemoteTier probe(impatient);
-  ASSERT_OK(server->command({"SET", probe.lease_name(facts.key()), "someone-else", "PX", "60000"}));
   ASSERT_OK(server->command({"SET", probe.entry_name(facts.key()), "not a signed value"}));
   jitcache::testing::LogCapture log;
   Node node = open_node(dir() / "n", impatient);

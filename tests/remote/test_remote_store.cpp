@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "cache/store_checks.hpp"
+#include "cache/seeded_fixture.hpp"
 #include "remote_test_support.hpp"
 
 namespace jitcache::remote {
@@ -84,13 +86,12 @@ TEST_F(RemoteStoreTest, NodeAProducesAndUploadsNodeBHitsAndBackfills) {
     EXPECT_EQ(got->source, Source::produced);
     EXPECT_EQ(producer.calls, 1);
   }
-  Counters ca = a.store->session_counters();
-  EXPECT_EQ(ca.produces, 4u);
-  EXPECT_EQ(ca.remote_uploads, 4u);
-  EXPECT_EQ(ca.remote_misses, 4u);
-  EXPECT_EQ(ca.remote_hits, 0u);
-  EXPECT_EQ(ca.remote_rejects, 0u);
-  EXPECT_EQ(ca.remote_errors, 0u);
+  cache::testing::expect_counters(a.store->session_counters(), {{&Counters::produces, 4},
+                                                                {&Counters::remote_uploads, 4},
+                                                                {&Counters::remote_misses, 4},
+                                                                {&Counters::remote_hits, 0},
+                                                                {&Counters::remote_rejects, 0},
+                                                                {&Counters::remote_errors, 0}});
   a.close();
 
   Node b = node("b");
@@ -102,12 +103,13 @@ TEST_F(RemoteStoreTest, NodeAProducesAndUploadsNodeBHitsAndBackfills) {
     EXPECT_EQ(*got->bytes, blobs[i]);
     EXPECT_EQ(producer.calls, 0);
   }
-  Counters cb = b.store->session_counters();
-  EXPECT_EQ(cb.remote_hits, 4u);
-  EXPECT_EQ(cb.produces, 0u);
-  EXPECT_EQ(cb.misses, 0u);
-  EXPECT_EQ(cb.remote_uploads, 0u);
-  EXPECT_DOUBLE_EQ(cb.compile_ms_saved, 4 * 12.5) << "a remote hit saves what the producer spent";
+  cache::testing::expect_counters(
+      b.store->session_counters(),
+      {{&Counters::remote_hits, 4},
+       {&Counters::produces, 0},
+       {&Counters::misses, 0},
+       {&Counters::remote_uploads, 0},
+       {&Counters::compile_ms_saved, 4 * 12.5, "a remote hit saves what the producer spent"}});
   b.close();
 
   // B's disk now has all four: with the remote gone it compiles nothing.
@@ -369,10 +371,7 @@ using namespace jitcache::remote::testing;
 // Store::put_if_absent across two nodes: SET NX decides, the loser is handed the winner's
 // verified value and its own disk takes it; a value that fails verification cannot decide,
 // so the node's disk does, and the value is neither overwritten nor counted twice.
-class RemoteFirstWriteTest : public RedisTest {
- protected:
-  std::uint64_t seed = jitcache::testing::test_seed("remote_first_write");
-};
+using RemoteFirstWriteTest = cache::testing::Seeded<RedisTest>;
 
 TEST_F(RemoteFirstWriteTest, SetNxDecidesAndTheLoserTakesTheWinnersValue) {
   Node a = open_node(dir() / "a", options());

@@ -15,6 +15,20 @@ namespace {
 
 using jitcache::testing::ScopedEnv;
 
+// Runs `check` twice, each time succeeding, and returns the warnings logged meanwhile: a
+// problem outside strict mode is warned about once per process, not once per check.
+template <class Check>
+std::vector<std::string> warnings_of_two_checks(Check check) {
+  std::vector<std::string> warnings;
+  set_log_sink([&](LogLevel level, std::string_view m) {
+    if (level == LogLevel::warning) warnings.emplace_back(m);
+  });
+  EXPECT_TRUE(check());
+  EXPECT_TRUE(check());
+  set_log_sink(nullptr);
+  return warnings;
+}
+
 TEST(EnvRegistry, DeclaresTheIssueVariablesOnceEach) {
   std::vector<std::string> names;
   for (const EnvVar* var : registry()) {
@@ -86,13 +100,7 @@ TEST(EnvRegistry, UnparsableStrictModeIsAnErrorAtStartup) {
 TEST(EnvRegistry, BadLogLevelWarnsOnceOrFailsInStrictMode) {
   ScopedEnv strict_off("JITCACHE_STRICT", nullptr);
   ScopedEnv bad("JITCACHE_LOG_LEVEL", "bogus");
-  std::vector<std::string> warnings;
-  set_log_sink([&](LogLevel level, std::string_view m) {
-    if (level == LogLevel::warning) warnings.emplace_back(m);
-  });
-  EXPECT_TRUE(check_startup());
-  EXPECT_TRUE(check_startup());
-  set_log_sink(nullptr);
+  const std::vector<std::string> warnings = warnings_of_two_checks([] { return check_startup(); });
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("JITCACHE_LOG_LEVEL=bogus: expected a log level"), std::string::npos)
       << warnings[0];
@@ -132,13 +140,7 @@ TEST(EnvRegistry, UnknownPrefixedVariablesGetSuggestions) {
 TEST(EnvRegistry, UnknownVariableWarnsOnceOrFailsInStrictMode) {
   ScopedEnv typo("JITCACHE_DIRECTORY_X", "1");
   ScopedEnv strict_off("JITCACHE_STRICT", nullptr);
-  std::vector<std::string> warnings;
-  set_log_sink([&](LogLevel level, std::string_view m) {
-    if (level == LogLevel::warning) warnings.emplace_back(m);
-  });
-  EXPECT_TRUE(check_unknown_vars());
-  EXPECT_TRUE(check_unknown_vars());
-  set_log_sink(nullptr);
+  const std::vector<std::string> warnings = warnings_of_two_checks([] { return check_unknown_vars(); });
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("JITCACHE_DIRECTORY_X is not a declared jitcache variable"), std::string::npos);
 

@@ -108,18 +108,24 @@ TEST_F(SecretFileTest, PasswordsLoseOneFinalNewlineOnly) {
   password.what = "Redis password";
   password.source = "JITCACHE_REMOTE_PASSWORD_FILE";
   password.strip_final_newline = true;
-  auto unix_line = read_secret_file(write("pw1", "s3cret\n"), password);
-  ASSERT_OK(unix_line);
-  EXPECT_EQ(*unix_line, "s3cret");
-  auto dos_line = read_secret_file(write("pw2", "s3cret\r\n"), password);
-  ASSERT_OK(dos_line);
-  EXPECT_EQ(*dos_line, "s3cret");
-  auto two = read_secret_file(write("pw3", "s3cret\n\n"), password);
-  ASSERT_OK(two);
-  EXPECT_EQ(*two, "s3cret\n");
-  auto none = read_secret_file(write("pw4", "s3cret"), password);
-  ASSERT_OK(none);
-  EXPECT_EQ(*none, "s3cret");
+  struct Case {
+    const char* what;  // said with a failure
+    const char* file;
+    const char* bytes;
+    const char* password;
+  };
+  const Case cases[] = {
+      {"unix line", "pw1", "s3cret\n", "s3cret"},
+      {"dos line", "pw2", "s3cret\r\n", "s3cret"},
+      {"two newlines", "pw3", "s3cret\n\n", "s3cret\n"},
+      {"no newline", "pw4", "s3cret", "s3cret"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto read = read_secret_file(write(c.file, c.bytes), password);
+    ASSERT_OK(read);
+    EXPECT_EQ(*read, c.password);
+  }
   // A file holding only a newline holds no password.
   auto empty = read_secret_file(write("pw5", "\n"), password);
   ASSERT_FALSE(empty);

@@ -22,6 +22,7 @@
 
 #include "cache/metrics.hpp"
 #include "cache/store.hpp"
+#include "cache/store_fixture.hpp"
 #include "cli_runner.hpp"
 #include "test_support.hpp"
 
@@ -40,20 +41,20 @@ cache::Facts entry_facts(const std::string& kernel, const std::string& target, c
                       {"rope", rope},             {"nvrtc_version", "12.8"}, {"generator_version", "1"}};
 }
 
-class CliCacheTest : public testing::TempDirTest {
+// A cache at root() holding four entries.
+class CliCacheTest : public cache::testing::StoreFixture {
  protected:
   void SetUp() override {
-    TempDirTest::SetUp();
-    m_root = dir() / "cache";
-    auto store = cache::Store::open(m_root);
-    ASSERT_OK(store);
+    StoreFixture::SetUp();
+    auto store = open_store();
+    ASSERT_TRUE(store);
     m_entries = {entry_facts("kv_write", "sm_120a", "identity", "bf16"),
                  entry_facts("kv_write", "sm_120a", "dynamic", "bf16"),
                  entry_facts("kv_gather", "sm_120a", "dynamic", "fp8"),
                  entry_facts("kv_write", "sm_100a", "dynamic", "fp8")};
     for (std::size_t i = 0; i < m_entries.size(); ++i) {
       cache::Bytes bytes(1000 * (i + 1), static_cast<std::byte>(i + 1));
-      ASSERT_OK((*store)->put(m_entries[i].key(), m_entries[i], bytes, 100.0 * (i + 1)));
+      ASSERT_OK(store->put(m_entries[i].key(), m_entries[i], bytes, 100.0 * (i + 1)));
     }
   }
 
@@ -62,7 +63,7 @@ class CliCacheTest : public testing::TempDirTest {
   }
 
   Outcome run(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--cache-dir", m_root.string()});
+    args.insert(args.begin(), {"--cache-dir", root().string()});
     return jitcache(std::move(args));
   }
 
@@ -75,10 +76,19 @@ class CliCacheTest : public testing::TempDirTest {
   fs::path blob_of(std::size_t i) const {
     const cache::Bytes bytes(1000 * (i + 1), static_cast<std::byte>(i + 1));
     const std::string hex = cache::BlobDigest::of(bytes).to_hex();
-    return m_root / "blobs" / hex.substr(0, 2) / hex;
+    return root() / "blobs" / hex.substr(0, 2) / hex;
   }
 
-  fs::path m_root;
+  // index.db overwritten with garbage, its WAL and shared memory gone.
+  void garble_index() const {
+    {
+      std::ofstream garbage(root() / "index.db", std::ios::binary | std::ios::trunc);
+      garbage << std::string(8192, 'G');
+    }
+    fs::remove(root() / "index.db-wal");
+    fs::remove(root() / "index.db-shm");
+  }
+
   std::vector<cache::Facts> m_entries;
 };
 
@@ -98,7 +108,7 @@ TEST_F(CliCacheTest, InspectJsonIsOneDocument) {
   ASSERT_EQ(o.code, 0) << o.err;
   const json doc = parse(o);
   ASSERT_EQ(doc["entries"].size(), 4u);
-  EXPECT_EQ(doc["cache_dir"], m_root.string());
+  EXPECT_EQ(doc["cache_dir"], root().string());
   for (const auto& e : doc["entries"]) {
     for (const char* field : {"key", "digest", "size", "key_schema", "created", "last_used", "hits", "compile_ms", "facts"})
       EXPECT_TRUE(e.contains(field)) << field;
@@ -112,7 +122,7 @@ TEST_F(CliCacheTest, InspectJsonIsOneDocument) {
 // format=<name>; --format takes either name and --rope stays the older alias.
 TEST_F(CliCacheTest, InspectAndClearFilterByFormatUnderEitherSpelling) {
   {
-    auto store = cache::Store::open(m_root);
+    auto store = cache::Store::open(root());
     ASSERT_OK(store);
     const cache::Facts flashmla{{"kernel", "kv_write"}, {"target", "sm_100a"}, {"latent_scale", "dynamic"},
                                 {"format", "flashmla-352"}, {"nvrtc_version", "12.8"}, {"generator_version", "1"}};
@@ -368,12 +378,7 @@ TEST_F(CliCacheTest, VerifyFindsDamageExitsOneThenQuarantined) {
 
 // Issue 10, item 4: discarding a damaged index is a finding, never "clean".
 TEST_F(CliCacheTest, VerifyReportsAQuarantinedIndexAndExitsOne) {
-  {
-    std::ofstream garbage(m_root / "index.db", std::ios::binary | std::ios::trunc);
-    garbage << std::string(8192, 'G');
-  }
-  fs::remove(m_root / "index.db-wal");
-  fs::remove(m_root / "index.db-shm");
+  garble_index();
   const Outcome o = run({"verify", "--json"});
   EXPECT_EQ(o.code, 1) << o.out << o.err;
   const json doc = parse(o);
@@ -389,11 +394,11 @@ TEST_F(CliCacheTest, VerifyReportsAQuarantinedIndexAndExitsOne) {
 
 TEST_F(CliCacheTest, VerifyTextSaysHowManyEntriesTheQuarantinedIndexHeld) {
   // Damage behind the header: the file still opens, so its entries can still be counted.
-  fs::copy_file(m_root / "index.db", dir() / "copy.db");
-  ASSERT_EQ(::truncate((m_root / "index.db").c_str(), 0), 0);
+  fs::copy_file(root() / "index.db", dir() / "copy.db");
+  ASSERT_EQ(::truncate((root() / "index.db").c_str(), 0), 0);
   {
     sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open((m_root / "index.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_open((root() / "index.db").c_str(), &db), SQLITE_OK);
     ASSERT_EQ(sqlite3_exec(db,
                            "PRAGMA journal_mode=WAL; CREATE TABLE schema_version (version INTEGER);"
                            "CREATE TABLE entries (key TEXT); INSERT INTO entries VALUES ('a'), ('b'), ('c');",
@@ -416,7 +421,7 @@ TEST_F(CliCacheTest, JunkUsageRowsBrickNothing) {
   const std::string key = m_entries[0].key().to_hex();
   {
     sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open((m_root / "index.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_open((root() / "index.db").c_str(), &db), SQLITE_OK);
     const std::string sql = "INSERT INTO usage_log (key, hits, last_used) VALUES ('" + key +
                             "', 9223372036854775807, 1), ('" + key + "', 9223372036854775807, 2)";
     ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
@@ -441,7 +446,7 @@ TEST_F(CliCacheTest, DroppedTableNamesTheRecoveryAndClearAllRecovers) {
     SCOPED_TRACE(table);
     {
       sqlite3* db = nullptr;
-      ASSERT_EQ(sqlite3_open((m_root / "index.db").c_str(), &db), SQLITE_OK);
+      ASSERT_EQ(sqlite3_open((root() / "index.db").c_str(), &db), SQLITE_OK);
       const std::string sql = std::string("DROP TABLE ") + table;
       ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
       sqlite3_close(db);
@@ -458,7 +463,7 @@ TEST_F(CliCacheTest, DroppedTableNamesTheRecoveryAndClearAllRecovers) {
     EXPECT_EQ(parse(after)["entries"], 0);
     EXPECT_EQ(run({"verify"}).code, 0);
     // Refill for the next table.
-    auto store = cache::Store::open(m_root);
+    auto store = cache::Store::open(root());
     ASSERT_OK(store);
     for (const auto& facts : m_entries)
       ASSERT_OK((*store)->put(facts.key(), facts, cache::Bytes(10, std::byte{1}), 1.0));
@@ -466,24 +471,19 @@ TEST_F(CliCacheTest, DroppedTableNamesTheRecoveryAndClearAllRecovers) {
 }
 
 TEST_F(CliCacheTest, ClearAllSucceedsOnAGarbageIndex) {
-  {
-    std::ofstream garbage(m_root / "index.db", std::ios::binary | std::ios::trunc);
-    garbage << std::string(8192, 'G');
-  }
-  fs::remove(m_root / "index.db-wal");
-  fs::remove(m_root / "index.db-shm");
+  garble_index();
   const Outcome o = run({"clear", "--all"});
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_NE(o.out.find("quarantine"), std::string::npos) << o.out;
   std::size_t blobs = 0;
-  for (const auto& e : fs::recursive_directory_iterator(m_root / "blobs")) blobs += e.is_regular_file();
+  for (const auto& e : fs::recursive_directory_iterator(root() / "blobs")) blobs += e.is_regular_file();
   EXPECT_EQ(blobs, 0u) << "clearing a cache whose index was lost removes the blobs it knew";
 }
 
 TEST_F(CliCacheTest, VerifyReportsValuesOutOfRange) {
   {
     sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open((m_root / "index.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_open((root() / "index.db").c_str(), &db), SQLITE_OK);
     const std::string sql = "UPDATE entries SET size = -5 WHERE key = '" + m_entries[1].key().to_hex() +
                             "'; UPDATE entries SET facts = 'not json' WHERE key = '" +
                             m_entries[2].key().to_hex() +
@@ -529,7 +529,7 @@ TEST_F(CliCacheTest, FifoInPlaceOfABlobNeverHangsACommand) {
   const fs::path checkpoint = testing::source_dir() / "examples" / "glm5-mini";
   const std::vector<std::string> warm = {"warm", "--checkpoint", checkpoint.string(), "--arch", "sm_120a"};
   const auto run_within = [&](std::chrono::seconds limit, std::vector<std::string> args) {
-    args.insert(args.begin(), {"--cache-dir", m_root.string()});
+    args.insert(args.begin(), {"--cache-dir", root().string()});
     return testing::run_cli_within(limit, dir(), std::move(args), {}, {"JITCACHE_DIR=", "XDG_CACHE_HOME="});
   };
   // Warm compiles; the limit is for a loaded machine, not for a hang.
@@ -539,7 +539,7 @@ TEST_F(CliCacheTest, FifoInPlaceOfABlobNeverHangsACommand) {
   std::vector<fs::path> synthetic;
   for (std::size_t i = 0; i < m_entries.size(); ++i) synthetic.push_back(blob_of(i));
   const auto kernel_blob = [&] {
-    for (const auto& file : fs::recursive_directory_iterator(m_root / "blobs"))
+    for (const auto& file : fs::recursive_directory_iterator(root() / "blobs"))
       if (file.is_regular_file() &&
           std::find(synthetic.begin(), synthetic.end(), file.path()) == synthetic.end())
         return file.path();
@@ -598,27 +598,27 @@ TEST_F(CliCacheTest, GcShrinksToMaxSize) {
 }
 
 TEST_F(CliCacheTest, HostileCacheDirectoryIsAnEnvironmentError) {
-  ::chmod(m_root.c_str(), 0777);
+  ::chmod(root().c_str(), 0777);
   const Outcome o = run({"stats"});
   EXPECT_EQ(o.code, 2);
   EXPECT_EQ(o.out, "");
-  EXPECT_NE(o.err.find(m_root.string()), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find(root().string()), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("world-writable"), std::string::npos) << o.err;
-  ::chmod(m_root.c_str(), 0700);
+  ::chmod(root().c_str(), 0700);
 }
 
 TEST_F(CliCacheTest, CacheDirectoryComesFromTheEnvironmentWithoutOption) {
-  const Outcome o = jitcache({"stats", "--json"}, {"JITCACHE_DIR=" + m_root.string()});
+  const Outcome o = jitcache({"stats", "--json"}, {"JITCACHE_DIR=" + root().string()});
   ASSERT_EQ(o.code, 0) << o.err;
-  EXPECT_EQ(parse(o)["cache_dir"], m_root.string());
+  EXPECT_EQ(parse(o)["cache_dir"], root().string());
   EXPECT_EQ(parse(o)["entries"], 4);
   const Outcome xdg = jitcache({"stats", "--json"}, {"XDG_CACHE_HOME=" + (dir() / "xdg").string()});
   ASSERT_EQ(xdg.code, 0) << xdg.err;
   EXPECT_EQ(parse(xdg)["cache_dir"], (dir() / "xdg" / "jitcache").string());
-  const Outcome both = jitcache({"--cache-dir", m_root.string(), "stats", "--json"},
+  const Outcome both = jitcache({"--cache-dir", root().string(), "stats", "--json"},
                                 {"JITCACHE_DIR=" + (dir() / "other").string()});
   ASSERT_EQ(both.code, 0) << both.err;
-  EXPECT_EQ(parse(both)["cache_dir"], m_root.string()) << "--cache-dir wins over JITCACHE_DIR";
+  EXPECT_EQ(parse(both)["cache_dir"], root().string()) << "--cache-dir wins over JITCACHE_DIR";
 }
 
 }  // namespace

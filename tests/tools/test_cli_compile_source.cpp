@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli_fixture.hpp"
+#include "compile_golden.hpp"
 
 namespace jitcache {
 namespace {
@@ -17,8 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::CliOutcome;
-
-const fs::path k_golden = jitcache::testing::source_dir() / "tests" / "runtime" / "compile" / "golden";
 
 class CliCompileSourceTest : public testing::CliCommandTest {
  protected:
@@ -30,10 +29,10 @@ class CliCompileSourceTest : public testing::CliCommandTest {
 };
 
 TEST_F(CliCompileSourceTest, NvvmIrIsCompiledThenAHitThenVerified) {
-  const std::vector<std::string> args = {"compile",  "--source", (k_golden / "axpy_nvvm.ll").string(),
-                                         "--entry",  "axpy",     "--arch",
-                                         "sm_100a",  "--family", "axpy",
-                                         "--fact",   "dtype=f32", "--json"};
+  const std::vector<std::string> args = {"compile", "--source",  (testing::k_golden / "axpy_nvvm.ll").string(),
+                                         "--entry", "axpy",      "--arch",
+                                         "sm_100a", "--family",  "axpy",
+                                         "--fact",  "dtype=f32", "--json"};
   const CliOutcome first = run(args);
   ASSERT_EQ(first.code, 0) << first.out << first.err;
   const json a = parse(first);
@@ -56,9 +55,9 @@ TEST_F(CliCompileSourceTest, NvvmIrIsCompiledThenAHitThenVerified) {
 
   // The text form, and the cubin written out.
   const fs::path cubin = dir() / "axpy.cubin";
-  const CliOutcome text = run({"compile", "--source", (k_golden / "axpy_nvvm.ll").string(), "--entry", "axpy",
-                               "--arch", "sm_100a", "--family", "axpy", "--fact", "dtype=f32", "--cubin-out",
-                               cubin.string()});
+  const CliOutcome text =
+      run({"compile", "--source", (testing::k_golden / "axpy_nvvm.ll").string(), "--entry", "axpy", "--arch", "sm_100a",
+           "--family", "axpy", "--fact", "dtype=f32", "--cubin-out", cubin.string()});
   ASSERT_EQ(text.code, 0) << text.out << text.err;
   EXPECT_NE(text.out.find("nvvm axpy for sm_100a: from the cache, key " + a["key"].get<std::string>()),
             std::string::npos)
@@ -77,7 +76,7 @@ TEST_F(CliCompileSourceTest, ASourceThatChangedUnderOneSpecIsRefused) {
 }
 
 TEST_F(CliCompileSourceTest, PtxAndCudaKindsAndOptions) {
-  const fs::path cu = k_golden / "axpy.cu";
+  const fs::path cu = testing::k_golden / "axpy.cu";
   const CliOutcome o = run({"compile", "--source", cu.string(), "--entry", "axpy", "--arch", "sm_120a",
                             "--option=--use_fast_math", "--json"});
   ASSERT_EQ(o.code, 0) << o.out << o.err;
@@ -105,7 +104,7 @@ TEST_F(CliCompileSourceTest, PtxAndCudaKindsAndOptions) {
 }
 
 TEST_F(CliCompileSourceTest, BadArgumentsAndToolErrorsAreNamed) {
-  const std::string cu = (k_golden / "axpy.cu").string();
+  const std::string cu = (testing::k_golden / "axpy.cu").string();
   expect_usage_error({"compile", "--source", cu, "--arch", "sm_90"}, "--source needs --entry");
   expect_usage_error({"compile", "--source", cu, "--entry", "axpy"}, "exactly one --arch");
   expect_usage_error({"compile", "--source", cu, "--entry", "axpy", "--arch", "sm_90", "sm_100a"},
@@ -138,9 +137,9 @@ TEST_F(CliCompileSourceTest, BadArgumentsAndToolErrorsAreNamed) {
 // the cache directory knows their versions from the first process that loaded them. The
 // dynamic loader's own trace (LD_DEBUG=files) says which libraries a process opened.
 TEST_F(CliCompileSourceTest, AHitInAFreshProcessLoadsNeitherLibnvvmNorNvJitLink) {
-  const std::vector<std::string> args = {"--cache-dir", m_root.string(), "compile", "--source",
-                                         (k_golden / "axpy_nvvm.ll").string(), "--entry", "axpy", "--arch",
-                                         "sm_90", "--json"};
+  const std::vector<std::string> args = {
+      "--cache-dir", m_root.string(), "compile", "--source", (testing::k_golden / "axpy_nvvm.ll").string(),
+      "--entry",     "axpy",          "--arch",  "sm_90",    "--json"};
   const std::vector<std::string> env = {"LD_DEBUG=files"};
   const CliOutcome cold = testing::run_cli(dir(), args, env, {"JITCACHE_DIR=", "XDG_CACHE_HOME="});
   ASSERT_EQ(cold.code, 0) << cold.err;
@@ -156,7 +155,7 @@ TEST_F(CliCompileSourceTest, AHitInAFreshProcessLoadsNeitherLibnvvmNorNvJitLink)
 
 // The cache commands see kernels from outside for what they are.
 TEST_F(CliCompileSourceTest, InspectVerifyAndAuditKnowTheEntries) {
-  ASSERT_EQ(run({"compile", "--source", (k_golden / "axpy.cu").string(), "--entry", "axpy", "--arch", "sm_90",
+  ASSERT_EQ(run({"compile", "--source", (testing::k_golden / "axpy.cu").string(), "--entry", "axpy", "--arch", "sm_90",
                  "--family", "blas", "--fact", "dtype=f32"})
                 .code,
             0);
@@ -176,7 +175,7 @@ TEST_F(CliCompileSourceTest, InspectVerifyAndAuditKnowTheEntries) {
 // which ended with status 1 and no output at all. Now libNVVM runs in the tool worker: the
 // CLI lives to report a compile error naming the tool, the stage and the worker's exit.
 TEST_F(CliCompileSourceTest, BitcodeThatMakesLibNvvmExitIsAReportedCompileError) {
-  std::ifstream in(k_golden / "axpy_nvvm.bc", std::ios::binary);
+  std::ifstream in(testing::k_golden / "axpy_nvvm.bc", std::ios::binary);
   std::string bitcode((std::istreambuf_iterator<char>(in)), {});
   ASSERT_GT(bitcode.size(), 44u);
   bitcode[44] = static_cast<char>(bitcode[44] ^ 0xff);

@@ -15,6 +15,7 @@
 
 #include "build_id_copy.hpp"
 #include "cli_fixture.hpp"
+#include "compile_golden.hpp"
 #include "jitcache/scales.hpp"
 #include "kernel_templates/variant_plan.hpp"
 #include "runtime/compile/cache_archive.hpp"
@@ -31,9 +32,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::CliOutcome;
 
-const fs::path k_golden = jitcache::testing::source_dir() / "tests" / "runtime" / "compile" / "golden";
-const fs::path k_checkpoint = jitcache::testing::source_dir() / "examples" / "glm5-mini";
-
+const fs::path k_checkpoint = testing::example_checkpoint();
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 class CliCompilerLibrariesTest : public testing::CliCommandTest {
@@ -88,8 +87,8 @@ TEST_F(CliCompilerLibrariesTest, TheSameBuildElsewhereHitsAndAnotherBuildMisses)
                           testing::Build::same);
     return "JITCACHE_NVRTC=" + (to / file.filename()).string();
   };
-  const std::vector<std::string> args = {"compile", "--source", (k_golden / "axpy.cu").string(), "--entry", "axpy",
-                                         "--arch",  "sm_90",   "--json"};
+  const std::vector<std::string> args = {
+      "compile", "--source", (testing::k_golden / "axpy.cu").string(), "--entry", "axpy", "--arch", "sm_90", "--json"};
   const CliOutcome first = run_with(args, {});
   ASSERT_EQ(first.code, 0) << first.err;
   const std::string key = parse(first)["key"];
@@ -219,8 +218,8 @@ TEST_F(CliCompilerLibrariesTest, WithNoNvrtcAnywhereAHitStillWorksAndAMissSaysWh
   // Kernels from outside too: CUDA C++ (NVRTC), NVVM IR (libNVVM and nvJitLink).
   for (const char* source : {"axpy.cu", "axpy_nvvm.ll"}) {
     SCOPED_TRACE(source);
-    const std::vector<std::string> compile = {"compile", "--source", (k_golden / source).string(), "--entry", "axpy",
-                                              "--arch",  "sm_90",   "--json"};
+    const std::vector<std::string> compile = {
+        "compile", "--source", (testing::k_golden / source).string(), "--entry", "axpy", "--arch", "sm_90", "--json"};
     const CliOutcome first = run_with(compile, {});
     if (first.code != 0 && has(first.err, "libNVVM is not available")) continue;  // a toolkit without it
     ASSERT_EQ(first.code, 0) << first.err;
@@ -231,7 +230,7 @@ TEST_F(CliCompilerLibrariesTest, WithNoNvrtcAnywhereAHitStillWorksAndAMissSaysWh
     EXPECT_EQ(parse(*again)["from_cache"], true);
     // Another source is a miss, which needs the compiler.
     const fs::path changed = dir() / (std::string("changed-") + source);
-    fs::copy_file(k_golden / source, changed);
+    fs::copy_file(testing::k_golden / source, changed);
     std::ofstream(changed, std::ios::app) << "\n";
     const auto miss_source = run_without_compilers(
         dir(), m_root, {"compile", "--source", changed.string(), "--entry", "axpy", "--arch", "sm_90", "--json"});
@@ -365,8 +364,8 @@ TEST_F(CliCompilerLibrariesTest, ATruncatedLibnvrtcInThePythonEnvironmentIsSkipp
     const fs::path root = dir() / ("cache-" + std::to_string(keep));
     const CliOutcome o = testing::run_cli(
         dir(),
-        {"--cache-dir", root.string(), "compile", "--source", (k_golden / "axpy.cu").string(), "--entry", "axpy",
-         "--arch", "sm_90", "--json"},
+        {"--cache-dir", root.string(), "compile", "--source", (testing::k_golden / "axpy.cu").string(), "--entry",
+         "axpy", "--arch", "sm_90", "--json"},
         {"VIRTUAL_ENV=" + venv.string()}, {"JITCACHE_DIR=", "JITCACHE_NVRTC=", "CONDA_PREFIX=", "PYTHONHOME="});
     ASSERT_EQ(o.code, 0) << o.out << o.err;
     EXPECT_TRUE(has(o.err, "not using the compiler library " + cut.string())) << o.err;
@@ -450,9 +449,9 @@ TEST_F(CliCompilerLibrariesTest, APatchedLibnvrtcUnderTheGenuineBuildIdIsAnother
 // the package that provides it.
 TEST_F(CliCompilerLibrariesTest, NoNvrtcIsAnErrorNamingThePlacesAndThePackage) {
   const fs::path missing = dir() / "nowhere" / "libnvrtc.so.13";
-  const CliOutcome o = run_with({"compile", "--source", (k_golden / "axpy.cu").string(), "--entry", "axpy",
-                                 "--arch", "sm_90", "--json"},
-                                {"JITCACHE_NVRTC=" + missing.string()});
+  const CliOutcome o = run_with(
+      {"compile", "--source", (testing::k_golden / "axpy.cu").string(), "--entry", "axpy", "--arch", "sm_90", "--json"},
+      {"JITCACHE_NVRTC=" + missing.string()});
   EXPECT_NE(o.code, 0) << o.out;
   EXPECT_TRUE(has(o.err, missing.string())) << o.err;
   EXPECT_TRUE(has(o.err, "pip install nvidia-cuda-nvrtc")) << o.err;

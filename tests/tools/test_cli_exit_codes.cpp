@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capture_support.hpp"
-#include "cli_fixture.hpp"
+#include "cli_checkpoint_fixture.hpp"
 
 namespace jitcache {
 namespace {
@@ -28,13 +28,10 @@ struct Row {
   std::vector<std::string> env = {};
 };
 
-class CliExitCodeTest : public testing::CliCommandTest {
+class CliExitCodeTest : public testing::CliCheckpointTest {
  protected:
   void SetUp() override {
-    CliCommandTest::SetUp();
-    m_ckpt = dir() / "ckpt";
-    fs::copy(testing::example_checkpoint(), m_ckpt, fs::copy_options::recursive);
-    m_scales = m_ckpt / "nvfp4_ds_mla_outer_scales.json";
+    CliCheckpointTest::SetUp();
     // A checkpoint whose sidecar reference leaves it: unsafe metadata, refused data.
     m_escaping = dir() / "escaping";
     fs::create_directory(m_escaping);
@@ -42,9 +39,9 @@ class CliExitCodeTest : public testing::CliCommandTest {
     const std::string reference = "\"file\": \"nvfp4_ds_mla_outer_scales.json\"";
     config.replace(config.find(reference), reference.size(), "\"file\": \"../outside.json\"");
     std::ofstream(m_escaping / "config.json") << config;
-    std::ofstream(dir() / "outside.json") << read_text_file(m_scales);
+    std::ofstream(dir() / "outside.json") << read_text_file(m_sidecar);
     // Another set of scales: layer 0 doubled.
-    nlohmann::json other = nlohmann::json::parse(read_text_file(m_scales));
+    nlohmann::json other = nlohmann::json::parse(read_text_file(m_sidecar));
     other["scales"][0] = other["scales"][0].get<double>() * 2;
     other["max_abs"][0] = other["max_abs"][0].get<double>() * 2;
     std::ofstream(dir() / "other.json") << other.dump(2);
@@ -78,7 +75,7 @@ class CliExitCodeTest : public testing::CliCommandTest {
     }
   }
 
-  fs::path m_ckpt, m_scales, m_escaping;
+  fs::path m_escaping;
 };
 
 TEST_F(CliExitCodeTest, ScalesCommands) {
@@ -88,7 +85,7 @@ TEST_F(CliExitCodeTest, ScalesCommands) {
       {{"scales", "show", "--checkpoint", ckpt}, 0, "provenance"},
       {{"scales", "show", "--checkpoint", escaping}, 1, "leaves the checkpoint directory"},
       {{"scales", "show", "--checkpoint", path("absent")}, 2, "absent"},
-      {{"scales", "validate", m_scales.string()}, 0, "valid"},
+      {{"scales", "validate", m_sidecar.string()}, 0, "valid"},
       {{"scales", "validate", path("invalid.json")}, 1, "invalid.json"},
       {{"scales", "validate", path("absent.json")}, 2, "absent.json"},
       {{"scales", "calibrate", path("rank0.json"), path("rank1.json"), "--out", path("out.json")}, 0, "wrote"},
@@ -112,8 +109,8 @@ TEST_F(CliExitCodeTest, ScalesCommands) {
       {{"scales", "install", path("other.json"), "--checkpoint", ckpt, "--sidecar", "s.json", "--replace"}, 0,
        "installed"},
       {{"scales", "diff", ckpt, path("other.json")}, 0, "identical"},  // other.json is installed now
-      {{"scales", "diff", m_scales.string(), path("other.json")}, 1, "1 layer above it"},
-      {{"scales", "diff", m_scales.string(), path("absent.json")}, 2, "absent.json"},
+      {{"scales", "diff", m_sidecar.string(), path("other.json")}, 1, "1 layer above it"},
+      {{"scales", "diff", m_sidecar.string(), path("absent.json")}, 2, "absent.json"},
   });
 }
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "capture_support.hpp"
-#include "cli_fixture.hpp"
+#include "cli_checkpoint_fixture.hpp"
 #include "support/sha256.hpp"
 
 namespace jitcache {
@@ -22,8 +22,6 @@ namespace fs = std::filesystem;
 using testing::CliOutcome;
 using testing::read_text_file;
 
-constexpr const char* k_sidecar = "nvfp4_ds_mla_outer_scales.json";
-
 struct Case {
   std::string what;                 // printed on failure
   std::vector<std::string> args;    // after `--cache-dir <root>`
@@ -32,13 +30,10 @@ struct Case {
   std::vector<std::string> env = {};
 };
 
-class CliOutputRuleTest : public testing::CliCommandTest {
+class CliOutputRuleTest : public testing::CliCheckpointTest {
  protected:
   void SetUp() override {
-    CliCommandTest::SetUp();
-    m_ckpt = dir() / "ckpt";
-    fs::copy(testing::example_checkpoint(), m_ckpt, fs::copy_options::recursive);
-    m_pinned = m_ckpt / k_sidecar;
+    CliCheckpointTest::SetUp();
     m_source = write("k.cu", "extern \"C\" __global__ void k() {}\n");
     m_header = write("h.cuh", "#define H 1\n");
     // One complete run of the checkpoint's shape, so that a command that did not refuse
@@ -94,7 +89,7 @@ class CliOutputRuleTest : public testing::CliCommandTest {
             "--checkpoint", m_ckpt.string(), "--out", out.string()};
   }
 
-  fs::path m_ckpt, m_pinned, m_source, m_header;
+  fs::path m_source, m_header;
   std::vector<std::string> m_primary, m_envelope;
 };
 
@@ -117,17 +112,17 @@ TEST_F(CliOutputRuleTest, CompileNeverWritesTheCubinOverItsSourceAHeaderOrTheFle
 
 TEST_F(CliOutputRuleTest, ExportNeverReplacesTheCheckpointItsScalesOrThePinnedSidecar) {
   const fs::path config = m_ckpt / "config.json";
-  const fs::path override_file = write("override.json", read_text_file(m_pinned));
+  const fs::path override_file = write("override.json", read_text_file(m_sidecar));
   const std::string pins = "which " + config.string() + " pins by sha256";
   // A copy elsewhere with the pinned bytes: the same file as far as the pin can tell.
-  const fs::path copy = write("copy.json", read_text_file(m_pinned));
+  const fs::path copy = write("copy.json", read_text_file(m_sidecar));
   std::vector<std::string> with_override = export_args(override_file);
   with_override.insert(with_override.end(), {"--scales", override_file.string()});
   const std::vector<Case> cases = {
       {"config.json", export_args(config), config, {"the same file as the input '" + config.string()}},
-      {"the pinned sidecar", export_args(m_pinned), m_pinned, {m_pinned.string(), pins}},
-      {"the pinned sidecar via ./", export_args(m_ckpt / "." / k_sidecar), m_pinned, {pins}},
-      {"the pinned sidecar via a hard link", export_args(hard_link(m_pinned, "pin-link.json")), m_pinned, {pins}},
+      {"the pinned sidecar", export_args(m_sidecar), m_sidecar, {m_sidecar.string(), pins}},
+      {"the pinned sidecar via ./", export_args(m_ckpt / "." / m_sidecar.filename()), m_sidecar, {pins}},
+      {"the pinned sidecar via a hard link", export_args(hard_link(m_sidecar, "pin-link.json")), m_sidecar, {pins}},
       {"a copy of the pinned bytes", export_args(copy), copy, {"holds the very bytes of", pins}},
       {"the --scales override", with_override, override_file, {"the same file as the input"}},
       {"the override from VLLM_NVFP4_MLA_SCALES_FILE", export_args(override_file), override_file,
@@ -145,8 +140,8 @@ TEST_F(CliOutputRuleTest, CalibrateNeverReplacesACaptureTheCheckpointOrThePinned
       {"an envelope capture via a hard link", calibrate_args(hard_link(m_envelope[0], "e-link.json")),
        m_envelope[0], {"the same file as the input '" + m_envelope[0]}},
       {"config.json", calibrate_args(config), config, {"the same file as the input '" + config.string()}},
-      {"the pinned sidecar", calibrate_args(m_pinned), m_pinned,
-       {m_pinned.string() + ": the output is the same file as '" + m_pinned.string() + "', which " +
+      {"the pinned sidecar", calibrate_args(m_sidecar), m_sidecar,
+       {m_sidecar.string() + ": the output is the same file as '" + m_sidecar.string() + "', which " +
         config.string() + " pins by sha256 "}},
   };
   for (const Case& c : cases) expect_refused_and_kept(c);
@@ -157,7 +152,7 @@ TEST_F(CliOutputRuleTest, CalibrateNeverReplacesACaptureTheCheckpointOrThePinned
 TEST_F(CliOutputRuleTest, InstallNeverWritesTheSidecarOverConfigJson) {
   const fs::path config = m_ckpt / "config.json";
   ASSERT_EQ(::link(config.c_str(), (m_ckpt / "config-link.json").c_str()), 0);
-  const fs::path scales = write("new.json", read_text_file(m_pinned));
+  const fs::path scales = write("new.json", read_text_file(m_sidecar));
   for (const std::string& name : {std::string("config.json"), std::string("./config.json"),
                                   std::string("config-link.json")}) {
     expect_refused_and_kept({"--sidecar " + name,

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_json_checks.hpp"
 #include "cli_remote_fixture.hpp"
 
 namespace jitcache {
@@ -193,14 +194,14 @@ TEST_F(CliRemoteTest, StatusReportsReachabilityEntriesAndKey) {
   const CliOutcome o = jc("", {"remote", "status", "--json"});
   ASSERT_EQ(o.code, 0) << o.out << o.err;
   const json doc = parse(o);
-  EXPECT_EQ(doc["configured"], true);
-  EXPECT_EQ(doc["remote"], m_server->url(false));
-  EXPECT_EQ(doc["source"], "JITCACHE_REMOTE");
-  EXPECT_EQ(doc["prefix"], "jitcache:");
-  EXPECT_EQ(doc["key_configured"], true);
-  EXPECT_EQ(doc["reachable"], true);
-  EXPECT_EQ(doc["entries"], k_variants);
-  EXPECT_EQ(doc["leases"], 0);
+  expect_fields(doc, {{"configured", true},
+                      {"remote", m_server->url(false)},
+                      {"source", "JITCACHE_REMOTE"},
+                      {"prefix", "jitcache:"},
+                      {"key_configured", true},
+                      {"reachable", true},
+                      {"entries", k_variants},
+                      {"leases", 0}});
   EXPECT_TRUE(doc["latency_ms"].is_number());
   EXPECT_GT(doc["latency_ms"].get<double>(), 0.0);
   EXPECT_TRUE(doc["server_version"].is_string()) << doc.dump();
@@ -223,11 +224,7 @@ TEST_F(CliRemoteTest, StatusOfAnUnreachableRemoteIsAnError) {
   m_server->kill();
   const CliOutcome o = jc("", {"remote", "status", "--json"});
   EXPECT_EQ(o.code, 2) << o.out << o.err;
-  const json doc = parse(o);
-  EXPECT_EQ(doc["reachable"], false);
-  EXPECT_EQ(doc["key_configured"], true);
-  EXPECT_EQ(doc["usable"], false);
-  EXPECT_TRUE(doc["entries"].is_null());
+  expect_fields(parse(o), {{"reachable", false}, {"key_configured", true}, {"usable", false}, {"entries", nullptr}});
   EXPECT_NE(o.err.find("unreachable"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find(std::to_string(port)), std::string::npos) << o.err;
 }

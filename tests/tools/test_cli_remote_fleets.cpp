@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_json_checks.hpp"
 #include "cli_remote_fixture.hpp"
 
 namespace jitcache {
@@ -68,9 +69,7 @@ TEST_F(CliRemoteFleetsTest, NestedPrefixesNeverTouchEachOther) {
   const CliOutcome audit = jc("", {"audit", "--remote", "--json"});
   EXPECT_EQ(audit.code, 0) << audit.out << audit.err;
   const json report = parse(audit);
-  EXPECT_EQ(report["verified"], k_variants);
-  EXPECT_EQ(report["names"], k_variants);
-  EXPECT_EQ(report["other_names"], k_variants);
+  expect_fields(report, {{"verified", k_variants}, {"names", k_variants}, {"other_names", k_variants}});
   EXPECT_TRUE(report["findings"].empty()) << report.dump(2);
 
   const CliOutcome stale = jc("", {"clear", "--remote", "--stale", "--json"});
@@ -261,11 +260,7 @@ TEST_F(CliRemoteFleetsTest, OnePoisonedValueIsReportedOncePerWarm) {
 TEST_F(CliRemoteFleetsTest, StatusProbesReadWriteAndDelete) {
   const CliOutcome ok = jc("", {"remote", "status", "--json"});
   ASSERT_EQ(ok.code, 0) << ok.out << ok.err;
-  const json doc = parse(ok);
-  EXPECT_EQ(doc["can_read"], true);
-  EXPECT_EQ(doc["can_write"], true);
-  EXPECT_EQ(doc["can_delete"], true);
-  EXPECT_EQ(doc["usable"], true);
+  expect_fields(parse(ok), {{"can_read", true}, {"can_write", true}, {"can_delete", true}, {"usable", true}});
   EXPECT_TRUE(keys("*").empty()) << "the probe is deleted";
   const CliOutcome text = jc("", {"remote", "status"});
   EXPECT_NE(text.out.find("access     read yes, write yes, delete yes"), std::string::npos) << text.out;
@@ -277,11 +272,7 @@ TEST_F(CliRemoteFleetsTest, StatusOfAUserWhoCannotReadIsAnError) {
   m_remote = "redis://noread:noread-pw@127.0.0.1:" + std::to_string(m_server->port());
   const CliOutcome o = jc("", {"remote", "status", "--json"});
   EXPECT_EQ(o.code, 2) << o.out << o.err;
-  const json doc = parse(o);
-  EXPECT_EQ(doc["reachable"], true);
-  EXPECT_EQ(doc["can_read"], false);
-  EXPECT_EQ(doc["can_write"], true);
-  EXPECT_EQ(doc["usable"], false);
+  expect_fields(parse(o), {{"reachable", true}, {"can_read", false}, {"can_write", true}, {"usable", false}});
   EXPECT_NE(o.err.find("cannot read under jitcache:"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("NOPERM"), std::string::npos) << o.err;
   EXPECT_EQ(o.err.find("noread-pw"), std::string::npos) << o.err;
@@ -292,11 +283,7 @@ TEST_F(CliRemoteFleetsTest, StatusOfAUserWhoCannotReadIsAnError) {
   m_remote = "redis://reader:reader-pw@127.0.0.1:" + std::to_string(m_server->port());
   const CliOutcome r = jc("", {"remote", "status", "--json"});
   EXPECT_EQ(r.code, 2) << r.out << r.err;
-  const json reader = parse(r);
-  EXPECT_EQ(reader["can_read"], true);
-  EXPECT_EQ(reader["can_write"], false);
-  EXPECT_TRUE(reader["can_delete"].is_null());
-  EXPECT_EQ(reader["usable"], false);
+  expect_fields(parse(r), {{"can_read", true}, {"can_write", false}, {"can_delete", nullptr}, {"usable", false}});
   EXPECT_NE(r.err.find("cannot write under jitcache:"), std::string::npos) << r.err;
 }
 
@@ -309,10 +296,7 @@ TEST_F(CliRemoteFleetsTest, StatusOfAReadOnlyReplicaIsAnError) {
   m_remote = (*replica)->url();
   const CliOutcome o = jc("", {"remote", "status", "--json"});
   EXPECT_EQ(o.code, 2) << o.out << o.err;
-  const json doc = parse(o);
-  EXPECT_EQ(doc["can_read"], true);
-  EXPECT_EQ(doc["can_write"], false);
-  EXPECT_EQ(doc["usable"], false);
+  expect_fields(parse(o), {{"can_read", true}, {"can_write", false}, {"usable", false}});
   EXPECT_NE(o.err.find("READONLY"), std::string::npos) << o.err;
 }
 

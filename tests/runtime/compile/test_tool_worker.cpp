@@ -15,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -90,12 +91,19 @@ class ToolWorker : public testing::TempDirTest {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// Expects the error's message (or detail) to hold each of `parts`; a missing one is named
+// with the whole error.
+void expect_message_has(const Error& e, std::initializer_list<std::string> parts) {
+  for (const std::string& part : parts) EXPECT_TRUE(has(e.message, part)) << "'" << part << "' in " << e.to_string();
+}
+void expect_detail_has(const Error& e, std::initializer_list<std::string> parts) {
+  for (const std::string& part : parts) EXPECT_TRUE(has(e.detail, part)) << "'" << part << "' in " << e.to_string();
+}
+
 TEST_F(ToolWorker, AWorkerThatExitsSilentlyIsACompileErrorNamingTheToolAndStatus) {
   fake("exit 1");
   const Error e = failed();
-  EXPECT_TRUE(has(e.message, "nvJitLink")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "exited with status 1")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "fake.ptx for sm_90")) << e.to_string();
+  expect_message_has(e, {"nvJitLink", "exited with status 1", "fake.ptx for sm_90"});
 }
 
 TEST_F(ToolWorker, AnAbortIsNamedBySignal) {
@@ -114,16 +122,14 @@ TEST_F(ToolWorker, AHangIsKilledAfterTheTimeout) {
   const auto started = std::chrono::steady_clock::now();
   const Error e = failed();
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
-  EXPECT_TRUE(has(e.message, "did not answer within 300 ms (JITCACHE_TOOL_TIMEOUT_MS)")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "SIGKILL")) << e.to_string();
+  expect_message_has(e, {"did not answer within 300 ms (JITCACHE_TOOL_TIMEOUT_MS)", "SIGKILL"});
 }
 
 TEST_F(ToolWorker, WhatTheWorkerPrintsIsInTheErrorNotTheProtocol) {
   fake("echo 'garbage on stdout'; echo 'oops on stderr' >&2; exit 3");
   const Error e = failed();
   EXPECT_TRUE(has(e.message, "exited with status 3")) << e.to_string();
-  EXPECT_TRUE(has(e.detail, "garbage on stdout")) << e.to_string();
-  EXPECT_TRUE(has(e.detail, "oops on stderr")) << e.to_string();
+  expect_detail_has(e, {"garbage on stdout", "oops on stderr"});
 }
 
 TEST_F(ToolWorker, ALongOutputKeepsOnlyItsTail) {
@@ -143,8 +149,7 @@ TEST_F(ToolWorker, ATruncatedReplyIsAnError) {
 TEST_F(ToolWorker, AGarbledReplyKillsTheWorker) {
   fake("printf '\\003\\000\\000\\000\\377\\377\\377' >&3; exec sleep 30");
   const Error e = failed();
-  EXPECT_TRUE(has(e.message, "garbled reply")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "SIGKILL")) << e.to_string();
+  expect_message_has(e, {"garbled reply", "SIGKILL"});
 }
 
 TEST_F(ToolWorker, AnAbsurdFrameLengthKillsTheWorker) {
@@ -171,8 +176,7 @@ TEST_F(ToolWorker, AProgramThatIsNotTheWorkerIsUnavailableNotACompileError) {
     auto r = compile_source(ptx_input());
     ASSERT_FALSE(r) << body;
     EXPECT_EQ(r.error().code, ErrorCode::unavailable) << body << ": " << r.error().to_string();
-    EXPECT_TRUE(has(r.error().message, "JITCACHE_TOOL_WORKER")) << r.error().to_string();
-    EXPECT_TRUE(has(r.error().message, "not a working jitcache-tool-worker")) << r.error().to_string();
+    expect_message_has(r.error(), {"JITCACHE_TOOL_WORKER", "not a working jitcache-tool-worker"});
     drop_idle_tool_workers();
   }
   m_env.set("JITCACHE_TOOL_WORKER", "/bin/true");
@@ -437,9 +441,7 @@ TEST_F(WorkerCompilerBuild, AnotherBuildIsRefused) {
   auto r = compile_source(kernel());
   ASSERT_FALSE(r) << "a binary of another compiler build was served";
   EXPECT_EQ(r.error().code, ErrorCode::unavailable) << r.error().to_string();
-  EXPECT_TRUE(has(r.error().message, "another nvrtc")) << r.error().to_string();
-  EXPECT_TRUE(has(r.error().message, std::filesystem::canonical(copy).string())) << r.error().to_string();
-  EXPECT_TRUE(has(r.error().message, "nothing was stored")) << r.error().to_string();
+  expect_message_has(r.error(), {"another nvrtc", std::filesystem::canonical(copy).string(), "nothing was stored"});
   // The same worker with the toolkit this process runs compiles.
   ASSERT_FALSE(m_real_worker.empty());
   m_env.set("JITCACHE_TOOL_WORKER", m_real_worker.string());
@@ -521,10 +523,12 @@ TEST_F(ToolWorker, CorruptedBitcodeThatMakesLibNvvmExitIsACompileError) {
   in.target = "sm_90";
   in.name = "corrupted.bc";
   const Error e = failed(in);
-  EXPECT_TRUE(has(e.message, "libNVVM")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "exited with status 1")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "nvvm")) << e.to_string();  // the stage: an nvvm* call
-  EXPECT_TRUE(has(e.message, "corrupted.bc for sm_90")) << e.to_string();
+  expect_message_has(e, {
+      "libNVVM",
+      "exited with status 1",
+      "nvvm",  // the stage: an nvvm* call
+      "corrupted.bc for sm_90",
+  });
 }
 
 // A fixed, deterministic subset of the single-byte corruptions of the golden bitcode and

@@ -29,6 +29,16 @@ struct AlignedBytes {
 
 std::uint16_t bf16(float x) { return ref_float_to_bf16(x); }
 
+// Gathers `rows` (two) of a b12x-432 cache of `num_slots` slots in identity mode into `out`
+// (two rows of 576 bf16), which holds `fill` in every byte before; the status word.
+Result<std::uint32_t> gather_two_rows(AlignedBytes& cache, std::int64_t num_slots, std::vector<std::int32_t> rows,
+                                      float scale, std::uint8_t fill, AlignedBytes& out) {
+  std::memset(out.data(), fill, 2 * 576 * 2);
+  const jc::GatherParams g{cache.data(), num_slots, rows.data(), 2, reinterpret_cast<std::uint16_t*>(out.data()),
+                           576, nullptr};
+  return host_run_gather(LatentScale::identity, RecordFormat::b12x_432, g, scale);
+}
+
 // Tokens stored as one [T, 576] bf16 tensor: kv_c is columns 0..511, k_pe 512..575, so
 // the kernels see real row strides.
 struct Batch {
@@ -268,11 +278,8 @@ TEST(HostExecutor, IdentityKernelRefusesACalibratedScale) {
   EXPECT_EQ(host_status, jc::k_status_identity_scale_mismatch);
   for (int i = 0; i < 8 * 432; ++i) ASSERT_EQ(cache.data()[i], 0x5a) << "nothing may be written";
 
-  std::vector<std::int32_t> rows = {0, 1};
   AlignedBytes out(2 * 576 * 2);
-  std::memset(out.data(), 0x5a, 2 * 576 * 2);
-  jc::GatherParams g{cache.data(), 8, rows.data(), 2, reinterpret_cast<std::uint16_t*>(out.data()), 576, nullptr};
-  auto gstatus = host_run_gather(LatentScale::identity, RecordFormat::b12x_432, g, 0.5f);
+  auto gstatus = gather_two_rows(cache, 8, {0, 1}, 0.5f, 0x5a, out);
   ASSERT_OK(gstatus);
   EXPECT_EQ(*gstatus, jc::k_status_identity_scale_mismatch);
   for (int i = 0; i < 2 * 576 * 2; ++i) ASSERT_EQ(out.data()[i], 0x5a);
@@ -304,11 +311,8 @@ TEST(HostExecutor, OutOfRangeSlotsAreReportedAndSkipped) {
   const auto expected = ref_write_record(batch.rows() + 4 * 576, batch.rows() + 4 * 576 + 512, 1.0f, false, false);
   EXPECT_EQ(std::memcmp(cache.data() + 3 * 432, expected.data(), 432), 0);
 
-  std::vector<std::int32_t> rows = {9, 0};
   AlignedBytes out(2 * 576 * 2);
-  std::memset(out.data(), 0x77, 2 * 576 * 2);
-  jc::GatherParams g{cache.data(), 4, rows.data(), 2, reinterpret_cast<std::uint16_t*>(out.data()), 576, nullptr};
-  auto gstatus = host_run_gather(LatentScale::identity, RecordFormat::b12x_432, g, 1.0f);
+  auto gstatus = gather_two_rows(cache, 4, {9, 0}, 1.0f, 0x77, out);
   ASSERT_OK(gstatus);
   EXPECT_EQ(*gstatus, jc::k_status_slot_out_of_range);
   for (int i = 0; i < 576 * 2; ++i) ASSERT_EQ(out.data()[i], 0) << "out-of-range row is zeroed";

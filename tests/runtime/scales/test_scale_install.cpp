@@ -70,6 +70,13 @@ std::optional<std::string> spliced(const std::string& before, const ordered_json
   return std::move(*after);
 }
 
+// Expects small_value() spliced into `before` to give exactly `expected`; the spliced text.
+std::optional<std::string> expect_spliced_as(const std::string& before, const std::string& expected) {
+  auto after = spliced(before);
+  if (after) EXPECT_EQ(*after, expected);
+  return after;
+}
+
 TEST(ScaleSplice, ReplacesOnlyTheValueInAPrettyFile) {
   const std::string before =
       "{\n  \"num_hidden_layers\": 78,\n  \"nvfp4_ds_mla_outer_scales\": {\"file\": \"old.json\", "
@@ -83,22 +90,20 @@ TEST(ScaleSplice, ReplacesOnlyTheValueInAPrettyFile) {
 }
 
 TEST(ScaleSplice, InsertsAfterTheLastMemberWithItsIndent) {
-  const std::string before = "{\n    \"a\": [1, 2],\n    \"num_hidden_layers\": 78\n}";
-  const auto after = spliced(before);
-  ASSERT_TRUE(after);
   // The file's own indent step (4 here) inside the new value too.
-  EXPECT_EQ(*after, "{\n    \"a\": [1, 2],\n    \"num_hidden_layers\": 78,\n    \"nvfp4_ds_mla_outer_scales\": {\n"
-                    "        \"file\": \"s.json\",\n        \"sha256\": \"" + std::string(64, 'a') +
-                        "\"\n    }\n}");
+  expect_spliced_as("{\n    \"a\": [1, 2],\n    \"num_hidden_layers\": 78\n}",
+                    "{\n    \"a\": [1, 2],\n    \"num_hidden_layers\": 78,\n    \"nvfp4_ds_mla_outer_scales\": {\n"
+                    "        \"file\": \"s.json\",\n        \"sha256\": \"" +
+                        std::string(64, 'a') + "\"\n    }\n}");
 }
 
 TEST(ScaleSplice, KeepsWindowsLineBreaks) {
-  const std::string before = "{\r\n  \"a\": 1,\r\n  \"num_hidden_layers\": 78\r\n}\r\n";
-  const auto after = spliced(before);
+  const auto after = expect_spliced_as(
+      "{\r\n  \"a\": 1,\r\n  \"num_hidden_layers\": 78\r\n}\r\n",
+      "{\r\n  \"a\": 1,\r\n  \"num_hidden_layers\": 78,\r\n  \"nvfp4_ds_mla_outer_scales\": {\r\n"
+      "    \"file\": \"s.json\",\r\n    \"sha256\": \"" +
+          std::string(64, 'a') + "\"\r\n  }\r\n}\r\n");
   ASSERT_TRUE(after);
-  EXPECT_EQ(*after, "{\r\n  \"a\": 1,\r\n  \"num_hidden_layers\": 78,\r\n  \"nvfp4_ds_mla_outer_scales\": {\r\n"
-                    "    \"file\": \"s.json\",\r\n    \"sha256\": \"" + std::string(64, 'a') +
-                        "\"\r\n  }\r\n}\r\n");
   // No bare line feed anywhere: every break is the file's own.
   for (std::size_t i = 0; i < after->size(); ++i) {
     if ((*after)[i] == '\n') {

@@ -51,6 +51,11 @@ class ScaleResolverTest : public TempDirTest {
     return o;
   }
 
+  // The scales resolved from a checkpoint that holds `scales` as its sidecar file.
+  Result<ResolvedScales> resolve_sidecar(const json& scales) {
+    return resolve_scales(options(make_checkpoint(scales, Form::sidecar)));
+  }
+
   std::uint64_t m_seed = 0;
   // Tests start from a known environment and leave the caller's untouched.
   ScopedEnv m_no_override{"VLLM_NVFP4_MLA_SCALES_FILE", std::nullopt};
@@ -328,9 +333,8 @@ TEST_F(ScaleResolverTest, OverrideWithoutCheckpointMetadataDoesNotWarn) {
 
 TEST_F(ScaleResolverTest, OneInfoLinePerResolutionNamesSourceFileDigestAndCounts) {
   const json scales = valid_scales(m_seed);
-  const fs::path ckpt = make_checkpoint(scales, Form::sidecar);
   LogCapture logs;
-  const auto resolved = resolve_scales(options(ckpt));
+  const auto resolved = resolve_sidecar(scales);
   ASSERT_OK(resolved);
   const auto info = logs.at(LogLevel::info);
   ASSERT_EQ(info.size(), 1u);
@@ -346,8 +350,7 @@ TEST_F(ScaleResolverTest, ScaleOfExactlyOneIsIdentityButKeepsItsSource) {
   scales.erase("max_abs");
   scales["scales"][0] = 1.0;
   scales["scales"][40] = 1;  // an integer token is a number too
-  const fs::path ckpt = make_checkpoint(scales, Form::sidecar);
-  const auto resolved = resolve_scales(options(ckpt));
+  const auto resolved = resolve_sidecar(scales);
   ASSERT_OK(resolved);
   EXPECT_EQ(resolved->layers[0].mode, ScaleMode::identity);
   EXPECT_EQ(resolved->layers[0].source, ScaleSource::checkpoint);
@@ -406,8 +409,7 @@ TEST_F(ScaleResolverTest, MultipleProblemsAreAllListed) {
   scales["scales"][3] = "x";
   scales["scales"][9] = -1.0;
   scales["latent_dim"] = 576;
-  const fs::path ckpt = make_checkpoint(scales, Form::sidecar);
-  const auto resolved = resolve_scales(options(ckpt));
+  const auto resolved = resolve_sidecar(scales);
   ASSERT_FALSE(resolved);
   EXPECT_CONTAINS(resolved.error().message, "(and 2 more problems)");
   EXPECT_CONTAINS(resolved.error().detail, "field 'latent_dim'");
@@ -553,8 +555,7 @@ TEST_F(ScaleResolverTest, ValidateStandaloneFileWithAndWithoutCheckpoint) {
 
 TEST_F(ScaleResolverTest, JsonFormCarriesEveryLayerAndTheProvenance) {
   const json scales = valid_scales(m_seed);
-  const fs::path ckpt = make_checkpoint(scales, Form::sidecar);
-  const auto resolved = resolve_scales(options(ckpt));
+  const auto resolved = resolve_sidecar(scales);
   ASSERT_OK(resolved);
   const json out = scales::to_json(*resolved);
   ASSERT_EQ(out["layers"].size(), 79u);

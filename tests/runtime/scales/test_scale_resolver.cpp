@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <string>
 
 #include "jitcache/scales.hpp"
 #include "runtime/scales/scale_resolver.hpp"
@@ -75,6 +77,13 @@ void expect_values(const ResolvedScales& resolved, const json& scales, ScaleSour
     ASSERT_TRUE(l.max_abs.has_value());
     EXPECT_EQ(*l.max_abs, scales["max_abs"][i].get<double>());
   }
+}
+
+// Expects `logs` to hold exactly one line at `level`, and that line each of `parts`.
+void expect_one_line(const LogCapture& logs, LogLevel level, std::initializer_list<std::string> parts) {
+  const auto lines = logs.at(level);
+  ASSERT_EQ(lines.size(), 1u);
+  for (const std::string& part : parts) EXPECT_CONTAINS(lines[0], part);
 }
 
 void expect_draft_identity(const ResolvedScales& resolved) {
@@ -157,10 +166,7 @@ TEST_F(ScaleResolverTest, IdentityWhenCheckpointHasNoMetadata) {
   EXPECT_EQ(resolved->provenance.source, ScaleSource::identity_default);
   EXPECT_TRUE(resolved->provenance.file.empty());
   EXPECT_TRUE(resolved->provenance.sha256.empty());
-  const auto info = logs.at(LogLevel::info);
-  ASSERT_EQ(info.size(), 1u);
-  EXPECT_CONTAINS(info[0], "identity default");
-  EXPECT_CONTAINS(info[0], "79 identity");
+  expect_one_line(logs, LogLevel::info, {"identity default", "79 identity"});
 }
 
 TEST_F(ScaleResolverTest, ArgumentBeatsEnvironmentBeatsCheckpoint) {
@@ -265,10 +271,10 @@ TEST_F(ScaleResolverTest, ScalesKeyInsideQuantizationConfigIsNotReadAndWarns) {
     const auto resolved = resolve_scales(options(ckpt));
     ASSERT_OK(resolved);
     EXPECT_EQ(resolved->provenance.source, ScaleSource::identity_default);
-    const auto warnings = logs.at(LogLevel::warning);
-    ASSERT_EQ(warnings.size(), 1u);
-    EXPECT_CONTAINS(warnings[0], "key 'quantization_config." + key + "' is not read");
-    EXPECT_CONTAINS(warnings[0], "top-level key 'nvfp4_ds_mla_outer_scales'");
+    expect_one_line(logs, LogLevel::warning, {
+        "key 'quantization_config." + key + "' is not read",
+        "top-level key 'nvfp4_ds_mla_outer_scales'",
+    });
     ScopedEnv strict("JITCACHE_STRICT", "1");
     EXPECT_FALSE(resolve_scales(options(ckpt)));
   }
@@ -307,17 +313,17 @@ TEST_F(ScaleResolverTest, OverrideShadowingCheckpointWarnsNamingBoth) {
   LogCapture logs;
   const auto resolved = resolve_scales(options(ckpt));
   ASSERT_OK(resolved);
-  const auto warnings = logs.at(LogLevel::warning);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_CONTAINS(warnings[0], env_file.string());
-  EXPECT_CONTAINS(warnings[0], "VLLM_NVFP4_MLA_SCALES_FILE");
-  EXPECT_CONTAINS(warnings[0], "scales.json");
-  EXPECT_CONTAINS(warnings[0], (ckpt / "config.json").string());
+  expect_one_line(logs, LogLevel::warning, {
+      env_file.string(),
+      "VLLM_NVFP4_MLA_SCALES_FILE",
+      "scales.json",
+      (ckpt / "config.json").string(),
+  });
   EXPECT_EQ(resolved->provenance.shadowed_checkpoint_file, "scales.json");
-  const auto info = logs.at(LogLevel::info);
-  ASSERT_EQ(info.size(), 1u);
-  EXPECT_CONTAINS(info[0], "explicit override (VLLM_NVFP4_MLA_SCALES_FILE)");
-  EXPECT_CONTAINS(info[0], resolved->provenance.sha256);
+  expect_one_line(logs, LogLevel::info, {
+      "explicit override (VLLM_NVFP4_MLA_SCALES_FILE)",
+      resolved->provenance.sha256,
+  });
 }
 
 TEST_F(ScaleResolverTest, OverrideWithoutCheckpointMetadataDoesNotWarn) {
@@ -336,13 +342,13 @@ TEST_F(ScaleResolverTest, OneInfoLinePerResolutionNamesSourceFileDigestAndCounts
   LogCapture logs;
   const auto resolved = resolve_sidecar(scales);
   ASSERT_OK(resolved);
-  const auto info = logs.at(LogLevel::info);
-  ASSERT_EQ(info.size(), 1u);
-  EXPECT_CONTAINS(info[0], "checkpoint metadata (sidecar)");
-  EXPECT_CONTAINS(info[0], "file scales.json");
-  EXPECT_CONTAINS(info[0], "sha256 " + resolved->provenance.sha256);
-  EXPECT_CONTAINS(info[0], "79 layers (78 + 1 draft)");
-  EXPECT_CONTAINS(info[0], "1 identity");
+  expect_one_line(logs, LogLevel::info, {
+      "checkpoint metadata (sidecar)",
+      "file scales.json",
+      "sha256 " + resolved->provenance.sha256,
+      "79 layers (78 + 1 draft)",
+      "1 identity",
+  });
 }
 
 TEST_F(ScaleResolverTest, ScaleOfExactlyOneIsIdentityButKeepsItsSource) {

@@ -8,22 +8,19 @@ namespace jitcache::kernel_model {
 namespace {
 
 TEST(KernelModel, ArchLimitsOfTheProductTargets) {
-  ASSERT_TRUE(arch_limits("sm_90"));
-  EXPECT_EQ(arch_limits("sm_90")->max_warps_per_sm, 64);
-  EXPECT_EQ(arch_limits("sm_100a")->max_warps_per_sm, 64);
-  EXPECT_EQ(arch_limits("sm_120a")->max_warps_per_sm, 48);
-  EXPECT_EQ(arch_limits("sm_121a")->max_warps_per_sm, 48);
-  // The family-specific targets have their family's limits.
-  ASSERT_TRUE(arch_limits("sm_100f"));
-  EXPECT_EQ(arch_limits("sm_100f")->max_warps_per_sm, 64);
-  ASSERT_TRUE(arch_limits("sm_120f"));
-  EXPECT_EQ(arch_limits("sm_120f")->max_warps_per_sm, 48);
-  EXPECT_EQ(arch_limits("sm_103a")->max_warps_per_sm, 64);
+  // The family-specific targets (sm_100f, sm_120f) have their family's limits.
+  const std::pair<const char*, int> warps_per_sm[] = {
+      {"sm_90", 64}, {"sm_100a", 64}, {"sm_103a", 64}, {"sm_100f", 64},
+      {"sm_120a", 48}, {"sm_121a", 48}, {"sm_120f", 48},
+  };
+  for (const auto& [target, warps] : warps_per_sm) {
+    const auto limits = arch_limits(target);
+    ASSERT_TRUE(limits) << target;
+    EXPECT_EQ(limits->max_warps_per_sm, warps) << target;
+  }
   EXPECT_EQ(arch_limits("sm_120a")->registers_per_sm, 65536);
   EXPECT_EQ(arch_limits("sm_120a")->max_ctas_per_sm, 32);
-  EXPECT_FALSE(arch_limits("sm_110a"));
-  EXPECT_FALSE(arch_limits("sm_89"));
-  EXPECT_FALSE(arch_limits("sm_100x"));
+  for (const char* unknown : {"sm_110a", "sm_89", "sm_100x"}) EXPECT_FALSE(arch_limits(unknown)) << unknown;
 }
 
 TEST(KernelModel, OccupancyFromRegisters) {

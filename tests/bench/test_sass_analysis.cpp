@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -82,17 +83,20 @@ TEST(SassListing, MemoryAccessKeysByWidth) {
     ins.opcode = opcode;
     return memory_access_key(ins);
   };
-  EXPECT_EQ(key("LDG.E.128"), "LDG.128");
-  EXPECT_EQ(key("LDG.E.64.CONSTANT"), "LDG.64");
-  EXPECT_EQ(key("LDG.E"), "LDG.32");
-  EXPECT_EQ(key("LDG.E.U8"), "LDG.U8");
-  EXPECT_EQ(key("STG.E.S16"), "STG.S16");
-  EXPECT_EQ(key("ST.E.64"), "ST.64");
-  EXPECT_EQ(key("STL.128"), "STL.128");
-  EXPECT_EQ(key("REDG.E.OR.STRONG.GPU"), "REDG.32");
-  EXPECT_EQ(key("LDC.64"), "");  // constant bank: not memory traffic
-  EXPECT_EQ(key("REDUX.OR"), "");
-  EXPECT_EQ(key("IMAD.WIDE.U32"), "");
+  const std::pair<const char*, const char*> cases[] = {
+      {"LDG.E.128", "LDG.128"},
+      {"LDG.E.64.CONSTANT", "LDG.64"},
+      {"LDG.E", "LDG.32"},
+      {"LDG.E.U8", "LDG.U8"},
+      {"STG.E.S16", "STG.S16"},
+      {"ST.E.64", "ST.64"},
+      {"STL.128", "STL.128"},
+      {"REDG.E.OR.STRONG.GPU", "REDG.32"},
+      {"LDC.64", ""},  // constant bank: not memory traffic
+      {"REDUX.OR", ""},
+      {"IMAD.WIDE.U32", ""},
+  };
+  for (const auto& [opcode, expected] : cases) EXPECT_EQ(key(opcode), expected) << opcode;
 
   Instruction redux;
   redux.opcode = "REDUX.OR";
@@ -225,18 +229,42 @@ TEST(SassListing, SameCodeIgnoresLinesAndLabelNames) {
 
 constexpr const char* k_header = "        .type           k,@function\nk:\n";
 
+// One function in nvdisasm's layout: its header, then `lines`, an instruction at each
+// next address 0x10 apart from `first_address` (a guard right-aligned before the opcode
+// column, as nvdisasm writes it), and a line ending in ':' a label.
+std::string sass_function(std::string_view name, std::initializer_list<std::string_view> lines,
+                          std::uint32_t first_address = 0) {
+  std::string text = "        .type           " + std::string(name) + ",@function\n" + std::string(name) + ":\n";
+  std::uint32_t address = first_address;
+  for (std::string_view line : lines) {
+    if (line.ends_with(':')) {
+      text += std::string(line) + "\n";
+      continue;
+    }
+    std::string_view guard;
+    if (line.starts_with('@')) {
+      guard = line.substr(0, line.find(' ') + 1);
+      line.remove_prefix(guard.size());
+    }
+    char at[16];
+    std::snprintf(at, sizeof at, "/*%04x*/", address);
+    text += "        " + std::string(at) + std::string(19 - guard.size(), ' ') + std::string(guard) +
+            std::string(line) + " ;\n";
+    address += 0x10;
+  }
+  return text;
+}
+
+// Reads `text` and analyses its function `entry`; an error of either step is the result.
+Result<FunctionAnalysis> analyse_text(const std::string& text, std::string_view entry = "k") {
+  const Listing listing = JC_TRY(parse_listing(text));
+  return analyse(listing, entry);
+}
+
 TEST(SassPath, CallOnThePathCountsTheCallee) {
-  const std::string text = std::string(k_header) +
-                           "        /*0000*/                   MOV R4, 0x20 ;\n"
-                           "        /*0010*/                   CALL.REL.NOINC `(helper) ;\n"
-                           "        /*0020*/                   EXIT ;\n"
-                           "        .type           helper,@function\n"
-                           "helper:\n"
-                           "        /*0030*/                   FADD R0, R0, 1 ;\n"
-                           "        /*0040*/                   RET.REL.NODEC R4 `(k) ;\n";
-  auto listing = parse_listing(text);
-  ASSERT_OK(listing);
-  auto a = analyse(*listing, "k");
+  const std::string text = sass_function("k", {"MOV R4, 0x20", "CALL.REL.NOINC `(helper)", "EXIT"}) +
+                           sass_function("helper", {"FADD R0, R0, 1", "RET.REL.NODEC R4 `(k)"}, 0x30);
+  auto a = analyse_text(text);
   ASSERT_OK(a);
   EXPECT_EQ(a->path_instructions, 5);
   EXPECT_EQ(a->total_instructions, 5);
@@ -245,16 +273,14 @@ TEST(SassPath, CallOnThePathCountsTheCallee) {
 }
 
 TEST(SassPath, LoopOnThePathIsReported) {
-  const std::string text = std::string(k_header) +
-                           "        /*0000*/                   MOV R0, RZ ;\n"
-                           ".L_x_0:\n"
-                           "        /*0010*/                   IADD3 R0, R0, 0x1, RZ ;\n"
-                           "        /*0020*/                   ISETP.NE.AND P0, PT, R0, 0x10, PT ;\n"
-                           "        /*0030*/               @P0 BRA `(.L_x_0) ;\n"
-                           "        /*0040*/                   EXIT ;\n";
-  auto listing = parse_listing(text);
-  ASSERT_OK(listing);
-  auto a = analyse(*listing, "k");
+  auto a = analyse_text(sass_function("k", {
+                                               "MOV R0, RZ",
+                                               ".L_x_0:",
+                                               "IADD3 R0, R0, 0x1, RZ",
+                                               "ISETP.NE.AND P0, PT, R0, 0x10, PT",
+                                               "@P0 BRA `(.L_x_0)",
+                                               "EXIT",
+                                           }));
   ASSERT_OK(a);
   EXPECT_TRUE(a->path_has_loop);
   EXPECT_EQ(a->path_instructions, 5);
@@ -275,24 +301,17 @@ TEST(SassListing, RejectsWhatItCannotRead) {
 }
 
 TEST(SassPath, RejectsWhatItCannotFollow) {
-  auto unknown_label =
-      parse_listing(std::string(k_header) + "        /*0000*/               @P0 BRA `(.L_x_7) ;\n" +
-                    "        /*0010*/                   EXIT ;\n");
+  auto unknown_label = parse_listing(sass_function("k", {"@P0 BRA `(.L_x_7)", "EXIT"}));
   ASSERT_OK(unknown_label);
   auto a = analyse(*unknown_label, "k");
   ASSERT_FALSE(a.has_value());
   EXPECT_NE(a.error().message.find(".L_x_7"), std::string::npos);
 
-  auto indirect =
-      parse_listing(std::string(k_header) + "        /*0000*/                   BRX R2 -0x10 ;\n");
-  ASSERT_OK(indirect);
-  auto b = analyse(*indirect, "k");
+  auto b = analyse_text(sass_function("k", {"BRX R2 -0x10"}));
   ASSERT_FALSE(b.has_value());
   EXPECT_NE(b.error().message.find("indirect"), std::string::npos);
 
-  auto unknown_callee =
-      parse_listing(std::string(k_header) + "        /*0000*/                   CALL.REL `(nowhere) ;\n" +
-                    "        /*0010*/                   EXIT ;\n");
+  auto unknown_callee = parse_listing(sass_function("k", {"CALL.REL `(nowhere)", "EXIT"}));
   ASSERT_OK(unknown_callee);
   auto c = analyse(*unknown_callee, "k");
   ASSERT_FALSE(c.has_value());
@@ -305,17 +324,14 @@ TEST(SassPath, RejectsWhatItCannotFollow) {
 
 // A NaN test chained with another predicate is not a pure NaN test: both sides stay.
 TEST(SassPath, ChainedNanTestKeepsBothSides) {
-  const std::string text =
-      std::string(k_header) +
-      "        /*0000*/                   ISETP.GT.U32.AND P1, PT, R10, 0x7f800000, P2 ;\n"
-      "        /*0010*/               @P1 BRA `(.L_x_0) ;\n"
-      "        /*0020*/                   FADD R0, R0, 1 ;\n"
-      ".L_x_0:\n"
-      "        /*0030*/                   STG.E desc[UR4][R2.64], R0 ;\n"
-      "        /*0040*/                   EXIT ;\n";
-  auto listing = parse_listing(text);
-  ASSERT_OK(listing);
-  auto a = analyse(*listing, "k");
+  auto a = analyse_text(sass_function("k", {
+                                               "ISETP.GT.U32.AND P1, PT, R10, 0x7f800000, P2",
+                                               "@P1 BRA `(.L_x_0)",
+                                               "FADD R0, R0, 1",
+                                               ".L_x_0:",
+                                               "STG.E desc[UR4][R2.64], R0",
+                                               "EXIT",
+                                           }));
   ASSERT_OK(a);
   ASSERT_EQ(a->branches.size(), 1u);
   EXPECT_EQ(a->branches[0].cold, Cold::none);
@@ -325,19 +341,17 @@ TEST(SassPath, ChainedNanTestKeepsBothSides) {
 // The compiler's fallback for a warp that is not converged at a full-mask shuffle is not
 // what an ordinary token's warp runs.
 TEST(SassPath, DivergedWarpFallbackIsCut) {
-  const std::string text = std::string(k_header) +
-                           "        /*0000*/                   BRA.DIV UR4, `(.L_x_1) ;\n"
-                           "        /*0010*/                   SHFL.BFLY PT, R1, R0, 0x1, 0x1f ;\n"
-                           ".L_x_0:\n"
-                           "        /*0020*/                   STG.E desc[UR4][R2.64], R1 ;\n"
-                           "        /*0030*/                   EXIT ;\n"
-                           ".L_x_1:\n"
-                           "        /*0040*/                   WARPSYNC.ALL ;\n"
-                           "        /*0050*/                   SHFL.BFLY PT, R1, R0, 0x1, 0x1f ;\n"
-                           "        /*0060*/                   BRA `(.L_x_0) ;\n";
-  auto listing = parse_listing(text);
-  ASSERT_OK(listing);
-  auto a = analyse(*listing, "k");
+  auto a = analyse_text(sass_function("k", {
+                                               "BRA.DIV UR4, `(.L_x_1)",
+                                               "SHFL.BFLY PT, R1, R0, 0x1, 0x1f",
+                                               ".L_x_0:",
+                                               "STG.E desc[UR4][R2.64], R1",
+                                               "EXIT",
+                                               ".L_x_1:",
+                                               "WARPSYNC.ALL",
+                                               "SHFL.BFLY PT, R1, R0, 0x1, 0x1f",
+                                               "BRA `(.L_x_0)",
+                                           }));
   ASSERT_OK(a);
   ASSERT_EQ(a->branches.size(), 1u);
   EXPECT_EQ(a->branches[0].cold, Cold::diverged_warp);
@@ -349,16 +363,14 @@ TEST(SassPath, DivergedWarpFallbackIsCut) {
 // A predicate written as a second result (a carry) replaces FCHK's verdict: the branch is
 // no longer the slow-division test.
 TEST(SassPath, PredicateRedefinedByACarry) {
-  const std::string text = std::string(k_header) +
-                           "        /*0000*/                   FCHK P0, R8, R0 ;\n"
-                           "        /*0010*/                   IADD3 R8, P0, R8, R12, RZ ;\n"
-                           "        /*0020*/              @!P0 BRA `(.L_x_0) ;\n"
-                           "        /*0030*/                   FADD R0, R0, 1 ;\n"
-                           ".L_x_0:\n"
-                           "        /*0040*/                   EXIT ;\n";
-  auto listing = parse_listing(text);
-  ASSERT_OK(listing);
-  auto a = analyse(*listing, "k");
+  auto a = analyse_text(sass_function("k", {
+                                               "FCHK P0, R8, R0",
+                                               "IADD3 R8, P0, R8, R12, RZ",
+                                               "@!P0 BRA `(.L_x_0)",
+                                               "FADD R0, R0, 1",
+                                               ".L_x_0:",
+                                               "EXIT",
+                                           }));
   ASSERT_OK(a);
   ASSERT_EQ(a->branches.size(), 1u);
   EXPECT_EQ(a->branches[0].predicate_source, "IADD3 R8, P0, R8, R12, RZ");

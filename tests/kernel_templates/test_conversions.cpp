@@ -11,12 +11,14 @@
 #include <random>
 #include <vector>
 
+#include "e2m1_chunks.hpp"
 #include "kernel_templates/nvfp4_mla.cuh"
 #include "reference_nvfp4.hpp"
 #include "test_support.hpp"
 
 namespace {
 
+using jitcache::testing::rotated_chunk;
 using jitcache::testing::test_seed;
 using namespace jitcache::reference;
 
@@ -40,6 +42,18 @@ std::uint16_t nv_bf16(float x) {
   std::uint16_t u;
   std::memcpy(&u, &b, 2);
   return u;
+}
+
+// How many of `xs` the kernels' encoder `ours` codes otherwise than NVIDIA's conversion or
+// the reference; `report(x, our code)` describes each of the first ten.
+template <class Ours, class Nvidia, class Reference, class Report>
+int count_disagreements(const std::vector<float>& xs, Ours ours, Nvidia nvidia, Reference reference, Report report) {
+  int mismatches = 0;
+  for (float x : xs) {
+    const std::uint8_t code = ours(x);
+    if ((code != nvidia(x) || code != reference(x)) && ++mismatches <= 10) report(x, int(code));
+  }
+  return mismatches;
 }
 
 // Random fp32 values spread over every exponent the formats care about, plus specials.
@@ -94,16 +108,10 @@ TEST(E2m1, AllCodesDecodeLikeNvidiaAndRoundTrip) {
 
 TEST(E4m3, EncodeMatchesNvidiaAndReference) {
   const auto xs = sample_floats(test_seed("E4m3.EncodeMatchesNvidiaAndReference"), 400000);
-  int mismatches = 0;
-  for (float x : xs) {
-    const std::uint8_t ours = jc::float_to_e4m3_satfinite(x);
-    if (ours != nv_e4m3(x) || ours != ref_e4m3(x)) {
-      if (++mismatches <= 10)
-        ADD_FAILURE() << "x=" << x << " bits=0x" << std::hex << float_bits(x) << " ours=0x"
-                      << int(ours) << " nvidia=0x" << int(nv_e4m3(x)) << " ref=0x"
-                      << int(ref_e4m3(x));
-    }
-  }
+  const int mismatches = count_disagreements(xs, jc::float_to_e4m3_satfinite, nv_e4m3, ref_e4m3, [](float x, int ours) {
+    ADD_FAILURE() << "x=" << x << " bits=0x" << std::hex << float_bits(x) << " ours=0x" << ours << " nvidia=0x"
+                  << int(nv_e4m3(x)) << " ref=0x" << int(ref_e4m3(x));
+  });
   EXPECT_EQ(mismatches, 0);
 }
 
@@ -143,15 +151,9 @@ TEST(E4m3, EdgeCases) {
 
 TEST(E2m1, EncodeMatchesNvidiaAndReference) {
   const auto xs = sample_floats(test_seed("E2m1.EncodeMatchesNvidiaAndReference"), 400000);
-  int mismatches = 0;
-  for (float x : xs) {
-    const std::uint8_t ours = jc::float_to_e2m1_satfinite(x);
-    if (ours != nv_e2m1(x) || ours != ref_e2m1(x)) {
-      if (++mismatches <= 10)
-        ADD_FAILURE() << "x=" << x << " ours=" << int(ours) << " nvidia=" << int(nv_e2m1(x))
-                      << " ref=" << int(ref_e2m1(x));
-    }
-  }
+  const int mismatches = count_disagreements(xs, jc::float_to_e2m1_satfinite, nv_e2m1, ref_e2m1, [](float x, int ours) {
+    ADD_FAILURE() << "x=" << x << " ours=" << ours << " nvidia=" << int(nv_e2m1(x)) << " ref=" << int(ref_e2m1(x));
+  });
   EXPECT_EQ(mismatches, 0);
 }
 
@@ -234,10 +236,7 @@ TEST(E2m1, PackedEncoderEqualsDivideThenEncodeForEveryBf16) {
         jc::e2m1_thresholds<jc::LatentMode::identity>(static_cast<std::uint8_t>(code), 1.0f);
     for (std::uint32_t base = 0; base < 65536; base += 8) {
       for (std::uint32_t rotate = 0; rotate < 8; rotate += 3) {
-        jc::Vec16 chunk;
-        std::uint32_t h[8];
-        for (std::uint32_t i = 0; i < 8; ++i) h[i] = base + (i + rotate) % 8;
-        for (int w = 0; w < 4; ++w) chunk.w[w] = h[2 * w] | (h[2 * w + 1] << 16);
+        const auto [h, chunk] = rotated_chunk(base, rotate);
         const std::uint32_t codes = jc::e2m1_encode8(chunk, thresholds);
         for (int i = 0; i < 8; ++i) {
           const float kv = jc::bf16_to_float(static_cast<std::uint16_t>(h[i]));

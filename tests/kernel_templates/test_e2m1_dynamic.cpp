@@ -15,11 +15,13 @@
 #include <random>
 #include <vector>
 
+#include "e2m1_chunks.hpp"
 #include "kernel_templates/nvfp4_mla.cuh"
 #include "test_support.hpp"
 
 namespace {
 
+using jitcache::testing::rotated_chunk;
 using jitcache::testing::test_seed;
 
 // The bit views the kernels use themselves.
@@ -84,10 +86,7 @@ TEST(E2m1Dynamic, ThresholdCodesEqualDividingTwiceForEveryBf16) {
           jc::e2m1_thresholds<jc::LatentMode::dynamic>(static_cast<std::uint8_t>(k + 1), s);  // code k + 1
       const std::uint32_t rotate = static_cast<std::uint32_t>(k % 8);
       for (std::uint32_t base = 0; base < 65536; base += 8) {
-        jc::Vec16 chunk;
-        std::uint32_t h[8];
-        for (std::uint32_t i = 0; i < 8; ++i) h[i] = base + (i + rotate) % 8;
-        for (int w = 0; w < 4; ++w) chunk.w[w] = h[2 * w] | (h[2 * w + 1] << 16);
+        const auto [h, chunk] = rotated_chunk(base, rotate);
         const std::uint32_t codes = jc::e2m1_encode8(chunk, thresholds);
         for (int i = 0; i < 8; ++i) {
           const std::uint8_t expected = jc::float_to_e2m1_satfinite(x[h[i]] / sf);

@@ -75,12 +75,15 @@ TEST(TargetCompatibility, NamesThatAreNoTargetRunNowhere) {
 }
 
 TEST(TargetCompatibility, WhatEachTargetRunsOnReads) {
-  EXPECT_EQ(capabilities_of("sm_100f"), "10.0 and 10.3");
-  EXPECT_EQ(capabilities_of("sm_120f"), "12.0 and 12.1");
-  EXPECT_EQ(capabilities_of("sm_120"), "12.0 and 12.1");
-  EXPECT_EQ(capabilities_of("sm_120a"), "12.0 only");
-  EXPECT_EQ(capabilities_of("sm_90"), "9.0 only");
-  EXPECT_EQ(capabilities_of("sm_89"), "no known device");
+  const std::pair<const char*, const char*> cases[] = {
+      {"sm_100f", "10.0 and 10.3"},
+      {"sm_120f", "12.0 and 12.1"},
+      {"sm_120", "12.0 and 12.1"},
+      {"sm_120a", "12.0 only"},
+      {"sm_90", "9.0 only"},
+      {"sm_89", "no known device"},
+  };
+  for (const auto& [target, reads] : cases) EXPECT_EQ(capabilities_of(target), reads) << target;
 }
 
 TEST(TargetCompatibility, TheRefusalNamesTheTargetTheDeviceAndWhatRunsThere) {

@@ -2,6 +2,7 @@
 // the most specific target whose every variant the cache holds, else the most specific
 // one. Asked with a compute capability, so no device is needed: the cache is filled by
 // prepare() with explicit targets, as `jitcache warm --arch` fills it on a fleet.
+#include "deviceless_runtime.hpp"
 #include "jitcache/runtime.hpp"
 #include "runtime/compile/open_kernel_cache.hpp"
 #include "runtime/device_target.hpp"
@@ -18,10 +19,7 @@ class DeviceTargetTest : public jitcache::testing::TempDirTest {
 
   // Compiles and stores every variant the checkpoint needs on `target` in `format`.
   void warm(const std::string& target, RecordFormat format = RecordFormat::b12x_432) {
-    RuntimeOptions options;
-    options.cache_dir = cache_dir();
-    options.device = DeviceUse::none;
-    auto rt = Runtime::open(options);
+    auto rt = jitcache::testing::open_deviceless_runtime(cache_dir());
     ASSERT_OK(rt);
     ModelSpec model;
     model.checkpoint = k_checkpoint;
@@ -32,32 +30,34 @@ class DeviceTargetTest : public jitcache::testing::TempDirTest {
     EXPECT_EQ((*prepared)->stats().stored, (*prepared)->stats().variants) << target;
   }
 
-  // What prepare() would give a device of compute capability major.minor.
-  std::string chosen(int major, int minor, RecordFormat format = RecordFormat::b12x_432) {
+  // The target prepare() would give a device of compute capability major.minor, asked of
+  // the cache directory alone (no remote) for the checkpoint's scales.
+  Result<Target> target_for(int major, int minor, RecordFormat format, LatentPolicy policy) {
     KernelCacheOptions options;
     options.cache_dir = cache_dir();
     options.remote = RemoteUse::off;
     auto opened = open_kernel_cache(options);
-    EXPECT_OK(opened);
-    if (!opened) return "";
+    if (!opened) return std::unexpected(opened.error());
     ResolveOptions resolve;
     resolve.checkpoint_dir = k_checkpoint;
-    auto scales = resolve_scales(resolve);
-    EXPECT_OK(scales);
-    if (!scales) return "";
-    auto target = target_for_device(*opened->store, *opened->compiler, *scales, format,
-                                    default_policy(format), major, minor);
+    const ResolvedScales scales = JC_TRY(resolve_scales(resolve));
+    return target_for_device(*opened->store, *opened->compiler, scales, format, policy, major, minor);
+  }
+
+  // Its name, for the tests that expect one.
+  std::string chosen(int major, int minor, RecordFormat format = RecordFormat::b12x_432) {
+    auto target = target_for(major, minor, format, default_policy(format));
     EXPECT_OK(target);
     return target ? target->name : "";
   }
 };
 
 TEST_F(DeviceTargetTest, AnEmptyCacheGivesEachDeviceItsProductOrArchSpecificTarget) {
-  EXPECT_EQ(chosen(9, 0), "sm_90");
-  EXPECT_EQ(chosen(10, 0), "sm_100a");
-  EXPECT_EQ(chosen(10, 3), "sm_103a");
-  EXPECT_EQ(chosen(12, 0), "sm_120a");
-  EXPECT_EQ(chosen(12, 1), "sm_121a");
+  const struct {
+    int major, minor;
+    const char* target;
+  } cases[] = {{9, 0, "sm_90"}, {10, 0, "sm_100a"}, {10, 3, "sm_103a"}, {12, 0, "sm_120a"}, {12, 1, "sm_121a"}};
+  for (const auto& c : cases) EXPECT_EQ(chosen(c.major, c.minor), c.target) << c.major << "." << c.minor;
 }
 
 TEST_F(DeviceTargetTest, AFamilyCubinTheCacheHoldsServesEveryMemberOfTheFamily) {
@@ -91,17 +91,7 @@ TEST_F(DeviceTargetTest, TheGenericCubinIsTheLastChoiceAndAPartialTargetIsNone) 
 }
 
 TEST_F(DeviceTargetTest, ADeviceNoTargetRunsOnIsRefusedNamingIt) {
-  KernelCacheOptions options;
-  options.cache_dir = cache_dir();
-  options.remote = RemoteUse::off;
-  auto opened = open_kernel_cache(options);
-  ASSERT_OK(opened);
-  ResolveOptions resolve;
-  resolve.checkpoint_dir = k_checkpoint;
-  auto scales = resolve_scales(resolve);
-  ASSERT_OK(scales);
-  auto none = target_for_device(*opened->store, *opened->compiler, *scales, RecordFormat::b12x_432,
-                                LatentPolicy::per_layer, 8, 9);
+  auto none = target_for(8, 9, RecordFormat::b12x_432, LatentPolicy::per_layer);
   ASSERT_FALSE(none);
   EXPECT_EQ(none.error().code, ErrorCode::unavailable);
   EXPECT_NE(none.error().message.find("compute capability 8.9"), std::string::npos) << none.error().message;

@@ -141,67 +141,79 @@ __device__ void note_mismatch(u32* result, u32 input) {
   if (n < 8u) result[1 + n] = input;
 }
 
+// Calls check(i) for each input i below count, spread over the whole grid.
+template <class Check>
+__device__ void for_each_input(u64 count, Check check) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<u64>(gridDim.x) * blockDim.x)
+    check(i);
+}
+
+// Every fp32 input `bits` (first + i) through a packed conversion of (bits, bits with its
+// sign flipped), so that every pattern goes through either half, against the software
+// conversion of each: the low half, and the high one from bit `shift` on. NaN inputs are
+// left out where the packed conversion is not meant for them.
+enum class NanInputs { checked, left_out };
+template <class Packed, class Convert>
+__device__ void check_packed_pair(u32 first, u64 count, u32* result, int shift, NanInputs nans, Packed packed,
+                                  Convert convert) {
+  for_each_input(count, [&](u64 i) {
+    const u32 bits = first + static_cast<u32>(i);
+    if (nans == NanInputs::left_out && is_nan(bits_float(bits))) return;
+    const u32 pair = packed(bits_float(bits), bits_float(bits ^ 0x80000000u));
+    const u32 expected = static_cast<u32>(convert(bits_float(bits))) |
+                         (static_cast<u32>(convert(bits_float(bits ^ 0x80000000u))) << shift);
+    if (pair != expected) note_mismatch(result, bits);
+  });
+}
+
 // The block scale: e4m3_encode_nonnegative (cvt.rn.satfinite.e4m3x2.f32) against
 // float_to_e4m3_satfinite.
 extern "C" __global__ void jc_check_e4m3_encode(u32 first, u64 count, u32* result) {
-  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+  for_each_input(count, [&](u64 i) {
     const u32 bits = first + static_cast<u32>(i);
     if (e4m3_encode_nonnegative(bits_float(bits)) != float_to_e4m3_satfinite(bits_float(bits)))
       note_mismatch(result, bits);
-  }
+  });
 }
 
 // Every E4M3 code's value: e4m3_value (cvt.rn.f16x2.e4m3x2, cvt.f32.f16) against
 // e4m3_to_float, bit for bit; the NaN codes only need to decode to a NaN.
 extern "C" __global__ void jc_check_e4m3_value(u32 first, u64 count, u32* result) {
-  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+  for_each_input(count, [&](u64 i) {
     const u8 code = static_cast<u8>(first + i);
     const float hw = e4m3_value(code), sw = e4m3_to_float(code);
     const bool same = is_nan(sw) ? is_nan(hw) : float_bits(hw) == float_bits(sw);
     if (!same) note_mismatch(result, code);
-  }
+  });
 }
 
 // bf16 rounding: bf16x2_rn (cvt.rn.bf16x2.f32 and the NaN select) against float_to_bf16,
 // both halves (the high half gets the input with its sign flipped, so every pattern goes
 // through either position).
 extern "C" __global__ void jc_check_bf16_round(u32 first, u64 count, u32* result) {
-  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<u64>(gridDim.x) * blockDim.x) {
-    const u32 bits = first + static_cast<u32>(i);
-    const u32 pair = bf16x2_rn(bits_float(bits), bits_float(bits ^ 0x80000000u));
-    const u32 expected = static_cast<u32>(float_to_bf16(bits_float(bits))) |
-                         (static_cast<u32>(float_to_bf16(bits_float(bits ^ 0x80000000u))) << 16);
-    if (pair != expected) note_mismatch(result, bits);
-  }
+  check_packed_pair(
+      first, count, result, 16, NanInputs::checked, [](float lo, float hi) { return bf16x2_rn(lo, hi); },
+      [](float x) { return float_to_bf16(x); });
 }
 
 // For the record, not a requirement: the NaN inputs whose bare cvt.rn.bf16x2.f32 result is
 // not the canonical 0x7FFF (the select in bf16x2_rn makes the kernels independent of it).
 extern "C" __global__ void jc_count_bf16_noncanonical_nan(u32 first, u64 count, u32* result) {
-  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+  for_each_input(count, [&](u64 i) {
     const u32 bits = first + static_cast<u32>(i);
-    if (!is_nan(bits_float(bits))) continue;
+    if (!is_nan(bits_float(bits))) return;
     u32 pair;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pair) : "f"(0.0f), "f"(bits_float(bits)));
     if ((pair & 0xffffu) != 0x7fffu) note_mismatch(result, bits);
-  }
+  });
 }
 
 // bf16x2_rn_not_nan (the bare cvt.rn.bf16x2.f32) against float_to_bf16 on non-NaN inputs.
 extern "C" __global__ void jc_check_bf16_round_not_nan(u32 first, u64 count, u32* result) {
-  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<u64>(gridDim.x) * blockDim.x) {
-    const u32 bits = first + static_cast<u32>(i);
-    if (is_nan(bits_float(bits))) continue;
-    const u32 pair = bf16x2_rn_not_nan(bits_float(bits), bits_float(bits ^ 0x80000000u));
-    const u32 expected = static_cast<u32>(float_to_bf16(bits_float(bits))) |
-                         (static_cast<u32>(float_to_bf16(bits_float(bits ^ 0x80000000u))) << 16);
-    if (pair != expected) note_mismatch(result, bits);
-  }
+  check_packed_pair(
+      first, count, result, 16, NanInputs::left_out, [](float lo, float hi) { return bf16x2_rn_not_nan(lo, hi); },
+      [](float x) { return float_to_bf16(x); });
 }
 
 // The gather's latent dequantization (packed bf16 products) against the brief's formula in
@@ -259,8 +271,7 @@ extern "C" __global__ void jc_check_rope_dequantize(u32 param, u64 count, u32* r
 // NaN only NaN-ness is required (the host returns 0x7FFF, the GPU its canonical NaN, and
 // the writer never uses that value: every amax is combined with +0 afterwards).
 extern "C" __global__ void jc_check_bf16x2_compare(u32 first, u64 count, u32* result) {
-  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+  for_each_input(count, [&](u64 i) {
     const u32 ab = first + static_cast<u32>(i);
     const u32 a = ab & 0xffffu, b = ab >> 16;
     const u32 x = a | (b << 16), y = b | (a << 16);
@@ -278,21 +289,16 @@ extern "C" __global__ void jc_check_bf16x2_compare(u32 first, u64 count, u32* re
       }
     }
     if (!same) note_mismatch(result, ab);
-  }
+  });
 }
 
 // The fp8 RoPE's codes: e4m3x2_encode (cvt.rn.satfinite.e4m3x2.f32 and the NaN selects)
 // against float_to_e4m3_satfinite on every fp32 input, both halves (the high one gets the
 // input with its sign flipped).
 extern "C" __global__ void jc_check_e4m3x2_encode(u32 first, u64 count, u32* result) {
-  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<u64>(gridDim.x) * blockDim.x) {
-    const u32 bits = first + static_cast<u32>(i);
-    const u32 codes = e4m3x2_encode(bits_float(bits), bits_float(bits ^ 0x80000000u));
-    const u32 expected = static_cast<u32>(float_to_e4m3_satfinite(bits_float(bits))) |
-                         (static_cast<u32>(float_to_e4m3_satfinite(bits_float(bits ^ 0x80000000u))) << 8);
-    if (codes != expected) note_mismatch(result, bits);
-  }
+  check_packed_pair(
+      first, count, result, 8, NanInputs::checked, [](float lo, float hi) { return e4m3x2_encode(lo, hi); },
+      [](float x) { return float_to_e4m3_satfinite(x); });
 }
 
 // The identity writer's thresholds, bf16 products of the scale code's bits (subnormal for

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "close_race.hpp"
 #include "jitcache/runtime.hpp"
 #include "test_support.hpp"
 
@@ -20,6 +21,7 @@ namespace jitcache {
 namespace {
 
 using namespace std::chrono_literals;
+using jitcache::testing::CallEnd;
 
 const std::filesystem::path k_checkpoint = jitcache::testing::source_dir() / "examples" / "glm5-mini";
 
@@ -65,30 +67,19 @@ TEST_F(RuntimeLifetimeTest, CloseWhileThreadsPrepareLetsEachCallFinishOrRefusesI
   auto first = runtime->prepare(glm5_mini());  // compiles; the threads below hit the cache
   ASSERT_TRUE(first) << first.error().to_string();
 
-  std::atomic<int> prepared{0}, refused{0}, other{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&] {
-      const auto deadline = std::chrono::steady_clock::now() + 20s;
-      while (std::chrono::steady_clock::now() < deadline) {
+  const auto tally = jitcache::testing::race_close(
+      4,
+      [&](int) {
         auto model = runtime->prepare(glm5_mini());
-        if (model) {
-          ++prepared;
-          continue;
-        }
-        if (model.error().code == ErrorCode::invalid_argument && says(model.error(), "runtime closed"))
-          ++refused;
-        else
-          ++other;
-        return;
-      }
-    });
-  std::this_thread::sleep_for(200ms);
-  ASSERT_TRUE(runtime->close());
-  for (auto& t : threads) t.join();
-  EXPECT_GT(prepared.load(), 0);
-  EXPECT_EQ(refused.load(), 4);  // every thread ended on the refusal
-  EXPECT_EQ(other.load(), 0);
+        if (model) return CallEnd::answered;
+        return model.error().code == ErrorCode::invalid_argument && says(model.error(), "runtime closed")
+                   ? CallEnd::refused
+                   : CallEnd::other;
+      },
+      [&] { ASSERT_TRUE(runtime->close()); });
+  EXPECT_GT(tally.answered, 0);
+  EXPECT_EQ(tally.refused, 4);  // every thread ended on the refusal
+  EXPECT_EQ(tally.other, 0);
   // Closed: every call refused, closing again harmless, the models prepared before intact.
   EXPECT_TRUE(runtime->close());
   EXPECT_TRUE(says(runtime->prepare(glm5_mini()).error(), "runtime closed"));

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "orphan_blob.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/audit/audit.hpp"
 #include "runtime/compile/kernel_cache.hpp"
@@ -186,17 +187,9 @@ TEST_F(AuditTest, FindsLegacyKeysFactMismatchesAndCorruption) {
                                      R"({"kernel":"writer"})", std::as_bytes(std::span("x", 1)));
   std::filesystem::remove(m_root / "blobs" / gone.substr(0, 2) / gone);
   // orphan-blob: a blob no row refers to.
-  const std::string lonely = "an orphan";
-  const std::string orphan_digest = cache::BlobDigest::of(lonely).to_hex();
-  {
-    const auto path = m_root / "blobs" / orphan_digest.substr(0, 2) / orphan_digest;
-    std::filesystem::create_directories(path.parent_path());
-    ::chmod(path.parent_path().c_str(), 0700);
-    std::ofstream(path) << lonely;
-    ::chmod(path.c_str(), 0600);
-    // Older than the publish grace: not a publish in flight.
-    std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
-  }
+  const auto orphan = jitcache::testing::write_orphan_blob(m_root, "an orphan");
+  // Older than the publish grace: not a publish in flight.
+  std::filesystem::last_write_time(orphan, std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
   // And one healthy entry that must survive.
   const std::string keep = healthy(KernelKind::writer, LatentScale::dynamic);
 
@@ -210,7 +203,7 @@ TEST_F(AuditTest, FindsLegacyKeysFactMismatchesAndCorruption) {
   ASSERT_NE(find(r, FindingKind::missing_blob), nullptr);
   EXPECT_EQ(find(r, FindingKind::missing_blob)->key, std::string(32, 'c'));
   ASSERT_NE(find(r, FindingKind::orphan_blob), nullptr);
-  EXPECT_EQ(find(r, FindingKind::orphan_blob)->digest, orphan_digest);
+  EXPECT_EQ(find(r, FindingKind::orphan_blob)->digest, orphan.filename().string());  // a blob file is named by its digest
   EXPECT_EQ(r.findings.size(), 5u);
 
   // Dry run changes nothing; the real run removes exactly the flagged, keeps the healthy.
@@ -339,12 +332,7 @@ TEST_F(AuditTest, OrphanRepublishedWhileClearingIsKept) {
 
 // Orphans younger than the publish grace are not findings; older ones are.
 TEST_F(AuditTest, OrphanBlobsAreFindingsOnlyPastTheGrace) {
-  const std::string lonely = "young orphan";
-  const std::string digest = cache::BlobDigest::of(lonely).to_hex();
-  const auto path = m_root / "blobs" / digest.substr(0, 2) / digest;
-  std::filesystem::create_directories(path.parent_path());
-  ::chmod(path.parent_path().c_str(), 0700);
-  std::ofstream(path) << lonely;
+  const auto path = jitcache::testing::write_orphan_blob(m_root, "young orphan");
   EXPECT_EQ(find(audit(), FindingKind::orphan_blob), nullptr);
   AuditOptions no_grace;
   no_grace.orphan_grace = std::chrono::milliseconds(0);

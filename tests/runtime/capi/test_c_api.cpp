@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "capi_test_support.hpp"
+#include "deviceless_runtime.hpp"
 #include "jitcache/jitcache.h"
 #include "jitcache/runtime.hpp"
 #include "test_scale_support.hpp"
@@ -90,12 +91,9 @@ TEST_F(CApiTest, PreparesTheBundledCheckpointLikeTheCxxRuntime) {
   EXPECT_GT(stats.wall_ms, 0.0);
 
   // The same cache through the C++ API: everything cached, and the same per-layer answers.
-  RuntimeOptions options;
-  options.cache_dir = dir() / "cache";
-  options.device = DeviceUse::none;
-  auto rt = Runtime::open(options);
+  auto rt = jitcache::testing::open_deviceless_runtime(dir() / "cache");
   ASSERT_OK(rt);
-  auto cxx = (*rt)->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_432, "sm_90", std::nullopt, std::nullopt, std::nullopt});
+  auto cxx = (*rt)->prepare(jitcache::testing::sm_90_model(k_checkpoint, RecordFormat::b12x_432));
   ASSERT_OK(cxx);
   EXPECT_EQ((*cxx)->stats().cached, 4u);
   ASSERT_EQ((*cxx)->layers().size(), 79u);
@@ -510,12 +508,9 @@ TEST_F(CApiTest, LaunchArgumentsAreAlignedAndBoundedBeforeAnyDeviceWork) {
 }
 
 TEST_F(CApiTest, TheCxxLaunchApiRefusesTheSameArguments) {
-  RuntimeOptions options;
-  options.cache_dir = dir() / "cache";
-  options.device = DeviceUse::none;
-  auto rt = Runtime::open(options);
+  auto rt = jitcache::testing::open_deviceless_runtime(dir() / "cache");
   ASSERT_OK(rt);
-  auto model = (*rt)->prepare(ModelSpec{k_checkpoint, RecordFormat::b12x_368, "sm_90", std::nullopt, std::nullopt, std::nullopt});
+  auto model = (*rt)->prepare(jitcache::testing::sm_90_model(k_checkpoint, RecordFormat::b12x_368));
   ASSERT_OK(model);
   alignas(16) static std::uint8_t buffer[4096];
   const auto base = reinterpret_cast<std::uint64_t>(buffer);

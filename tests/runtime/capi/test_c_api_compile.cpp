@@ -2,6 +2,7 @@
 // family from JSON, jitcache_compile with every field checked, lookups by spec, the
 // kernel handle's cubin and description. The answers must be the C++ runtime's.
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -194,61 +195,45 @@ TEST_F(CApiCompileTest, AKeyGivenTwiceInASchemaIsRefusedNamingIt) {
 }
 
 TEST_F(CApiCompileTest, BadRequestsAreRefusedNamingTheField) {
-  jitcache_kernel* k = nullptr;
-  auto refused = [&](jitcache_compile_request r, jitcache_status status, const std::string& expected) {
-    k = nullptr;
-    EXPECT_EQ(jitcache_compile(m_runtime, &r, &k), status) << expected << ": " << last_error();
-    EXPECT_EQ(k, nullptr);
-    EXPECT_NE(last_error().find(expected), std::string::npos) << last_error();
-  };
-  jitcache_compile_request r = m_request;
-  r.struct_size = 8;
-  refused(r, JITCACHE_ERROR_INVALID_ARGUMENT, "struct_size is 8");
-  r = m_request;
-  r.kind = static_cast<jitcache_source_kind>(7);
-  refused(r, JITCACHE_ERROR_INVALID_ARGUMENT, "kind is 7");
-  r = m_request;
-  r.text = nullptr;
-  refused(r, JITCACHE_ERROR_INVALID_ARGUMENT, "text is NULL");
-  r = m_request;
-  r.spec = nullptr;
-  refused(r, JITCACHE_ERROR_INVALID_ARGUMENT, "spec is NULL with num_spec 2");
-  r = m_request;
-  r.num_spec = 1u << 20;
-  refused(r, JITCACHE_ERROR_INVALID_ARGUMENT, "num_spec is 1048576");
   const jitcache_fact twice[2] = {{"dtype", "f32"}, {"dtype", "f64"}};
-  r = m_request;
-  r.spec = twice;
-  refused(r, JITCACHE_ERROR_INVALID_ARGUMENT, "fact dtype is given twice");
   const jitcache_fact null_value[2] = {{"dtype", nullptr}, {"tile", "1"}};
-  r = m_request;
-  r.spec = null_value;
-  refused(r, JITCACHE_ERROR_INVALID_ARGUMENT, "spec[0]: name or value is NULL");
-  r = m_request;
-  r.entry = "";
-  refused(r, JITCACHE_ERROR_INVALID_ARGUMENT, "entry is NULL or empty");
-  r = m_request;
-  r.target = "sm_75";
-  refused(r, JITCACHE_ERROR_INVALID_ARGUMENT, "sm_75");
   const char* null_option[1] = {nullptr};
-  r = m_request;
-  r.options = null_option;
-  refused(r, JITCACHE_ERROR_INVALID_ARGUMENT, "options[0] is NULL");
-  r = m_request;
-  r.family = "nobody";
-  refused(r, JITCACHE_ERROR_NOT_FOUND, "'nobody' is not declared");
   const jitcache_fact out_of_range[2] = {{"dtype", "f16"}, {"tile", "1"}};
-  r = m_request;
-  r.spec = out_of_range;
-  refused(r, JITCACHE_ERROR_INVALID_ARGUMENT, "dtype='f16' is out of range");
   std::string broken = "extern \"C\" __global__ void axpy( {";
-  r = m_request;
-  r.text = broken.data();
-  r.text_size = broken.size();
-  refused(r, JITCACHE_ERROR_COMPILE, "NVRTC");
-  r = m_request;
-  r.entry = "not_there";
-  refused(r, JITCACHE_ERROR_COMPILE, "not_there");
+  // Each case: what is changed in a good request, the status and the words of the refusal.
+  const struct {
+    std::function<void(jitcache_compile_request&)> change;
+    jitcache_status status;
+    const char* expected;
+  } cases[] = {
+      {[](auto& r) { r.struct_size = 8; }, JITCACHE_ERROR_INVALID_ARGUMENT, "struct_size is 8"},
+      {[](auto& r) { r.kind = static_cast<jitcache_source_kind>(7); }, JITCACHE_ERROR_INVALID_ARGUMENT, "kind is 7"},
+      {[](auto& r) { r.text = nullptr; }, JITCACHE_ERROR_INVALID_ARGUMENT, "text is NULL"},
+      {[](auto& r) { r.spec = nullptr; }, JITCACHE_ERROR_INVALID_ARGUMENT, "spec is NULL with num_spec 2"},
+      {[](auto& r) { r.num_spec = 1u << 20; }, JITCACHE_ERROR_INVALID_ARGUMENT, "num_spec is 1048576"},
+      {[&](auto& r) { r.spec = twice; }, JITCACHE_ERROR_INVALID_ARGUMENT, "fact dtype is given twice"},
+      {[&](auto& r) { r.spec = null_value; }, JITCACHE_ERROR_INVALID_ARGUMENT, "spec[0]: name or value is NULL"},
+      {[](auto& r) { r.entry = ""; }, JITCACHE_ERROR_INVALID_ARGUMENT, "entry is NULL or empty"},
+      {[](auto& r) { r.target = "sm_75"; }, JITCACHE_ERROR_INVALID_ARGUMENT, "sm_75"},
+      {[&](auto& r) { r.options = null_option; }, JITCACHE_ERROR_INVALID_ARGUMENT, "options[0] is NULL"},
+      {[](auto& r) { r.family = "nobody"; }, JITCACHE_ERROR_NOT_FOUND, "'nobody' is not declared"},
+      {[&](auto& r) { r.spec = out_of_range; }, JITCACHE_ERROR_INVALID_ARGUMENT, "dtype='f16' is out of range"},
+      {[&](auto& r) {
+         r.text = broken.data();
+         r.text_size = broken.size();
+       },
+       JITCACHE_ERROR_COMPILE, "NVRTC"},
+      {[](auto& r) { r.entry = "not_there"; }, JITCACHE_ERROR_COMPILE, "not_there"},
+  };
+  jitcache_kernel* k = nullptr;
+  for (const auto& c : cases) {
+    jitcache_compile_request r = m_request;
+    c.change(r);
+    k = nullptr;
+    EXPECT_EQ(jitcache_compile(m_runtime, &r, &k), c.status) << c.expected << ": " << last_error();
+    EXPECT_EQ(k, nullptr);
+    EXPECT_NE(last_error().find(c.expected), std::string::npos) << last_error();
+  }
 
   EXPECT_EQ(jitcache_compile(m_runtime, nullptr, &k), JITCACHE_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(jitcache_compile(m_runtime, &m_request, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capi_test_support.hpp"
+#include "deviceless_runtime.hpp"
 #include "jitcache/jitcache.h"
 #include "jitcache/runtime.hpp"
 #include "test_support.hpp"
@@ -134,12 +135,9 @@ TEST_F(CApiCoverageTest, CoverageArgumentsAreChecked) {
 }
 
 TEST_F(CApiCoverageTest, TheCxxRuntimeCoverageCountsNothingAndFollowsPrepare) {
-  RuntimeOptions options;
-  options.cache_dir = dir() / "cxx";
-  options.device = DeviceUse::none;
-  auto rt = Runtime::open(options);
+  auto rt = testing::open_deviceless_runtime(dir() / "cxx");
   ASSERT_TRUE(rt) << rt.error().to_string();
-  const ModelSpec spec{k_checkpoint, RecordFormat::b12x_368, "sm_90", std::nullopt, std::nullopt, std::nullopt};
+  const ModelSpec spec = testing::sm_90_model(k_checkpoint, RecordFormat::b12x_368);
   auto cold = (*rt)->coverage(spec);
   ASSERT_TRUE(cold) << cold.error().to_string();
   for (const VariantCoverage& v : *cold) EXPECT_FALSE(v.tier) << v.label;

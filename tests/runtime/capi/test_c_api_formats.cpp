@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capi_test_support.hpp"
+#include "every_slot_gather.hpp"
 #include "jitcache/jitcache.h"
 #include "reference_nvfp4.hpp"
 #include "runtime/kv/host_executor.hpp"
@@ -182,13 +183,8 @@ TEST(CApiFormats, HostKernelsAreTheHostExecutorInEveryMode) {
     jitcache_gather_launch g = gather_launch(ours, rows, out, &status);
     ASSERT_EQ(jitcache_host_gather_format(c.scale, c.format, c.latent, &g), JITCACHE_OK) << last_error();
     EXPECT_EQ(status, 0u);
-    jc::GatherParams q{};
-    q.cache = ours.data();
-    q.num_slots = n;
-    q.slots = rows.data();
-    q.num_rows = n;
-    q.out = want.data();
-    q.out_stride = static_cast<std::int64_t>(width);
+    const jc::GatherParams q =
+        jitcache::testing::every_slot_gather(ours.data(), n, rows.data(), want.data(), static_cast<std::int64_t>(width));
     ASSERT_OK(host_run_gather(c.mode, format, q, c.scale));
     ASSERT_EQ(out.values(), want.values());
     // Dense rows of the format's width: nothing past the last row was written.

@@ -2,20 +2,17 @@
 // ownership and thread safety"): closing a runtime or releasing a model while other threads
 // call it lets each call finish or refuses it with "closed"; it never frees what a call
 // uses. Closing and releasing twice is harmless.
-#include <atomic>
-#include <chrono>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "capi_test_support.hpp"
+#include "close_race.hpp"
 #include "jitcache/jitcache.h"
 #include "test_support.hpp"
 
 namespace jitcache {
 namespace {
 
-using namespace std::chrono_literals;
+using jitcache::testing::CallEnd;
 
 const std::string k_checkpoint = (jitcache::testing::source_dir() / "examples" / "glm5-mini").string();
 
@@ -49,27 +46,19 @@ TEST_F(CApiHandlesTest, ClosingARuntimeWhileThreadsPrepareLetsEachCallFinishOrRe
   jitcache_model* warm = prepare(runtime);  // compiles; the threads below hit the cache
   ASSERT_NE(warm, nullptr) << jitcache_last_error();
 
-  std::atomic<int> prepared{0}, refused{0}, other{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&] {
-      const auto deadline = std::chrono::steady_clock::now() + 20s;
-      while (std::chrono::steady_clock::now() < deadline) {
+  const auto tally = jitcache::testing::race_close(
+      4,
+      [&](int) {
         if (jitcache_model* model = prepare(runtime)) {
           jitcache_model_release(model);
-          ++prepared;
-          continue;
+          return CallEnd::answered;
         }
-        (says("runtime closed") ? refused : other)++;
-        return;
-      }
-    });
-  std::this_thread::sleep_for(200ms);
-  jitcache_runtime_close(runtime);
-  for (auto& t : threads) t.join();
-  EXPECT_GT(prepared.load(), 0);
-  EXPECT_EQ(refused.load(), 4);
-  EXPECT_EQ(other.load(), 0);
+        return says("runtime closed") ? CallEnd::refused : CallEnd::other;
+      },
+      [&] { jitcache_runtime_close(runtime); });
+  EXPECT_GT(tally.answered, 0);
+  EXPECT_EQ(tally.refused, 4);
+  EXPECT_EQ(tally.other, 0);
 
   // Every entry point that takes the closed runtime refuses it; closing again is harmless.
   jitcache_device_status device;
@@ -101,31 +90,21 @@ TEST_F(CApiHandlesTest, ReleasingAModelWhileThreadsUseItLetsEachCallFinishOrRefu
   ASSERT_NE(model, nullptr) << jitcache_last_error();
   jitcache_runtime_close(runtime);
 
-  std::atomic<int> answered{0}, refused{0}, other{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      const auto deadline = std::chrono::steady_clock::now() + 20s;
-      while (std::chrono::steady_clock::now() < deadline) {
+  const auto tally = jitcache::testing::race_close(
+      4,
+      [&](int t) {
         jitcache_layer_info info;
         char* described = nullptr;
         const jitcache_status status = t % 2 == 0 ? jitcache_model_layer(model, 7, &info)
                                                   : jitcache_model_describe(model, &described);
         jitcache_string_free(described);
-        if (status == JITCACHE_OK) {
-          ++answered;
-          continue;
-        }
-        (status == JITCACHE_ERROR_INVALID_ARGUMENT && says("model closed") ? refused : other)++;
-        return;
-      }
-    });
-  std::this_thread::sleep_for(200ms);
-  jitcache_model_release(model);
-  for (auto& t : threads) t.join();
-  EXPECT_GT(answered.load(), 0);
-  EXPECT_EQ(refused.load(), 4);
-  EXPECT_EQ(other.load(), 0);
+        if (status == JITCACHE_OK) return CallEnd::answered;
+        return status == JITCACHE_ERROR_INVALID_ARGUMENT && says("model closed") ? CallEnd::refused : CallEnd::other;
+      },
+      [&] { jitcache_model_release(model); });
+  EXPECT_GT(tally.answered, 0);
+  EXPECT_EQ(tally.refused, 4);
+  EXPECT_EQ(tally.other, 0);
   jitcache_writer_launch launch{};
   EXPECT_EQ(jitcache_launch_writer(model, 0, &launch, nullptr), JITCACHE_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(says("jitcache_launch_writer: model closed")) << jitcache_last_error();

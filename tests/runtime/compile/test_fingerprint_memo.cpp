@@ -9,6 +9,7 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
+#include "deviceless_runtime.hpp"
 #include "jitcache/runtime.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/compile/toolkit_search.hpp"
@@ -211,13 +212,10 @@ TEST_F(FingerprintMemoTest, AnUnwritableMemoStillGivesTheFingerprint) {
 }
 
 TEST_F(FingerprintMemoTest, TheRuntimeKeepsItsMemoInTheCacheRoot) {
-  RuntimeOptions options;
-  options.cache_dir = dir() / "cache";
-  options.device = DeviceUse::none;
-  auto rt = Runtime::open(options);
+  auto rt = jitcache::testing::open_deviceless_runtime(dir() / "cache");
   ASSERT_OK(rt);
-  ASSERT_OK((*rt)->prepare(ModelSpec{jitcache::testing::source_dir() / "examples" / "glm5-mini", RecordFormat::b12x_432, "sm_90",
-                                     std::nullopt, std::nullopt, std::nullopt}));
+  ASSERT_OK((*rt)->prepare(
+      jitcache::testing::sm_90_model(jitcache::testing::source_dir() / "examples" / "glm5-mini", RecordFormat::b12x_432)));
   const auto doc = read_json(dir() / "cache" / k_fingerprint_memo_name);
   ASSERT_TRUE(doc.is_object());
   // The build's one entry, by the file's stat identity; nothing else (a prepare compiles
@@ -343,10 +341,7 @@ TEST_F(FingerprintMemoTest, ToolkitLibraryEntriesRoundTripBesideNvrtcs) {
 // identity of the files it found (the next process then loads neither; the CLI test
 // AHitInAFreshProcessLoadsNeitherLibnvvmNorNvJitLink watches the loader).
 TEST_F(FingerprintMemoTest, TheRuntimeRemembersTheToolkitLibrariesItLoads) {
-  RuntimeOptions options;
-  options.cache_dir = dir() / "cache";
-  options.device = DeviceUse::none;
-  auto runtime = Runtime::open(options);
+  auto runtime = jitcache::testing::open_deviceless_runtime(dir() / "cache");
   ASSERT_TRUE(runtime) << runtime.error().to_string();
   ASSERT_TRUE((*runtime)->declare_family(SpecSchema{"memo.ptx", SourceKind::ptx, {}}));
   const std::string ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k() { ret; }\n";

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "counting_compiler.hpp"
+#include "kernel_store_fixture.hpp"
 #include "runtime/compile/artifact_bundle.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "test_support.hpp"
@@ -109,14 +110,7 @@ TEST(KernelFacts, RealCompilerFingerprintIsStable) {
   EXPECT_EQ(*make_nvrtc_compiler()->fingerprint(), *a);
 }
 
-class KernelCacheTest : public jitcache::testing::TempDirTest {
- protected:
-  std::unique_ptr<cache::Store> open_store() {
-    auto store = cache::Store::open(dir() / "cache");
-    EXPECT_TRUE(store.has_value()) << store.error().to_string();
-    return std::move(*store);
-  }
-};
+class KernelCacheTest : public jitcache::testing::KernelStoreTest {};
 
 TEST_F(KernelCacheTest, CompilesOnceThenServesFromMemoryThenDisk) {
   FakeCompiler compiler;
@@ -296,11 +290,7 @@ TEST_F(KernelCacheTest, CompileErrorsReachTheCallerAndStoreNothing) {
 // artifact, and without that tier every hit is one verified read of the blob.
 TEST_F(KernelCacheTest, WithoutAMemoryTierEachHitReadsTheBlobOnce) {
   FakeCompiler compiler;
-  {
-    auto store = open_store();
-    KernelCache kernels(*store, compiler);
-    ASSERT_OK(kernels.get(k_base));
-  }
+  ASSERT_NO_FATAL_FAILURE(warm(k_base, compiler));
   cache::StoreOptions options;
   options.memory_max_bytes = 0;
   auto store = cache::Store::open(dir() / "cache", options);
@@ -323,11 +313,7 @@ TEST_F(KernelCacheTest, WithoutAMemoryTierEachHitReadsTheBlobOnce) {
 
 TEST_F(KernelCacheTest, AMemoryHitServesTheParsedArtifactItWasGiven) {
   FakeCompiler compiler;
-  {
-    auto store = open_store();
-    KernelCache kernels(*store, compiler);
-    ASSERT_OK(kernels.get(k_base));
-  }
+  ASSERT_NO_FATAL_FAILURE(warm(k_base, compiler));
   auto store = open_store();
   KernelCache kernels(*store, compiler);
   auto lean = kernels.find(k_base, BundleText::skip);
@@ -381,12 +367,7 @@ const KernelSpec k_sm90{KernelKind::writer, LatentScale::dynamic, RecordFormat::
 // lookup misses, find() reports the miss, get() compiles under its own key (once), and the
 // other entry stays for the audit to report (superseded) and gc to remove.
 TEST_F(KernelCacheTest, AKernelUnderAnotherFingerprintIsNeitherServedNorRead) {
-  {
-    auto store = open_store();
-    RekeyedNvrtc earlier(k_then);
-    KernelCache kernels(*store, earlier);
-    ASSERT_OK(kernels.get(k_sm90));
-  }
+  ASSERT_NO_FATAL_FAILURE(warm(k_sm90, RekeyedNvrtc(k_then)));
   auto store = open_store();
   RekeyedNvrtc today(k_now);
   KernelCache kernels(*store, today);

@@ -7,6 +7,7 @@
 
 #include "cache/store.hpp"
 #include "counting_compiler.hpp"
+#include "kernel_store_fixture.hpp"
 #include "runtime/compile/explain.hpp"
 #include "runtime/compile/kernel_cache.hpp"
 #include "test_support.hpp"
@@ -20,14 +21,7 @@ const KernelSpec k_identity{KernelKind::writer, LatentScale::identity, RecordFor
 const KernelSpec k_dynamic{KernelKind::writer, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_100a"}};
 const KernelSpec k_gather{KernelKind::gather, LatentScale::dynamic, RecordFormat::b12x_432, Target{"sm_100a"}};
 
-class NoCompileTest : public jitcache::testing::TempDirTest {
- protected:
-  std::unique_ptr<cache::Store> open_store() {
-    auto store = cache::Store::open(dir() / "cache");
-    EXPECT_TRUE(store) << store.error().to_string();
-    return std::move(*store);
-  }
-};
+class NoCompileTest : public jitcache::testing::KernelStoreTest {};
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -168,11 +162,7 @@ TEST_F(NoCompileTest, ExplainsAMissByTheNearestEntriesOfEachTier) {
 
 TEST_F(NoCompileTest, ExplainsAHitByItsTier) {
   FakeCompiler compiler;
-  {
-    auto store = open_store();
-    KernelCache kernels(*store, compiler);
-    ASSERT_OK(kernels.get(k_dynamic));
-  }
+  ASSERT_NO_FATAL_FAILURE(warm(k_dynamic, compiler));
   auto store = open_store();
   KernelCache kernels(*store, compiler);
   auto explained = explain_key(*store, *kernels.facts_of(k_dynamic), k_dynamic.label());

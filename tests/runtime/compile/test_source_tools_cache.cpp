@@ -3,6 +3,7 @@
 // entry. Skipped where a tool is missing. Named to sort after test_source_compiler.cpp,
 // whose first test needs a process in which nothing has loaded nvJitLink yet.
 #include <atomic>
+#include <filesystem>
 
 #include "cache/store.hpp"
 #include "runtime/compile/cubin_elf.hpp"
@@ -28,17 +29,11 @@ SpecSchema sample_schema() {
   return SpecSchema{"scaler", SourceKind::cuda, {{"dtype", FactDomain{{"f32", "bf16"}}}, {"block", FactDomain{}}}};
 }
 
-class SourceCacheNvrtc : public jitcache::testing::TempDirTest {};
-
-TEST_F(SourceCacheNvrtc, RealCompileIsCachedAndItsCubinChecked) {
-  auto tools = probe_tools(SourceKind::cuda);
-  if (!tools) GTEST_SKIP() << tools.error().to_string();
-  const auto root = dir() / "cache";
-  SpecRegistry registry;
-  ASSERT_TRUE(registry.add(sample_schema()));
-  KernelRequest r = sample_request();
-  r.headers.clear();
-  r.options = {"--use_fast_math"};
+// Compiles `r` of a family of `registry` in two rounds, each through a store opened afresh on
+// `root` as another process would: the first compiles, the second is served from the
+// cache and found by its spec; each cubin holds `r.entry`.
+void expect_compiled_once_then_cached(const std::filesystem::path& root, const SpecRegistry& registry,
+                                      const KernelRequest& r) {
   std::atomic<int> compiles{0};
   SourceCacheOptions options;
   options.registry = &registry;
@@ -46,28 +41,35 @@ TEST_F(SourceCacheNvrtc, RealCompileIsCachedAndItsCubinChecked) {
     ++compiles;  // counted: the second store must not compile
     return compile_source(input);
   };
-  {
+  for (int round = 0; round < 2; ++round) {
     auto store = cache::Store::open(root);
     ASSERT_TRUE(store);
     SourceCache cache(**store, options);
-    auto first = cache.compile(r);
-    ASSERT_TRUE(first) << first.error().to_string();
-    EXPECT_FALSE(first->from_cache);
-    auto info = read_cubin_info(first->cubin);
+    auto got = cache.compile(r);
+    ASSERT_TRUE(got) << got.error().to_string();
+    EXPECT_EQ(got->from_cache, round == 1);
+    auto info = read_cubin_info(got->cubin);
     ASSERT_TRUE(info);
-    EXPECT_TRUE(check_entry(*info, "scale", "test"));
-  }
-  {
-    auto store = cache::Store::open(root);
-    ASSERT_TRUE(store);
-    SourceCache cache(**store, options);
-    auto again = cache.compile(r);
-    ASSERT_TRUE(again) << again.error().to_string();
-    EXPECT_TRUE(again->from_cache);
-    auto found = cache.lookup(r.family, r.spec, r.target);
-    ASSERT_TRUE(found && *found);
+    EXPECT_TRUE(check_entry(*info, r.entry, "test"));
+    if (round == 1) {
+      auto found = cache.lookup(r.family, r.spec, r.target);
+      ASSERT_TRUE(found && *found);
+    }
   }
   EXPECT_EQ(compiles.load(), 1);
+}
+
+class SourceCacheNvrtc : public jitcache::testing::TempDirTest {};
+
+TEST_F(SourceCacheNvrtc, RealCompileIsCachedAndItsCubinChecked) {
+  auto tools = probe_tools(SourceKind::cuda);
+  if (!tools) GTEST_SKIP() << tools.error().to_string();
+  SpecRegistry registry;
+  ASSERT_TRUE(registry.add(sample_schema()));
+  KernelRequest r = sample_request();
+  r.headers.clear();
+  r.options = {"--use_fast_math"};
+  expect_compiled_once_then_cached(dir() / "cache", registry, r);
 }
 
 TEST_F(SourceCacheNvrtc, PtxThroughNvJitLinkIsKeyedOnItsToolAndCached) {
@@ -91,25 +93,7 @@ TEST_F(SourceCacheNvrtc, PtxThroughNvJitLinkIsKeyedOnItsToolAndCached) {
   KernelRequest r = cu;
   r.kind = SourceKind::ptx;
   r.text = made->ptx;
-  std::atomic<int> compiles{0};
-  SourceCacheOptions options;
-  options.registry = &registry;
-  options.compile = [&](const SourceInput& input) {
-    ++compiles;
-    return compile_source(input);
-  };
-  for (int round = 0; round < 2; ++round) {
-    auto store = cache::Store::open(dir() / "cache");
-    ASSERT_TRUE(store);
-    SourceCache cache(**store, options);
-    auto got = cache.compile(r);
-    ASSERT_TRUE(got) << got.error().to_string();
-    EXPECT_EQ(got->from_cache, round == 1);
-    auto info = read_cubin_info(got->cubin);
-    ASSERT_TRUE(info);
-    EXPECT_TRUE(check_entry(*info, r.entry, "test"));
-  }
-  EXPECT_EQ(compiles.load(), 1);
+  expect_compiled_once_then_cached(dir() / "cache", registry, r);
 }
 
 // A compile whose tools are not the ones its key was made with (a toolkit replaced under a

@@ -15,11 +15,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "build_id_copy.hpp"
@@ -43,14 +45,19 @@ std::string golden(const std::string& name) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-SourceInput ptx_input() {
+// A source for sm_90 of `kind` whose kernel is `entry`, named `name` in messages.
+SourceInput sm_90_input(SourceKind kind, std::string text, std::string entry, std::string name = {}) {
   SourceInput in;
-  in.kind = SourceKind::ptx;
-  in.text = ".version 8.0\n.target sm_90\n.address_size 64\n";
-  in.entry = "axpy";
+  in.kind = kind;
+  in.text = std::move(text);
+  in.entry = std::move(entry);
   in.target = "sm_90";
-  in.name = "fake.ptx";
+  in.name = std::move(name);
   return in;
+}
+
+SourceInput ptx_input() {
+  return sm_90_input(SourceKind::ptx, ".version 8.0\n.target sm_90\n.address_size 64\n", "axpy", "fake.ptx");
 }
 
 class ToolWorker : public testing::TempDirTest {
@@ -85,17 +92,34 @@ class ToolWorker : public testing::TempDirTest {
     EXPECT_EQ(r.error().code, ErrorCode::compile) << r.error().to_string();
     return r.error();
   }
+  // Each of `values` in `variable` makes a compile invalid input naming the variable.
+  void expect_each_value_refused(const char* variable, std::initializer_list<const char*> values) {
+    for (const char* value : values) {
+      m_env.set(variable, value);
+      auto r = compile_source(ptx_input());
+      ASSERT_FALSE(r) << value;
+      EXPECT_EQ(r.error().code, ErrorCode::invalid_input) << value;
+      EXPECT_TRUE(r.error().message.find(variable) != std::string::npos) << r.error().to_string();
+    }
+  }
   ScopedEnv m_env;
 };
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// Expects the error's message (or detail) to hold each of `parts`; a missing one is named
+// with the whole error.
+void expect_message_has(const Error& e, std::initializer_list<std::string> parts) {
+  for (const std::string& part : parts) EXPECT_TRUE(has(e.message, part)) << "'" << part << "' in " << e.to_string();
+}
+void expect_detail_has(const Error& e, std::initializer_list<std::string> parts) {
+  for (const std::string& part : parts) EXPECT_TRUE(has(e.detail, part)) << "'" << part << "' in " << e.to_string();
+}
+
 TEST_F(ToolWorker, AWorkerThatExitsSilentlyIsACompileErrorNamingTheToolAndStatus) {
   fake("exit 1");
   const Error e = failed();
-  EXPECT_TRUE(has(e.message, "nvJitLink")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "exited with status 1")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "fake.ptx for sm_90")) << e.to_string();
+  expect_message_has(e, {"nvJitLink", "exited with status 1", "fake.ptx for sm_90"});
 }
 
 TEST_F(ToolWorker, AnAbortIsNamedBySignal) {
@@ -114,16 +138,14 @@ TEST_F(ToolWorker, AHangIsKilledAfterTheTimeout) {
   const auto started = std::chrono::steady_clock::now();
   const Error e = failed();
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
-  EXPECT_TRUE(has(e.message, "did not answer within 300 ms (JITCACHE_TOOL_TIMEOUT_MS)")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "SIGKILL")) << e.to_string();
+  expect_message_has(e, {"did not answer within 300 ms (JITCACHE_TOOL_TIMEOUT_MS)", "SIGKILL"});
 }
 
 TEST_F(ToolWorker, WhatTheWorkerPrintsIsInTheErrorNotTheProtocol) {
   fake("echo 'garbage on stdout'; echo 'oops on stderr' >&2; exit 3");
   const Error e = failed();
   EXPECT_TRUE(has(e.message, "exited with status 3")) << e.to_string();
-  EXPECT_TRUE(has(e.detail, "garbage on stdout")) << e.to_string();
-  EXPECT_TRUE(has(e.detail, "oops on stderr")) << e.to_string();
+  expect_detail_has(e, {"garbage on stdout", "oops on stderr"});
 }
 
 TEST_F(ToolWorker, ALongOutputKeepsOnlyItsTail) {
@@ -143,8 +165,7 @@ TEST_F(ToolWorker, ATruncatedReplyIsAnError) {
 TEST_F(ToolWorker, AGarbledReplyKillsTheWorker) {
   fake("printf '\\003\\000\\000\\000\\377\\377\\377' >&3; exec sleep 30");
   const Error e = failed();
-  EXPECT_TRUE(has(e.message, "garbled reply")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "SIGKILL")) << e.to_string();
+  expect_message_has(e, {"garbled reply", "SIGKILL"});
 }
 
 TEST_F(ToolWorker, AnAbsurdFrameLengthKillsTheWorker) {
@@ -171,8 +192,7 @@ TEST_F(ToolWorker, AProgramThatIsNotTheWorkerIsUnavailableNotACompileError) {
     auto r = compile_source(ptx_input());
     ASSERT_FALSE(r) << body;
     EXPECT_EQ(r.error().code, ErrorCode::unavailable) << body << ": " << r.error().to_string();
-    EXPECT_TRUE(has(r.error().message, "JITCACHE_TOOL_WORKER")) << r.error().to_string();
-    EXPECT_TRUE(has(r.error().message, "not a working jitcache-tool-worker")) << r.error().to_string();
+    expect_message_has(r.error(), {"JITCACHE_TOOL_WORKER", "not a working jitcache-tool-worker"});
     drop_idle_tool_workers();
   }
   m_env.set("JITCACHE_TOOL_WORKER", "/bin/true");
@@ -190,22 +210,12 @@ TEST_F(ToolWorker, AMissingWorkerIsUnavailableNamingTheVariable) {
 }
 
 TEST_F(ToolWorker, ABadTimeoutIsRefusedNamingTheVariable) {
-  for (const char* value : {"0", "soon", "-5"}) {
-    m_env.set("JITCACHE_TOOL_TIMEOUT_MS", value);
-    auto r = compile_source(ptx_input());
-    ASSERT_FALSE(r) << value;
-    EXPECT_EQ(r.error().code, ErrorCode::invalid_input) << value;
-    EXPECT_TRUE(has(r.error().message, "JITCACHE_TOOL_TIMEOUT_MS")) << r.error().to_string();
-  }
+  expect_each_value_refused("JITCACHE_TOOL_TIMEOUT_MS", {"0", "soon", "-5"});
 }
 
 TEST_F(ToolWorker, TrustedInputCompilesInThisProcess) {
   fake("exit 1", "NVRTC");  // would fail any compile that went to a worker
-  SourceInput in;
-  in.kind = SourceKind::cuda;
-  in.text = golden("axpy.cu");
-  in.entry = "axpy";
-  in.target = "sm_90";
+  SourceInput in = sm_90_input(SourceKind::cuda, golden("axpy.cu"), "axpy");
   in.trusted = true;
   ASSERT_OK(compile_source(in));
   in.trusted = false;
@@ -344,13 +354,7 @@ TEST_F(ToolWorker, NoMoreWorkersLiveThanTheCap) {
 }
 
 TEST_F(ToolWorker, ABadWorkerCapIsRefusedNamingTheVariable) {
-  for (const char* value : {"0", "many", "-1", "100000000000000000000"}) {
-    m_env.set("JITCACHE_TOOL_WORKERS", value);
-    auto r = compile_source(ptx_input());
-    ASSERT_FALSE(r) << value;
-    EXPECT_EQ(r.error().code, ErrorCode::invalid_input) << value;
-    EXPECT_TRUE(has(r.error().message, "JITCACHE_TOOL_WORKERS")) << r.error().to_string();
-  }
+  expect_each_value_refused("JITCACHE_TOOL_WORKERS", {"0", "many", "-1", "100000000000000000000"});
 }
 
 // The worker is another program: its own search (which tells the Python environment by the
@@ -364,13 +368,8 @@ TEST_F(ToolWorker, TheWorkerIsHandedTheCompilersThisProcessFound) {
   const auto seen = dir() / "worker-env";
   fake("env > '" + seen.string() + "'; exec '" + real->string() + "'");
   m_env.set("JITCACHE_NVVM", "");  // blank: unset for the search, replaced for the worker
-  SourceInput in;
-  in.kind = SourceKind::cuda;
-  in.text = "extern \"C\" __global__ void k(float* x) { x[0] = 2.0f; }\n";
-  in.entry = "k";
-  in.target = "sm_90";
-  in.name = "k.cu";
-  ASSERT_OK(compile_source(in));
+  ASSERT_OK(compile_source(
+      sm_90_input(SourceKind::cuda, "extern \"C\" __global__ void k(float* x) { x[0] = 2.0f; }\n", "k", "k.cu")));
   std::ifstream file(seen);
   const std::string env = "\n" + std::string((std::istreambuf_iterator<char>(file)), {});
   for (const ToolkitTool tool : {ToolkitTool::nvrtc, ToolkitTool::nvjitlink, ToolkitTool::nvvm}) {
@@ -407,13 +406,7 @@ class WorkerCompilerBuild : public ToolWorker {
   }
 
   static SourceInput kernel() {
-    SourceInput in;
-    in.kind = SourceKind::cuda;
-    in.text = "extern \"C\" __global__ void k(float* x) { x[0] = 1.0f; }\n";
-    in.entry = "k";
-    in.target = "sm_90";
-    in.name = "k.cu";
-    return in;
+    return sm_90_input(SourceKind::cuda, "extern \"C\" __global__ void k(float* x) { x[0] = 1.0f; }\n", "k", "k.cu");
   }
 
   std::filesystem::path m_real_worker;  // found before the fake one was set
@@ -437,9 +430,7 @@ TEST_F(WorkerCompilerBuild, AnotherBuildIsRefused) {
   auto r = compile_source(kernel());
   ASSERT_FALSE(r) << "a binary of another compiler build was served";
   EXPECT_EQ(r.error().code, ErrorCode::unavailable) << r.error().to_string();
-  EXPECT_TRUE(has(r.error().message, "another nvrtc")) << r.error().to_string();
-  EXPECT_TRUE(has(r.error().message, std::filesystem::canonical(copy).string())) << r.error().to_string();
-  EXPECT_TRUE(has(r.error().message, "nothing was stored")) << r.error().to_string();
+  expect_message_has(r.error(), {"another nvrtc", std::filesystem::canonical(copy).string(), "nothing was stored"});
   // The same worker with the toolkit this process runs compiles.
   ASSERT_FALSE(m_real_worker.empty());
   m_env.set("JITCACHE_TOOL_WORKER", m_real_worker.string());
@@ -514,17 +505,13 @@ TEST_F(ToolWorker, CorruptedBitcodeThatMakesLibNvvmExitIsACompileError) {
   std::string bitcode = golden("axpy_nvvm.bc");
   ASSERT_GT(bitcode.size(), 44u);
   bitcode[44] = static_cast<char>(bitcode[44] ^ 0xff);
-  SourceInput in;
-  in.kind = SourceKind::nvvm;
-  in.text = bitcode;
-  in.entry = "axpy";
-  in.target = "sm_90";
-  in.name = "corrupted.bc";
-  const Error e = failed(in);
-  EXPECT_TRUE(has(e.message, "libNVVM")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "exited with status 1")) << e.to_string();
-  EXPECT_TRUE(has(e.message, "nvvm")) << e.to_string();  // the stage: an nvvm* call
-  EXPECT_TRUE(has(e.message, "corrupted.bc for sm_90")) << e.to_string();
+  const Error e = failed(sm_90_input(SourceKind::nvvm, bitcode, "axpy", "corrupted.bc"));
+  expect_message_has(e, {
+      "libNVVM",
+      "exited with status 1",
+      "nvvm",  // the stage: an nvvm* call
+      "corrupted.bc for sm_90",
+  });
 }
 
 // A fixed, deterministic subset of the single-byte corruptions of the golden bitcode and
@@ -548,12 +535,8 @@ TEST_F(ToolWorker, SingleByteCorruptionsOfNvvmAndPtxAlwaysAnswer) {
     for (int i = 0; i < count; ++i) {
       // Spread over the whole input, the header densely (most of libNVVM's exits are there).
       const std::size_t at = i < count / 3 ? static_cast<std::size_t>(36 + i) : (text.size() * i) / count;
-      SourceInput in;
-      in.kind = kind;
-      in.text = text;
+      SourceInput in = sm_90_input(kind, text, "axpy");
       in.text[at] = static_cast<char>(in.text[at] ^ patterns[i % 4]);
-      in.entry = "axpy";
-      in.target = "sm_90";
       auto r = compile_source(in);
       ++answered;
       if (!r) {

@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "every_slot_gather.hpp"
 #include "kernel_templates/kernel_spec.hpp"
 #include "runtime/kv/host_executor.hpp"
 #include "runtime/kv/kv_tools.hpp"
@@ -122,13 +123,8 @@ void gather_rows(const Aligned<std::uint8_t>& cache, LatentScale mode, float sca
   std::vector<std::int32_t> slots(k_tokens);
   for (int t = 0; t < k_tokens; ++t) slots[t] = t;
   Aligned<std::uint16_t> out(static_cast<std::size_t>(k_tokens) * k_row);
-  jc::GatherParams p{};
-  p.cache = cache.data();
-  p.num_slots = k_tokens;
-  p.slots = slots.data();
-  p.num_rows = k_tokens;
-  p.out = out.data();
-  p.out_stride = k_row;
+  const jc::GatherParams p =
+      jitcache::testing::every_slot_gather(cache.data(), k_tokens, slots.data(), out.data(), k_row);
   const auto status = host_run_gather(mode, k_format, p, scale);
   ASSERT_OK(status);
   ASSERT_EQ(*status, 0u) << to_string(mode) << " gather, scale " << scale;

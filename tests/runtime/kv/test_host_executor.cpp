@@ -3,8 +3,11 @@
 // gathered rows, on fresh random data and on edge cases.
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "reference_nvfp4.hpp"
@@ -25,6 +28,16 @@ struct AlignedBytes {
 };
 
 std::uint16_t bf16(float x) { return ref_float_to_bf16(x); }
+
+// Gathers `rows` (two) of a b12x-432 cache of `num_slots` slots in identity mode into `out`
+// (two rows of 576 bf16), which holds `fill` in every byte before; the status word.
+Result<std::uint32_t> gather_two_rows(AlignedBytes& cache, std::int64_t num_slots, std::vector<std::int32_t> rows,
+                                      float scale, std::uint8_t fill, AlignedBytes& out) {
+  std::memset(out.data(), fill, 2 * 576 * 2);
+  const jc::GatherParams g{cache.data(), num_slots, rows.data(), 2, reinterpret_cast<std::uint16_t*>(out.data()),
+                           576, nullptr};
+  return host_run_gather(LatentScale::identity, RecordFormat::b12x_432, g, scale);
+}
 
 // Tokens stored as one [T, 576] bf16 tensor: kv_c is columns 0..511, k_pe 512..575, so
 // the kernels see real row strides.
@@ -265,11 +278,8 @@ TEST(HostExecutor, IdentityKernelRefusesACalibratedScale) {
   EXPECT_EQ(host_status, jc::k_status_identity_scale_mismatch);
   for (int i = 0; i < 8 * 432; ++i) ASSERT_EQ(cache.data()[i], 0x5a) << "nothing may be written";
 
-  std::vector<std::int32_t> rows = {0, 1};
   AlignedBytes out(2 * 576 * 2);
-  std::memset(out.data(), 0x5a, 2 * 576 * 2);
-  jc::GatherParams g{cache.data(), 8, rows.data(), 2, reinterpret_cast<std::uint16_t*>(out.data()), 576, nullptr};
-  auto gstatus = host_run_gather(LatentScale::identity, RecordFormat::b12x_432, g, 0.5f);
+  auto gstatus = gather_two_rows(cache, 8, {0, 1}, 0.5f, 0x5a, out);
   ASSERT_OK(gstatus);
   EXPECT_EQ(*gstatus, jc::k_status_identity_scale_mismatch);
   for (int i = 0; i < 2 * 576 * 2; ++i) ASSERT_EQ(out.data()[i], 0x5a);
@@ -301,11 +311,8 @@ TEST(HostExecutor, OutOfRangeSlotsAreReportedAndSkipped) {
   const auto expected = ref_write_record(batch.rows() + 4 * 576, batch.rows() + 4 * 576 + 512, 1.0f, false, false);
   EXPECT_EQ(std::memcmp(cache.data() + 3 * 432, expected.data(), 432), 0);
 
-  std::vector<std::int32_t> rows = {9, 0};
   AlignedBytes out(2 * 576 * 2);
-  std::memset(out.data(), 0x77, 2 * 576 * 2);
-  jc::GatherParams g{cache.data(), 4, rows.data(), 2, reinterpret_cast<std::uint16_t*>(out.data()), 576, nullptr};
-  auto gstatus = host_run_gather(LatentScale::identity, RecordFormat::b12x_432, g, 1.0f);
+  auto gstatus = gather_two_rows(cache, 4, {9, 0}, 1.0f, 0x77, out);
   ASSERT_OK(gstatus);
   EXPECT_EQ(*gstatus, jc::k_status_slot_out_of_range);
   for (int i = 0; i < 576 * 2; ++i) ASSERT_EQ(out.data()[i], 0) << "out-of-range row is zeroed";
@@ -347,6 +354,28 @@ TEST(HostExecutor, RejectsMisalignedOrInvalidParameters) {
   EXPECT_FALSE(host_run_gather(LatentScale::identity, RecordFormat::b12x_432, g, 1.0f));
 }
 
+// A change that makes good launch parameters invalid for `format`, and the words of the
+// refusal.
+template <class Params>
+struct Refusal {
+  std::function<void(Params&)> change;
+  RecordFormat format;
+  std::string needle;
+};
+
+// Each case, applied to a copy of `good`, is refused as an invalid argument naming its words.
+template <class Params>
+void expect_each_refused(const Params& good, std::initializer_list<Refusal<Params>> cases) {
+  for (const Refusal<Params>& c : cases) {
+    Params bad = good;
+    c.change(bad);
+    const Status status = validate(bad, c.format);
+    ASSERT_FALSE(status) << c.needle;
+    EXPECT_EQ(status.error().code, ErrorCode::invalid_argument);
+    EXPECT_NE(status.error().message.find(c.needle), std::string::npos) << status.error().message;
+  }
+}
+
 // Issue 10 item 11: the int64 slot_mapping, int32 slots and uint32 status were not
 // alignment-checked, and counts, strides and bases whose address arithmetic overflows
 // passed. The host executor and the device launches share validate().
@@ -365,67 +394,50 @@ TEST(HostExecutor, EveryPointerIsAlignedForItsTypeAndNoExtentOverflows) {
   constexpr std::int64_t k_max = std::numeric_limits<std::int64_t>::max();
   auto at = [](std::uintptr_t address) { return address; };
   const std::uintptr_t top = std::numeric_limits<std::uintptr_t>::max() & ~std::uintptr_t{15};
-  auto expect_refused = [](const Status& status, const std::string& needle) {
-    ASSERT_FALSE(status) << needle;
-    EXPECT_EQ(status.error().code, ErrorCode::invalid_argument);
-    EXPECT_NE(status.error().message.find(needle), std::string::npos) << status.error().message;
-  };
-
   const jc::WriterParams w{kv_c, 512, k_pe, 64, i64, 2, writer_cache, 2, u32};
   // (A page-major cache is whole pages of 64 slots: tests/runtime/kv/test_paged_formats.cpp.)
   for (RecordFormat rope : k_record_formats.values())
     if (k_record_formats[rope].page_size == 1) EXPECT_OK(validate(w, rope));
+  expect_each_refused<jc::WriterParams>(
+      w, {
+             {[&](auto& p) { p.slot_mapping = reinterpret_cast<const std::int64_t*>(buffer + 4); },
+              RecordFormat::b12x_432, "'slot_mapping': must be 8-byte aligned (int64)"},
+             {[&](auto& p) { p.status = reinterpret_cast<std::uint32_t*>(buffer + 2); }, RecordFormat::b12x_432,
+              "'status': must be 4-byte aligned (uint32)"},
+             {[&](auto& p) { p.num_tokens = k_max; }, RecordFormat::b12x_432, "'num_tokens': must be <= 8589934588"},
+             // slot * 432 overflows int64
+             {[&](auto& p) { p.num_slots = k_max / 432 + 1; }, RecordFormat::b12x_432, "'cache'"},
+             {[&](auto& p) { p.kv_c_stride = k_max & ~std::int64_t{7}; }, RecordFormat::b12x_432, "'kv_c'"},
+             {[&](auto& p) { p.k_pe = reinterpret_cast<const std::uint16_t*>(at(top)); }, RecordFormat::b12x_432,
+              "'k_pe'"},
+             // 8 bytes left, 16 needed
+             {[&](auto& p) { p.slot_mapping = reinterpret_cast<const std::int64_t*>(at(top + 8)); },
+              RecordFormat::b12x_432, "'slot_mapping'"},
+         });
   auto bad = w;
-  bad.slot_mapping = reinterpret_cast<const std::int64_t*>(buffer + 4);
-  expect_refused(validate(bad, RecordFormat::b12x_432), "'slot_mapping': must be 8-byte aligned (int64)");
-  bad = w;
-  bad.status = reinterpret_cast<std::uint32_t*>(buffer + 2);
-  expect_refused(validate(bad, RecordFormat::b12x_432), "'status': must be 4-byte aligned (uint32)");
-  bad = w;
-  bad.num_tokens = k_max;
-  expect_refused(validate(bad, RecordFormat::b12x_432), "'num_tokens': must be <= 8589934588");
-  bad = w;
-  bad.num_slots = k_max / 432 + 1;  // slot * 432 overflows int64
-  expect_refused(validate(bad, RecordFormat::b12x_432), "'cache'");
   bad.num_slots = k_max / 368;  // fits for fp8 records
   EXPECT_OK(validate(bad, RecordFormat::b12x_368));
-  bad = w;
-  bad.kv_c_stride = k_max & ~std::int64_t{7};
-  expect_refused(validate(bad, RecordFormat::b12x_432), "'kv_c'");
-  bad = w;
-  bad.k_pe = reinterpret_cast<const std::uint16_t*>(at(top));
-  expect_refused(validate(bad, RecordFormat::b12x_432), "'k_pe'");
-  bad = w;
-  bad.slot_mapping = reinterpret_cast<const std::int64_t*>(at(top + 8));  // 8 bytes left, 16 needed
-  expect_refused(validate(bad, RecordFormat::b12x_432), "'slot_mapping'");
 
   const jc::GatherParams g{gather_cache, 2, i32, 2, out, 576, reinterpret_cast<std::uint32_t*>(buffer + 16)};
   EXPECT_OK(validate(g, RecordFormat::b12x_432));
-  auto gbad = g;
-  gbad.slots = reinterpret_cast<const std::int32_t*>(buffer + 2);
-  expect_refused(validate(gbad, RecordFormat::b12x_432), "'slots': must be 4-byte aligned (int32)");
-  gbad = g;
-  gbad.status = reinterpret_cast<std::uint32_t*>(buffer + 1);
-  expect_refused(validate(gbad, RecordFormat::b12x_432), "'status'");
-  gbad = g;
-  gbad.num_rows = k_max;
-  expect_refused(validate(gbad, RecordFormat::b12x_432), "'num_rows'");
-  gbad = g;
-  gbad.num_slots = k_max;
-  expect_refused(validate(gbad, RecordFormat::b12x_368), "'cache'");
-  gbad = g;
-  gbad.out_stride = (k_max / 2) & ~std::int64_t{7};
-  expect_refused(validate(gbad, RecordFormat::b12x_432), "'out'");
-  gbad = g;
-  gbad.out = reinterpret_cast<std::uint16_t*>(at(top));
-  expect_refused(validate(gbad, RecordFormat::b12x_432), "'out'");
+  expect_each_refused<jc::GatherParams>(
+      g, {
+             {[&](auto& p) { p.slots = reinterpret_cast<const std::int32_t*>(buffer + 2); }, RecordFormat::b12x_432,
+              "'slots': must be 4-byte aligned (int32)"},
+             {[&](auto& p) { p.status = reinterpret_cast<std::uint32_t*>(buffer + 1); }, RecordFormat::b12x_432,
+              "'status'"},
+             {[&](auto& p) { p.num_rows = k_max; }, RecordFormat::b12x_432, "'num_rows'"},
+             {[&](auto& p) { p.num_slots = k_max; }, RecordFormat::b12x_368, "'cache'"},
+             {[&](auto& p) { p.out_stride = (k_max / 2) & ~std::int64_t{7}; }, RecordFormat::b12x_432, "'out'"},
+             {[&](auto& p) { p.out = reinterpret_cast<std::uint16_t*>(at(top)); }, RecordFormat::b12x_432, "'out'"},
+         });
 
   // A count of 0 reads nothing: null buffers are fine. So is a null status, and a
   // gather with no slots never reads the cache.
   EXPECT_OK(
       validate(jc::WriterParams{nullptr, 0, nullptr, 0, nullptr, 0, nullptr, 0, nullptr}, RecordFormat::b12x_432));
   EXPECT_OK(validate(jc::GatherParams{nullptr, 0, nullptr, 0, nullptr, 0, nullptr}, RecordFormat::b12x_432));
-  gbad = g;
+  auto gbad = g;
   gbad.status = nullptr;
   gbad.cache = nullptr;
   gbad.num_slots = 0;

@@ -5,7 +5,9 @@
 
 #include <sys/stat.h>
 
+#include <optional>
 #include <random>
+#include <string>
 
 #include "jitcache/scales.hpp"
 #include "runtime/scales/scale_install.hpp"
@@ -58,13 +60,29 @@ ordered_json small_value() {
   return ordered_json{{"file", "s.json"}, {"sha256", std::string(64, 'a')}};
 }
 
+// `value` spliced into `before` as its member k_key, every other byte of `before` kept;
+// nothing (and a failure) when the splice is refused.
+std::optional<std::string> spliced(const std::string& before, const ordered_json& value = small_value()) {
+  auto after = scales::splice_top_level_member(before, "config.json", k_key, value);
+  EXPECT_OK(after);
+  if (!after) return std::nullopt;
+  expect_only_the_value_changed(before, *after);
+  return std::move(*after);
+}
+
+// Expects small_value() spliced into `before` to give exactly `expected`; the spliced text.
+std::optional<std::string> expect_spliced_as(const std::string& before, const std::string& expected) {
+  auto after = spliced(before);
+  if (after) EXPECT_EQ(*after, expected);
+  return after;
+}
+
 TEST(ScaleSplice, ReplacesOnlyTheValueInAPrettyFile) {
   const std::string before =
       "{\n  \"num_hidden_layers\": 78,\n  \"nvfp4_ds_mla_outer_scales\": {\"file\": \"old.json\", "
       "\"sha256\": \"" + std::string(64, 'b') + "\"},\n  \"x\": 1.50e0\n}\n";
-  const auto after = scales::splice_top_level_member(before, "config.json", k_key, small_value());
-  ASSERT_OK(after);
-  expect_only_the_value_changed(before, *after);
+  const auto after = spliced(before);
+  ASSERT_TRUE(after);
   // Pretty-printed, shifted to the member's indent.
   EXPECT_CONTAINS(*after, "\"nvfp4_ds_mla_outer_scales\": {\n    \"file\": \"s.json\",\n    \"sha256\"");
   EXPECT_CONTAINS(*after, "\"\n  },\n  \"x\": 1.50e0\n}\n");
@@ -72,24 +90,20 @@ TEST(ScaleSplice, ReplacesOnlyTheValueInAPrettyFile) {
 }
 
 TEST(ScaleSplice, InsertsAfterTheLastMemberWithItsIndent) {
-  const std::string before = "{\n    \"a\": [1, 2],\n    \"num_hidden_layers\": 78\n}";
-  const auto after = scales::splice_top_level_member(before, "config.json", k_key, small_value());
-  ASSERT_OK(after);
-  expect_only_the_value_changed(before, *after);
   // The file's own indent step (4 here) inside the new value too.
-  EXPECT_EQ(*after, "{\n    \"a\": [1, 2],\n    \"num_hidden_layers\": 78,\n    \"nvfp4_ds_mla_outer_scales\": {\n"
-                    "        \"file\": \"s.json\",\n        \"sha256\": \"" + std::string(64, 'a') +
-                        "\"\n    }\n}");
+  expect_spliced_as("{\n    \"a\": [1, 2],\n    \"num_hidden_layers\": 78\n}",
+                    "{\n    \"a\": [1, 2],\n    \"num_hidden_layers\": 78,\n    \"nvfp4_ds_mla_outer_scales\": {\n"
+                    "        \"file\": \"s.json\",\n        \"sha256\": \"" +
+                        std::string(64, 'a') + "\"\n    }\n}");
 }
 
 TEST(ScaleSplice, KeepsWindowsLineBreaks) {
-  const std::string before = "{\r\n  \"a\": 1,\r\n  \"num_hidden_layers\": 78\r\n}\r\n";
-  const auto after = scales::splice_top_level_member(before, "config.json", k_key, small_value());
-  ASSERT_OK(after);
-  expect_only_the_value_changed(before, *after);
-  EXPECT_EQ(*after, "{\r\n  \"a\": 1,\r\n  \"num_hidden_layers\": 78,\r\n  \"nvfp4_ds_mla_outer_scales\": {\r\n"
-                    "    \"file\": \"s.json\",\r\n    \"sha256\": \"" + std::string(64, 'a') +
-                        "\"\r\n  }\r\n}\r\n");
+  const auto after = expect_spliced_as(
+      "{\r\n  \"a\": 1,\r\n  \"num_hidden_layers\": 78\r\n}\r\n",
+      "{\r\n  \"a\": 1,\r\n  \"num_hidden_layers\": 78,\r\n  \"nvfp4_ds_mla_outer_scales\": {\r\n"
+      "    \"file\": \"s.json\",\r\n    \"sha256\": \"" +
+          std::string(64, 'a') + "\"\r\n  }\r\n}\r\n");
+  ASSERT_TRUE(after);
   // No bare line feed anywhere: every break is the file's own.
   for (std::size_t i = 0; i < after->size(); ++i) {
     if ((*after)[i] == '\n') {
@@ -105,16 +119,14 @@ TEST(ScaleSplice, KeepsTabIndentsAndCompactFilesInTheirStyle) {
   EXPECT_EQ(*after, "{\n\t\"a\": 1,\n\t\"nvfp4_ds_mla_outer_scales\": {\n\t\t\"k\": [\n\t\t\t1,\n\t\t\t2\n\t\t]\n\t}\n}\n");
 
   const std::string compact = R"({"a":1,"b":{"c":[1,2]},"nvfp4_ds_mla_outer_scales":{"file":"x","sha256":"y"},"d":"e"})";
-  after = scales::splice_top_level_member(compact, "config.json", k_key, small_value());
-  ASSERT_OK(after);
-  expect_only_the_value_changed(compact, *after);
-  EXPECT_EQ(after->find('\n'), std::string::npos) << "a one-line file stays one line: " << *after;
+  const auto one_line = spliced(compact);
+  ASSERT_TRUE(one_line);
+  EXPECT_EQ(one_line->find('\n'), std::string::npos) << "a one-line file stays one line: " << *one_line;
 
   const std::string compact_absent = R"({"a": 1, "b": 2})";
-  after = scales::splice_top_level_member(compact_absent, "config.json", k_key, small_value());
-  ASSERT_OK(after);
-  expect_only_the_value_changed(compact_absent, *after);
-  EXPECT_EQ(*after, R"({"a": 1, "b": 2, "nvfp4_ds_mla_outer_scales": {"file":"s.json","sha256":")" +
+  const auto inserted = spliced(compact_absent);
+  ASSERT_TRUE(inserted);
+  EXPECT_EQ(*inserted, R"({"a": 1, "b": 2, "nvfp4_ds_mla_outer_scales": {"file":"s.json","sha256":")" +
                         std::string(64, 'a') + "\"}}");
 }
 
@@ -135,9 +147,8 @@ TEST(ScaleSplice, StringsWithEscapesAndBracketsDoNotConfuseTheScanner) {
                           object->members[6].value_end - object->members[6].value_begin),
             "-1.5e-3");
 
-  const auto after = scales::splice_top_level_member(before, "config.json", k_key, small_value());
-  ASSERT_OK(after);
-  expect_only_the_value_changed(before, *after);
+  const auto after = spliced(before);
+  ASSERT_TRUE(after);
   const json parsed = json::parse(*after);
   EXPECT_EQ(parsed[k_key]["file"], "s.json");
   EXPECT_EQ(parsed["q"][k_key], json::parse(R"(["]", "{"])"));

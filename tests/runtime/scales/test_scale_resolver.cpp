@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <string>
 
 #include "jitcache/scales.hpp"
 #include "runtime/scales/scale_resolver.hpp"
@@ -51,6 +53,11 @@ class ScaleResolverTest : public TempDirTest {
     return o;
   }
 
+  // The scales resolved from a checkpoint that holds `scales` as its sidecar file.
+  Result<ResolvedScales> resolve_sidecar(const json& scales) {
+    return resolve_scales(options(make_checkpoint(scales, Form::sidecar)));
+  }
+
   std::uint64_t m_seed = 0;
   // Tests start from a known environment and leave the caller's untouched.
   ScopedEnv m_no_override{"VLLM_NVFP4_MLA_SCALES_FILE", std::nullopt};
@@ -70,6 +77,13 @@ void expect_values(const ResolvedScales& resolved, const json& scales, ScaleSour
     ASSERT_TRUE(l.max_abs.has_value());
     EXPECT_EQ(*l.max_abs, scales["max_abs"][i].get<double>());
   }
+}
+
+// Expects `logs` to hold exactly one line at `level`, and that line each of `parts`.
+void expect_one_line(const LogCapture& logs, LogLevel level, std::initializer_list<std::string> parts) {
+  const auto lines = logs.at(level);
+  ASSERT_EQ(lines.size(), 1u);
+  for (const std::string& part : parts) EXPECT_CONTAINS(lines[0], part);
 }
 
 void expect_draft_identity(const ResolvedScales& resolved) {
@@ -152,10 +166,7 @@ TEST_F(ScaleResolverTest, IdentityWhenCheckpointHasNoMetadata) {
   EXPECT_EQ(resolved->provenance.source, ScaleSource::identity_default);
   EXPECT_TRUE(resolved->provenance.file.empty());
   EXPECT_TRUE(resolved->provenance.sha256.empty());
-  const auto info = logs.at(LogLevel::info);
-  ASSERT_EQ(info.size(), 1u);
-  EXPECT_CONTAINS(info[0], "identity default");
-  EXPECT_CONTAINS(info[0], "79 identity");
+  expect_one_line(logs, LogLevel::info, {"identity default", "79 identity"});
 }
 
 TEST_F(ScaleResolverTest, ArgumentBeatsEnvironmentBeatsCheckpoint) {
@@ -260,10 +271,10 @@ TEST_F(ScaleResolverTest, ScalesKeyInsideQuantizationConfigIsNotReadAndWarns) {
     const auto resolved = resolve_scales(options(ckpt));
     ASSERT_OK(resolved);
     EXPECT_EQ(resolved->provenance.source, ScaleSource::identity_default);
-    const auto warnings = logs.at(LogLevel::warning);
-    ASSERT_EQ(warnings.size(), 1u);
-    EXPECT_CONTAINS(warnings[0], "key 'quantization_config." + key + "' is not read");
-    EXPECT_CONTAINS(warnings[0], "top-level key 'nvfp4_ds_mla_outer_scales'");
+    expect_one_line(logs, LogLevel::warning, {
+        "key 'quantization_config." + key + "' is not read",
+        "top-level key 'nvfp4_ds_mla_outer_scales'",
+    });
     ScopedEnv strict("JITCACHE_STRICT", "1");
     EXPECT_FALSE(resolve_scales(options(ckpt)));
   }
@@ -302,17 +313,17 @@ TEST_F(ScaleResolverTest, OverrideShadowingCheckpointWarnsNamingBoth) {
   LogCapture logs;
   const auto resolved = resolve_scales(options(ckpt));
   ASSERT_OK(resolved);
-  const auto warnings = logs.at(LogLevel::warning);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_CONTAINS(warnings[0], env_file.string());
-  EXPECT_CONTAINS(warnings[0], "VLLM_NVFP4_MLA_SCALES_FILE");
-  EXPECT_CONTAINS(warnings[0], "scales.json");
-  EXPECT_CONTAINS(warnings[0], (ckpt / "config.json").string());
+  expect_one_line(logs, LogLevel::warning, {
+      env_file.string(),
+      "VLLM_NVFP4_MLA_SCALES_FILE",
+      "scales.json",
+      (ckpt / "config.json").string(),
+  });
   EXPECT_EQ(resolved->provenance.shadowed_checkpoint_file, "scales.json");
-  const auto info = logs.at(LogLevel::info);
-  ASSERT_EQ(info.size(), 1u);
-  EXPECT_CONTAINS(info[0], "explicit override (VLLM_NVFP4_MLA_SCALES_FILE)");
-  EXPECT_CONTAINS(info[0], resolved->provenance.sha256);
+  expect_one_line(logs, LogLevel::info, {
+      "explicit override (VLLM_NVFP4_MLA_SCALES_FILE)",
+      resolved->provenance.sha256,
+  });
 }
 
 TEST_F(ScaleResolverTest, OverrideWithoutCheckpointMetadataDoesNotWarn) {
@@ -328,17 +339,16 @@ TEST_F(ScaleResolverTest, OverrideWithoutCheckpointMetadataDoesNotWarn) {
 
 TEST_F(ScaleResolverTest, OneInfoLinePerResolutionNamesSourceFileDigestAndCounts) {
   const json scales = valid_scales(m_seed);
-  const fs::path ckpt = make_checkpoint(scales, Form::sidecar);
   LogCapture logs;
-  const auto resolved = resolve_scales(options(ckpt));
+  const auto resolved = resolve_sidecar(scales);
   ASSERT_OK(resolved);
-  const auto info = logs.at(LogLevel::info);
-  ASSERT_EQ(info.size(), 1u);
-  EXPECT_CONTAINS(info[0], "checkpoint metadata (sidecar)");
-  EXPECT_CONTAINS(info[0], "file scales.json");
-  EXPECT_CONTAINS(info[0], "sha256 " + resolved->provenance.sha256);
-  EXPECT_CONTAINS(info[0], "79 layers (78 + 1 draft)");
-  EXPECT_CONTAINS(info[0], "1 identity");
+  expect_one_line(logs, LogLevel::info, {
+      "checkpoint metadata (sidecar)",
+      "file scales.json",
+      "sha256 " + resolved->provenance.sha256,
+      "79 layers (78 + 1 draft)",
+      "1 identity",
+  });
 }
 
 TEST_F(ScaleResolverTest, ScaleOfExactlyOneIsIdentityButKeepsItsSource) {
@@ -346,8 +356,7 @@ TEST_F(ScaleResolverTest, ScaleOfExactlyOneIsIdentityButKeepsItsSource) {
   scales.erase("max_abs");
   scales["scales"][0] = 1.0;
   scales["scales"][40] = 1;  // an integer token is a number too
-  const fs::path ckpt = make_checkpoint(scales, Form::sidecar);
-  const auto resolved = resolve_scales(options(ckpt));
+  const auto resolved = resolve_sidecar(scales);
   ASSERT_OK(resolved);
   EXPECT_EQ(resolved->layers[0].mode, ScaleMode::identity);
   EXPECT_EQ(resolved->layers[0].source, ScaleSource::checkpoint);
@@ -406,8 +415,7 @@ TEST_F(ScaleResolverTest, MultipleProblemsAreAllListed) {
   scales["scales"][3] = "x";
   scales["scales"][9] = -1.0;
   scales["latent_dim"] = 576;
-  const fs::path ckpt = make_checkpoint(scales, Form::sidecar);
-  const auto resolved = resolve_scales(options(ckpt));
+  const auto resolved = resolve_sidecar(scales);
   ASSERT_FALSE(resolved);
   EXPECT_CONTAINS(resolved.error().message, "(and 2 more problems)");
   EXPECT_CONTAINS(resolved.error().detail, "field 'latent_dim'");
@@ -553,8 +561,7 @@ TEST_F(ScaleResolverTest, ValidateStandaloneFileWithAndWithoutCheckpoint) {
 
 TEST_F(ScaleResolverTest, JsonFormCarriesEveryLayerAndTheProvenance) {
   const json scales = valid_scales(m_seed);
-  const fs::path ckpt = make_checkpoint(scales, Form::sidecar);
-  const auto resolved = resolve_scales(options(ckpt));
+  const auto resolved = resolve_sidecar(scales);
   ASSERT_OK(resolved);
   const json out = scales::to_json(*resolved);
   ASSERT_EQ(out["layers"].size(), 79u);

@@ -23,32 +23,35 @@ timeval to_timeval(std::chrono::milliseconds ms) {
   return tv;
 }
 
+// hiredis's reply type as ours; nil for every type this client does not read.
+Reply::Type reply_type(int type) {
+  switch (type) {
+    case REDIS_REPLY_STRING: return Reply::Type::string;
+    case REDIS_REPLY_STATUS: return Reply::Type::status;
+    case REDIS_REPLY_ERROR: return Reply::Type::error;
+    case REDIS_REPLY_INTEGER: return Reply::Type::integer;
+    case REDIS_REPLY_ARRAY: return Reply::Type::array;
+    default: return Reply::Type::nil;
+  }
+}
+
 Reply convert(const redisReply* r) {
   Reply out;
-  switch (r->type) {
-    case REDIS_REPLY_STRING:
-      out.type = Reply::Type::string;
+  out.type = reply_type(r->type);
+  switch (out.type) {
+    case Reply::Type::string:
+    case Reply::Type::status:
+    case Reply::Type::error:
       out.str.assign(r->str, r->len);
       break;
-    case REDIS_REPLY_STATUS:
-      out.type = Reply::Type::status;
-      out.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_ERROR:
-      out.type = Reply::Type::error;
-      out.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_INTEGER:
-      out.type = Reply::Type::integer;
+    case Reply::Type::integer:
       out.integer = r->integer;
       break;
-    case REDIS_REPLY_ARRAY:
-      out.type = Reply::Type::array;
+    case Reply::Type::array:
       out.elements.reserve(r->elements);
       for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
       break;
-    default:
-      out.type = Reply::Type::nil;
+    case Reply::Type::nil:
       break;
   }
   return out;

@@ -21,4 +21,17 @@ nlohmann::json to_json(const CompiledKernel& k) {
           {"log", k.log}};
 }
 
+nlohmann::json kernel_info_json(const KernelInfo& k) {
+  return {{"kernel", to_string(k.kernel)},
+          {"latent_scale", to_string(k.latent_scale)},
+          {"format", to_string(k.format)},
+          {"target", k.target},
+          {"key", k.key},
+          {"from_remote", k.from_remote},
+          {"from_provider", k.from_provider},
+          {"stored", k.stored},
+          {"registers", k.registers},
+          {"cubin_bytes", k.cubin_bytes}};
+}
+
 }  // namespace jitcache

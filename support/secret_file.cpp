@@ -3,20 +3,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdio>
-
+#include "support/file_mode.hpp"
 #include "support/regular_file.hpp"
 
 namespace jitcache {
-namespace {
-
-std::string octal_mode(mode_t mode) {
-  char text[8];
-  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
-  return text;
-}
-
-}  // namespace
 
 Result<std::string> read_secret_file(const std::filesystem::path& path, const SecretRules& rules) {
   const std::string name = std::string(rules.what) + " file " + path.string() + " (" +
@@ -33,7 +23,7 @@ Result<std::string> read_secret_file(const std::filesystem::path& path, const Se
                                              ", not by the user running jitcache (uid " +
                                              std::to_string(::geteuid()) + ")");
   if ((st.st_mode & 077) != 0)
-    return make_error(ErrorCode::unsafe, name + ": refused: mode " + octal_mode(st.st_mode) +
+    return make_error(ErrorCode::unsafe, name + ": refused: mode " + mode_text(st.st_mode) +
                                              " lets group or others read or write it; "
                                              "it must be private to its owner (chmod 600)");
   std::string bytes = JC_TRY(file->read_all(rules.max_bytes));

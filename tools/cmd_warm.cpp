@@ -8,6 +8,7 @@
 
 #include "jitcache/runtime.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
+#include "runtime/compiled_kernel_json.hpp"
 #include "tools/cli.hpp"
 #include "tools/model_options.hpp"
 #include "tools/subcommand.hpp"
@@ -70,18 +71,11 @@ int run_warm(const WarmArgs& args, const GlobalOptions& global) {
   const PrepareStats& s = m.stats();
   if (args.json) {
     nlohmann::json variants = nlohmann::json::array();
-    for (const KernelInfo& k : m.kernels())
-      variants.push_back({{"kernel", to_string(k.kernel)},
-                          {"latent_scale", to_string(k.latent_scale)},
-                          {"format", to_string(k.format)},
-                          {"target", k.target},
-                          {"key", k.key},
-                          {"compiled", k.compiled_now},
-                          {"from_remote", k.from_remote},
-                          {"from_provider", k.from_provider},
-                          {"stored", k.stored},
-                          {"registers", k.registers},
-                          {"cubin_bytes", k.cubin_bytes}});
+    for (const KernelInfo& k : m.kernels()) {
+      nlohmann::json variant = kernel_info_json(k);
+      variant["compiled"] = k.compiled_now;
+      variants.push_back(std::move(variant));
+    }
     const nlohmann::json out = {{"checkpoint", args.model.checkpoint},
                                 {"cache_dir", (*runtime)->cache_dir().string()},
                                 {"target", m.target()},

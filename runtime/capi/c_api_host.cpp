@@ -14,6 +14,7 @@
 #include "jitcache/runtime.hpp"
 #include "runtime/capi/c_api_support.hpp"
 #include "runtime/capi/handles.hpp"
+#include "runtime/capi/model_call.hpp"
 #include "kernel_templates/kernel_spec.hpp"
 #include "runtime/kv/host_executor.hpp"
 #include "runtime/kv/kv_tools.hpp"
@@ -139,16 +140,11 @@ jitcache_status host_kernel_format(const char* self, float scale, std::int32_t f
 template <class Args>
 jitcache_status model_host_kernel(const char* self, const jitcache_model* model, int32_t layer,
                                   const Args* args) {
-  if (model == nullptr) return null_argument(self, "model");
-  const auto pass = model->gate.enter();
-  if (!pass) return closed_handle(self, "model");
-  if (args == nullptr) return null_argument(self, "args");
-  const LayerBinding* b = model->model->layer(layer);
-  if (b == nullptr)
-    return fail(JITCACHE_ERROR_INVALID_ARGUMENT, std::string(self) + ": no layer " + std::to_string(layer) +
-                                                     " (the model has " +
-                                                     std::to_string(model->model->layers().size()) + ")");
-  return run_on_host(self, b->latent_scale, model->model->format(), *args, b->scale);
+  return on_model(self, model, args, "args", [&](const PreparedModel& m) {
+    const LayerBinding* b = m.layer(layer);
+    if (b == nullptr) return no_layer(self, m, layer);
+    return run_on_host(self, b->latent_scale, m.format(), *args, b->scale);
+  });
 }
 
 }  // namespace

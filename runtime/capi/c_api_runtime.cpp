@@ -20,6 +20,8 @@
 #include "runtime/compile/cache_provider.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/capi/handles.hpp"
+#include "runtime/capi/model_call.hpp"
+#include "runtime/compiled_kernel_json.hpp"
 #include "kernel_templates/kernel_spec.hpp"
 #include "runtime/model_plan.hpp"
 #include "runtime/scales/scale_resolver.hpp"
@@ -157,22 +159,15 @@ nlohmann::json rope_alias_or_null(RecordFormat format) {
 nlohmann::json describe(const PreparedModel& model) {
   const PrepareStats& s = model.stats();
   nlohmann::json kernels = nlohmann::json::array();
-  for (const KernelInfo& k : model.kernels())
-    kernels.push_back({{"kernel", to_string(k.kernel)},
-                       {"latent_scale", to_string(k.latent_scale)},
-                       {"format", to_string(k.format)},
-                       {"rope", rope_alias_or_null(k.format)},
-                       {"target", k.target},
-                       {"key", k.key},
-                       {"entry", k.entry},
-                       {"registers", k.registers},
-                       {"cubin_bytes", k.cubin_bytes},
-                       {"compiled_now", k.compiled_now},
-                       {"from_remote", k.from_remote},
-                       {"from_provider", k.from_provider},
-                       {"stored", k.stored},
-                       {"loaded", k.loaded},
-                       {"ptx_fallback", k.ptx_fallback}});
+  for (const KernelInfo& k : model.kernels()) {
+    nlohmann::json kernel = kernel_info_json(k);
+    kernel["rope"] = rope_alias_or_null(k.format);
+    kernel["entry"] = k.entry;
+    kernel["compiled_now"] = k.compiled_now;
+    kernel["loaded"] = k.loaded;
+    kernel["ptx_fallback"] = k.ptx_fallback;
+    kernels.push_back(std::move(kernel));
+  }
   return {{"target", model.target()},
           {"format", to_string(model.format())},
           {"rope", rope_alias_or_null(model.format())},
@@ -390,46 +385,37 @@ void jitcache_model_release(jitcache_model* model) {
 
 jitcache_status jitcache_model_num_layers(const jitcache_model* model, int32_t* out) {
   return guarded(__func__, [&](const char* self) {
-    if (model == nullptr) return null_argument(self, "model");
-    const auto pass = model->gate.enter();
-    if (!pass) return closed_handle(self, "model");
-    if (out == nullptr) return null_argument(self, "out");
-    *out = static_cast<int32_t>(model->model->layers().size());
-    return JITCACHE_OK;
+    return on_model(self, model, out, "out", [&](const PreparedModel& m) {
+      *out = static_cast<int32_t>(m.layers().size());
+      return JITCACHE_OK;
+    });
   });
 }
 
 jitcache_status jitcache_model_layer(const jitcache_model* model, int32_t layer, jitcache_layer_info* out) {
   return guarded(__func__, [&](const char* self) {
-    if (model == nullptr) return null_argument(self, "model");
-    const auto pass = model->gate.enter();
-    if (!pass) return closed_handle(self, "model");
-    if (out == nullptr) return null_argument(self, "out");
-    const LayerBinding* b = model->model->layer(layer);
-    if (b == nullptr)
-      return fail(JITCACHE_ERROR_INVALID_ARGUMENT,
-                  std::string(self) + ": no layer " + std::to_string(layer) + " (the model has " +
-                      std::to_string(model->model->layers().size()) + ")");
-    out->layer = b->layer;
-    out->scale = b->scale;
-    out->mode = to_c(b->mode);
-    out->source = to_c(b->source);
-    return JITCACHE_OK;
+    return on_model(self, model, out, "out", [&](const PreparedModel& m) {
+      const LayerBinding* b = m.layer(layer);
+      if (b == nullptr) return no_layer(self, m, layer);
+      out->layer = b->layer;
+      out->scale = b->scale;
+      out->mode = to_c(b->mode);
+      out->source = to_c(b->source);
+      return JITCACHE_OK;
+    });
   });
 }
 
 jitcache_status jitcache_model_stats(const jitcache_model* model, jitcache_prepare_stats* out) {
   return guarded(__func__, [&](const char* self) {
-    if (model == nullptr) return null_argument(self, "model");
-    const auto pass = model->gate.enter();
-    if (!pass) return closed_handle(self, "model");
-    if (out == nullptr) return null_argument(self, "out");
-    const PrepareStats& s = model->model->stats();
-    out->variants = s.variants;
-    out->cached = s.cached;
-    out->compiled = s.compiled;
-    out->wall_ms = s.wall_ms;
-    return JITCACHE_OK;
+    return on_model(self, model, out, "out", [&](const PreparedModel& m) {
+      const PrepareStats& s = m.stats();
+      out->variants = s.variants;
+      out->cached = s.cached;
+      out->compiled = s.compiled;
+      out->wall_ms = s.wall_ms;
+      return JITCACHE_OK;
+    });
   });
 }
 
@@ -442,54 +428,46 @@ const char* jitcache_model_target(const jitcache_model* model) {
 jitcache_status jitcache_launch_writer(const jitcache_model* model, int32_t layer,
                                        const jitcache_writer_launch* args, void* stream) {
   return guarded(__func__, [&](const char* self) {
-    if (model == nullptr) return null_argument(self, "model");
-    const auto pass = model->gate.enter();
-    if (!pass) return closed_handle(self, "model");
-    if (args == nullptr) return null_argument(self, "args");
-    WriterLaunch a;
-    a.kv_c = args->kv_c;
-    a.kv_c_stride = args->kv_c_stride != 0 ? args->kv_c_stride : a.kv_c_stride;
-    a.k_pe = args->k_pe;
-    a.k_pe_stride = args->k_pe_stride != 0 ? args->k_pe_stride : a.k_pe_stride;
-    a.slot_mapping = args->slot_mapping;
-    a.num_tokens = args->num_tokens;
-    a.cache = args->cache;
-    a.num_slots = args->num_slots;
-    a.status = args->status;
-    const Status launched = model->model->launch_writer(layer, a, stream);
-    return launched ? JITCACHE_OK : fail(launched.error());
+    return on_model(self, model, args, "args", [&](const PreparedModel& m) {
+      WriterLaunch a;
+      a.kv_c = args->kv_c;
+      a.kv_c_stride = args->kv_c_stride != 0 ? args->kv_c_stride : a.kv_c_stride;
+      a.k_pe = args->k_pe;
+      a.k_pe_stride = args->k_pe_stride != 0 ? args->k_pe_stride : a.k_pe_stride;
+      a.slot_mapping = args->slot_mapping;
+      a.num_tokens = args->num_tokens;
+      a.cache = args->cache;
+      a.num_slots = args->num_slots;
+      a.status = args->status;
+      const Status launched = m.launch_writer(layer, a, stream);
+      return launched ? JITCACHE_OK : fail(launched.error());
+    });
   });
 }
 
 jitcache_status jitcache_launch_gather(const jitcache_model* model, int32_t layer,
                                        const jitcache_gather_launch* args, void* stream) {
   return guarded(__func__, [&](const char* self) {
-    if (model == nullptr) return null_argument(self, "model");
-    const auto pass = model->gate.enter();
-    if (!pass) return closed_handle(self, "model");
-    if (args == nullptr) return null_argument(self, "args");
-    GatherLaunch a;
-    a.cache = args->cache;
-    a.num_slots = args->num_slots;
-    a.slots = args->slots;
-    a.num_rows = args->num_rows;
-    a.out = args->out;
-    // The dense default is the format's row: 576, or 512 without RoPE (b12x-304).
-    a.out_stride = args->out_stride != 0 ? args->out_stride
-                                         : static_cast<std::int64_t>(gathered_row_elems(model->model->format()));
-    a.status = args->status;
-    const Status launched = model->model->launch_gather(layer, a, stream);
-    return launched ? JITCACHE_OK : fail(launched.error());
+    return on_model(self, model, args, "args", [&](const PreparedModel& m) {
+      GatherLaunch a;
+      a.cache = args->cache;
+      a.num_slots = args->num_slots;
+      a.slots = args->slots;
+      a.num_rows = args->num_rows;
+      a.out = args->out;
+      // The dense default is the format's row: 576, or 512 without RoPE (b12x-304).
+      a.out_stride = args->out_stride != 0 ? args->out_stride
+                                           : static_cast<std::int64_t>(gathered_row_elems(m.format()));
+      a.status = args->status;
+      const Status launched = m.launch_gather(layer, a, stream);
+      return launched ? JITCACHE_OK : fail(launched.error());
+    });
   });
 }
 
 jitcache_status jitcache_model_describe(const jitcache_model* model, char** out) {
   return guarded(__func__, [&](const char* self) {
-    if (model == nullptr) return null_argument(self, "model");
-    const auto pass = model->gate.enter();
-    if (!pass) return closed_handle(self, "model");
-    if (out == nullptr) return null_argument(self, "out");
-    return hand_out(describe(*model->model), out);
+    return on_model(self, model, out, "out", [&](const PreparedModel& m) { return hand_out(describe(m), out); });
   });
 }
 

@@ -14,6 +14,7 @@
 #include "kernel_templates/generator.hpp"
 #include "runtime/compile/compiler.hpp"
 #include "runtime/compile/fingerprint_memo.hpp"
+#include "runtime/compile/manifest_fields.hpp"
 #include "runtime/compile/source_cache.hpp"
 #include "support/atomic_file.hpp"
 #include "support/hmac.hpp"
@@ -59,28 +60,11 @@ class Refusal {
 
 nlohmann::ordered_json manifest_json(const ArchiveInfo& info, std::span<const ExportEntry> entries) {
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const ExportEntry& e : entries)
-    list.push_back({{"key", e.key.to_hex()},
-                    {"label", e.label},
-                    {"facts", nlohmann::ordered_json::parse(e.facts.to_json())},
-                    {"digest", cache::BlobDigest::of(*e.bytes).to_hex()},
-                    {"size", e.bytes->size()},
-                    {"compile_ms", e.compile_ms}});
+  for (const ExportEntry& e : entries) list.push_back(manifest_entry_json(e, WithSha256::no));
   return {{"format", std::string(k_archive_format)},   {"producer", info.producer}, {"created", info.created},
           {"checkpoint", info.checkpoint}, {"rope", info.rope},         {"targets", info.targets},
           {"entries", list}};
 }
-
-// The manifest's fields, each checked by type; errors name the field.
-struct ManifestReader {
-  const Refusal& refuse;
-
-  Result<std::string> string(const nlohmann::json& object, const char* field, const std::string& where) const {
-    auto it = object.find(field);
-    if (it == object.end() || !it->is_string()) return refuse(where + field + ": missing or not a string");
-    return it->get<std::string>();
-  }
-};
 
 Status check_entry_blob(const ArchiveItem& item, std::span<const std::byte> blob, const std::string& where,
                         const Refusal& refuse) {
@@ -245,24 +229,15 @@ Result<VerifiedArchive> verify_archive(std::string data, std::string_view name,
   const nlohmann::json manifest = nlohmann::json::parse(manifest_text, nullptr, false);
   if (manifest.is_discarded() || !manifest.is_object())
     return refuse("manifest at offset 24: not a JSON object");
-  const ManifestReader read{refuse};
-  const std::string format = JC_TRY(read.string(manifest, "format", "manifest: "));
+  const ManifestFields read{manifest, "manifest: ", refuse};
+  const std::string format = JC_TRY(read.string("format"));
   if (format != k_archive_format) return refuse("manifest: format: \"" + format + "\" is not \"jitcache-export\"");
-  archive.info.producer = JC_TRY(read.string(manifest, "producer", "manifest: "));
-  archive.info.created = JC_TRY(read.string(manifest, "created", "manifest: "));
-  archive.info.checkpoint = JC_TRY(read.string(manifest, "checkpoint", "manifest: "));
-  archive.info.rope = JC_TRY(read.string(manifest, "rope", "manifest: "));
-  const auto targets = manifest.find("targets");
-  if (targets == manifest.end() || !targets->is_array()) return refuse("manifest: targets: missing or not an array");
-  for (const auto& t : *targets) {
-    if (!t.is_string()) return refuse("manifest: targets: not all strings");
-    archive.info.targets.push_back(t.get<std::string>());
-  }
-  const auto entries = manifest.find("entries");
-  if (entries == manifest.end() || !entries->is_array()) return refuse("manifest: entries: missing or not an array");
-  if (entries->size() > k_max_archive_entries)
-    return refuse("manifest: entries: " + std::to_string(entries->size()) + " entries exceed the limit of " +
-                  std::to_string(k_max_archive_entries));
+  archive.info.producer = JC_TRY(read.string("producer"));
+  archive.info.created = JC_TRY(read.string("created"));
+  archive.info.checkpoint = JC_TRY(read.string("checkpoint"));
+  archive.info.rope = JC_TRY(read.string("rope"));
+  archive.info.targets = JC_TRY(read.strings("targets"));
+  const nlohmann::json* entries = JC_TRY(read.array("entries", k_max_archive_entries));
 
   // The entries, each laid out after the one before; their sizes must fill the blobs
   // section exactly, so a size that lies is caught before any blob is read.
@@ -274,13 +249,16 @@ Result<VerifiedArchive> verify_archive(std::string data, std::string_view name,
     const nlohmann::json& e = (*entries)[i];
     std::string where = "entry " + std::to_string(i);
     if (!e.is_object()) return refuse("manifest: " + where + ": not an object");
+    const auto field = [&](const char* name) {
+      return ManifestFields{e, "manifest: " + where + ": ", refuse}.string(name);
+    };
     ArchiveItem item;
-    const std::string key_hex = JC_TRY(read.string(e, "key", "manifest: " + where + ": "));
+    const std::string key_hex = JC_TRY(field("key"));
     auto key = cache::CacheKey::from_hex(key_hex);
     if (!key) return refuse("manifest: " + where + ": key: " + key.error().message);
     item.key = *key;
     where += " (key " + key_hex + ")";
-    item.label = JC_TRY(read.string(e, "label", "manifest: " + where + ": "));
+    item.label = JC_TRY(field("label"));
     const auto facts = e.find("facts");
     if (facts == e.end() || !facts->is_object()) return refuse("manifest: " + where + ": facts: missing or not an object");
     auto parsed = cache::Facts::from_json(facts->dump());
@@ -290,7 +268,7 @@ Result<VerifiedArchive> verify_archive(std::string data, std::string_view name,
       return refuse("manifest: " + where + ": facts: they hash to key " + item.facts.key().to_hex() +
                     ", not to the entry's key");
     if (!seen.insert(item.key).second) return refuse("manifest: " + where + ": key: listed twice");
-    const std::string digest_hex = JC_TRY(read.string(e, "digest", "manifest: " + where + ": "));
+    const std::string digest_hex = JC_TRY(field("digest"));
     auto digest = cache::BlobDigest::from_hex(digest_hex);
     if (!digest) return refuse("manifest: " + where + ": digest: " + digest.error().message);
     item.digest = *digest;

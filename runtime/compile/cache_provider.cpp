@@ -10,6 +10,7 @@
 
 #include "cache/entry.hpp"
 #include "jitcache/log.hpp"
+#include "runtime/compile/manifest_fields.hpp"
 #include "runtime/compile/toolkit_trust.hpp"
 #include "support/atomic_file.hpp"
 #include "support/env.hpp"
@@ -28,23 +29,12 @@ std::string_view as_text(std::span<const std::byte> bytes) {
 
 std::string bundle_name(const cache::CacheKey& key) { return key.to_hex() + ".bundle"; }
 
-// A field of a JSON object, with the manifest's error wording.
-struct Fields {
-  const nlohmann::json& object;
-  std::string where;
-
-  Result<std::string> string(const char* name) const {
-    const auto it = object.find(name);
-    if (it == object.end() || !it->is_string())
-      return make_error(ErrorCode::invalid_input, where + name + ": missing or not a string");
-    return it->get<std::string>();
-  }
-};
-
 // One manifest entry, or why it is refused.
 Result<ProviderItem> read_item(const nlohmann::json& e, const std::string& where) {
   if (!e.is_object()) return make_error(ErrorCode::invalid_input, where + ": not an object");
-  const Fields f{e, where + ": "};
+  // Refused here without the file's name: the caller lists it under the manifest's.
+  const ManifestFields f{e, where + ": ",
+                         [](const std::string& why) { return make_error(ErrorCode::invalid_input, why); }};
   ProviderItem item;
   const std::string key_hex = JC_TRY(f.string("key"));
   auto key = cache::CacheKey::from_hex(key_hex);
@@ -104,14 +94,7 @@ std::string encode_provider_manifest(const ProviderInfo& info, std::span<const E
       auto& count = builds[std::string(*fp)];
       count = count.is_null() ? 1 : count.get<int>() + 1;
     }
-    const std::string_view bytes = as_text(*e.bytes);
-    list.push_back({{"key", e.key.to_hex()},
-                    {"label", e.label},
-                    {"facts", nlohmann::ordered_json::parse(e.facts.to_json())},
-                    {"digest", cache::BlobDigest::of(bytes).to_hex()},
-                    {"sha256", sha256_hex(bytes)},
-                    {"size", e.bytes->size()},
-                    {"compile_ms", e.compile_ms}});
+    list.push_back(manifest_entry_json(e, WithSha256::yes));
   }
   const nlohmann::ordered_json manifest = {{"format", k_provider_format},
                                            {"version", k_provider_version},
@@ -208,13 +191,8 @@ Result<ProviderManifest> read_provider_manifest(const fs::path& dir, const std::
 
   const nlohmann::json manifest = nlohmann::json::parse(*text, nullptr, false);
   if (manifest.is_discarded() || !manifest.is_object()) return refuse("not a JSON object");
-  const Fields f{manifest, ""};
-  auto field = [&](const char* name) -> Result<std::string> {
-    auto value = f.string(name);
-    if (!value) return refuse(value.error().message);
-    return value;
-  };
-  const std::string format = JC_TRY(field("format"));
+  const ManifestFields f{manifest, "", refuse};
+  const std::string format = JC_TRY(f.string("format"));
   if (format != k_provider_format)
     return refuse("format: \"" + format + "\" is not \"" + std::string(k_provider_format) + "\"");
   const auto version = manifest.find("version");
@@ -223,22 +201,13 @@ Result<ProviderManifest> read_provider_manifest(const fs::path& dir, const std::
   if (version->get<std::int64_t>() != k_provider_version)
     return refuse("version " + std::to_string(version->get<std::int64_t>()) + ": this jitcache reads version " +
                   std::to_string(k_provider_version) + " (the provider was packed by another jitcache)");
-  out.info.producer = JC_TRY(field("producer"));
-  out.info.created = JC_TRY(field("created"));
-  out.info.name = JC_TRY(field("name"));
-  out.info.checkpoint = JC_TRY(field("checkpoint"));
-  out.info.record_format = JC_TRY(field("record_format"));
-  const auto targets = manifest.find("targets");
-  if (targets == manifest.end() || !targets->is_array()) return refuse("targets: missing or not an array");
-  for (const auto& t : *targets) {
-    if (!t.is_string()) return refuse("targets: not all strings");
-    out.info.targets.push_back(t.get<std::string>());
-  }
-  const auto entries = manifest.find("entries");
-  if (entries == manifest.end() || !entries->is_array()) return refuse("entries: missing or not an array");
-  if (entries->size() > k_max_provider_entries)
-    return refuse("entries: " + std::to_string(entries->size()) + " entries exceed the limit of " +
-                  std::to_string(k_max_provider_entries));
+  out.info.producer = JC_TRY(f.string("producer"));
+  out.info.created = JC_TRY(f.string("created"));
+  out.info.name = JC_TRY(f.string("name"));
+  out.info.checkpoint = JC_TRY(f.string("checkpoint"));
+  out.info.record_format = JC_TRY(f.string("record_format"));
+  out.info.targets = JC_TRY(f.strings("targets"));
+  const nlohmann::json* entries = JC_TRY(f.array("entries", k_max_provider_entries));
   std::set<cache::CacheKey> seen;
   for (std::size_t i = 0; i < entries->size(); ++i) {
     auto item = read_item((*entries)[i], "entry " + std::to_string(i));

@@ -89,32 +89,48 @@ Result<SourceOutput> compile_cuda(const SourceInput& input, const std::string& n
   return out;
 }
 
-// ---- libNVVM ------------------------------------------------------------------------
-
-// Owns an nvvmProgram: destroyed on every path out.
-class NvvmProgram {
+// Owns a libNVVM program or an nvJitLink handle: destroyed on every path out.
+template <class Handle>
+class ToolHandle {
  public:
-  explicit NvvmProgram(const NvvmLibrary& nvvm) : m_nvvm(nvvm) {}
-  ~NvvmProgram() {
-    if (m_program != nullptr) m_nvvm.destroy_program(&m_program);
+  using Destroy = int (*)(Handle*);  // nvvmDestroyProgram, nvJitLinkDestroy
+  explicit ToolHandle(Destroy destroy) : m_destroy(destroy) {}
+  ~ToolHandle() {
+    if (m_handle != nullptr) m_destroy(&m_handle);
   }
-  NvvmProgram(const NvvmProgram&) = delete;
-  NvvmProgram& operator=(const NvvmProgram&) = delete;
-  nvvm::Program* out() { return &m_program; }
-  nvvm::Program get() const { return m_program; }
+  ToolHandle(const ToolHandle&) = delete;
+  ToolHandle& operator=(const ToolHandle&) = delete;
+  Handle* out() { return &m_handle; }
+  Handle get() const { return m_handle; }
 
-  std::string log() const {
+  // A log the library hands out in two calls, its size then its text (0 is success in
+  // both libraries); empty when there is no handle or either call fails.
+  template <class SizeFn, class ReadFn>
+  std::string text(SizeFn size_of, ReadFn read_into) const {
+    static_assert(nvvm::k_success == 0 && nvjitlink::k_success == 0);
+    if (m_handle == nullptr) return {};
     std::size_t size = 0;
-    if (m_nvvm.get_program_log_size(m_program, &size) != nvvm::k_success || size == 0) return {};
-    std::string text(size, '\0');
-    if (m_nvvm.get_program_log(m_program, text.data()) != nvvm::k_success) return {};
-    strip_nuls(text);
-    return text;
+    if (size_of(m_handle, &size) != 0 || size == 0) return {};
+    std::string log(size, '\0');
+    if (read_into(m_handle, log.data()) != 0) return {};
+    strip_nuls(log);
+    return log;
   }
 
  private:
+  Destroy m_destroy;
+  Handle m_handle = nullptr;
+};
+
+// ---- libNVVM ------------------------------------------------------------------------
+
+class NvvmProgram : public ToolHandle<nvvm::Program> {
+ public:
+  explicit NvvmProgram(const NvvmLibrary& nvvm) : ToolHandle(nvvm.destroy_program), m_nvvm(nvvm) {}
+  std::string log() const { return text(m_nvvm.get_program_log_size, m_nvvm.get_program_log); }
+
+ private:
   const NvvmLibrary& m_nvvm;
-  nvvm::Program m_program = nullptr;
 };
 
 struct NvvmPtx {
@@ -171,36 +187,15 @@ Result<NvvmPtx> nvvm_to_ptx(const NvvmLibrary& nvvm, const SourceInput& input, c
 
 // ---- nvJitLink ----------------------------------------------------------------------
 
-// Owns an nvJitLinkHandle: destroyed on every path out. A failed nvJitLinkCreate still
-// hands back a handle, whose error log says why.
-class JitLinkHandle {
+// A failed nvJitLinkCreate still hands back a handle, whose error log says why.
+class JitLinkHandle : public ToolHandle<nvjitlink::Handle> {
  public:
-  explicit JitLinkHandle(const NvJitLinkLibrary& jl) : m_jl(jl) {}
-  ~JitLinkHandle() {
-    if (m_handle != nullptr) m_jl.destroy(&m_handle);
-  }
-  JitLinkHandle(const JitLinkHandle&) = delete;
-  JitLinkHandle& operator=(const JitLinkHandle&) = delete;
-  nvjitlink::Handle* out() { return &m_handle; }
-  nvjitlink::Handle get() const { return m_handle; }
-
-  std::string error_log() const { return read(m_jl.get_error_log_size, m_jl.get_error_log); }
-  std::string info_log() const { return read(m_jl.get_info_log_size, m_jl.get_info_log); }
+  explicit JitLinkHandle(const NvJitLinkLibrary& jl) : ToolHandle(jl.destroy), m_jl(jl) {}
+  std::string error_log() const { return text(m_jl.get_error_log_size, m_jl.get_error_log); }
+  std::string info_log() const { return text(m_jl.get_info_log_size, m_jl.get_info_log); }
 
  private:
-  template <class SizeFn, class ReadFn>
-  std::string read(SizeFn size_of, ReadFn read_into) const {
-    if (m_handle == nullptr) return {};
-    std::size_t size = 0;
-    if (size_of(m_handle, &size) != nvjitlink::k_success || size == 0) return {};
-    std::string text(size, '\0');
-    if (read_into(m_handle, text.data()) != nvjitlink::k_success) return {};
-    strip_nuls(text);
-    return text;
-  }
-
   const NvJitLinkLibrary& m_jl;
-  nvjitlink::Handle m_handle = nullptr;
 };
 
 struct Linked {

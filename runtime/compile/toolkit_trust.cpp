@@ -15,16 +15,11 @@
 
 #include "jitcache/log.hpp"
 #include "runtime/compile/elf_build_id.hpp"
+#include "support/file_mode.hpp"
 #include "support/unique_fd.hpp"
 
 namespace jitcache {
 namespace {
-
-std::string mode_text(mode_t mode) {
-  char buffer[8];
-  std::snprintf(buffer, sizeof buffer, "%04o", static_cast<unsigned>(mode & 07777));
-  return buffer;
-}
 
 // Why `st` (of `what`, a file or directory) may be replaced by another user, or nullopt.
 std::optional<std::string> replaceable(const struct stat& st, const std::string& what,

@@ -87,7 +87,7 @@ jc::u32 run_checked(const Params& p, bool scale_ok, jc::u32 refused_bit, Body&& 
 }
 
 template <jc::LatentMode LM, jc::RopeMode RM>
-jc::u32 run_writer(const jc::WriterParams& p, float scale) {
+jc::u32 run_first_text(const jc::WriterParams& p, float scale) {
   return run_checked(p, jc::latent_scale_ok<LM>(scale), jc::latent_scale_error_bit<LM>(), [&](jc::WriterParams& q) {
     jc::WriterLoads in[jc::k_warp];
     jc::WriterPartials part[jc::k_warp];
@@ -127,7 +127,7 @@ jc::u32 run_writer(const jc::WriterParams& p, float scale) {
 }
 
 template <jc::LatentMode LM, jc::RopeMode RM>
-jc::u32 run_gather(const jc::GatherParams& p, float scale) {
+jc::u32 run_first_text(const jc::GatherParams& p, float scale) {
   return run_checked(p, jc::latent_scale_ok<LM>(scale), jc::latent_scale_error_bit<LM>(), [&](jc::GatherParams& q) {
     for (jc::i64 row = 0; row < q.num_rows; ++row)
       for (int lane = 0; lane < jc::k_warp; ++lane) jc::gather_lane<LM, RM>(q, row, lane, scale);
@@ -137,7 +137,7 @@ jc::u32 run_gather(const jc::GatherParams& p, float scale) {
 // The formats' bodies (nvfp4_mla_formats.cuh) the same way: the per-token writer first
 // takes the maximum of every lane's block amaxes (the warp's reduction) to get s_t.
 template <jc::fmt::Scaling S, jc::fmt::Format F>
-jc::u32 run_formats_writer(const jc::WriterParams& p, float scale) {
+jc::u32 run_formats(const jc::WriterParams& p, float scale) {
   return run_checked(p, jc::fmt::outer_scale_ok<S>(scale), jc::fmt::outer_scale_error_bit<S>(),
                      [&](jc::WriterParams& q) {
     jc::WriterLoads in[jc::k_warp];
@@ -182,7 +182,7 @@ jc::u32 run_formats_writer(const jc::WriterParams& p, float scale) {
 }
 
 template <jc::fmt::Scaling S, jc::fmt::Format F>
-jc::u32 run_formats_gather(const jc::GatherParams& p, float scale) {
+jc::u32 run_formats(const jc::GatherParams& p, float scale) {
   return run_checked(p, jc::fmt::outer_scale_ok<S>(scale), jc::fmt::outer_scale_error_bit<S>(),
                      [&](jc::GatherParams& q) {
     for (jc::i64 row = 0; row < q.num_rows; ++row)
@@ -194,7 +194,7 @@ jc::u32 run_formats_gather(const jc::GatherParams& p, float scale) {
 // took writes nothing (the GPU warp's scan of the earlier rows), then the lanes with the
 // kernel's one exchange, each chunk amax with its partner's (xor 1).
 template <jc::fmt::Scaling S, jc::fmt::Format F>
-jc::u32 run_paged_writer(const jc::WriterParams& p, float scale) {
+jc::u32 run_paged(const jc::WriterParams& p, float scale) {
   return run_checked(p, jc::fmt::outer_scale_ok<S>(scale), jc::fmt::outer_scale_error_bit<S>(),
                      [&](jc::WriterParams& q) {
     std::unordered_set<jc::i64> taken;
@@ -218,7 +218,7 @@ jc::u32 run_paged_writer(const jc::WriterParams& p, float scale) {
 }
 
 template <jc::fmt::Scaling S, jc::fmt::Format F>
-jc::u32 run_paged_gather(const jc::GatherParams& p, float scale) {
+jc::u32 run_paged(const jc::GatherParams& p, float scale) {
   return run_checked(p, jc::fmt::outer_scale_ok<S>(scale), jc::fmt::outer_scale_error_bit<S>(),
                      [&](jc::GatherParams& q) {
     for (jc::i64 row = 0; row < q.num_rows; ++row)
@@ -288,6 +288,24 @@ constexpr bool built_from_first_text() {
 
 Status check_mode(LatentScale latent, RecordFormat format) { return check_format_mode(format, latent); }
 
+// A variant's bodies, the writer's or the gather's alike (each name above is overloaded on
+// the kernel's parameters): the page-major formats' own; else the first text's where the
+// generator builds the variant from it and the caller asks for the bodies as generated;
+// else the formats header's.
+template <class Params>
+Result<jc::u32> run_bodies(LatentScale latent, RecordFormat format, const Params& p, float scale,
+                           HostBodies bodies) {
+  return dispatch(latent, format, p, scale, [bodies]<jc::fmt::Scaling S, jc::fmt::Format F>(const Params& q, float s) {
+    if constexpr (is_paged<F>()) {
+      return run_paged<S, F>(q, s);
+    } else {
+      if constexpr (built_from_first_text<S, F>())
+        if (bodies == HostBodies::as_generated) return run_first_text<first_text_mode<S>(), first_text_rope<F>()>(q, s);
+      return run_formats<S, F>(q, s);
+    }
+  });
+}
+
 }  // namespace
 
 // A page-major cache is whole pages.
@@ -351,34 +369,14 @@ Result<jc::u32> host_run_writer(LatentScale latent, RecordFormat format, const j
   JC_TRY(validate(p, format));
   // A page-major writer defines duplicates (the lowest row wins), as its engine's does.
   if (k_record_formats[format].page_size == 1) JC_TRY(check_distinct_slots(p));
-  return dispatch(latent, format, p, scale,
-                  [bodies]<jc::fmt::Scaling S, jc::fmt::Format F>(const jc::WriterParams& q, float s) {
-                    if constexpr (is_paged<F>()) {
-                      return run_paged_writer<S, F>(q, s);
-                    } else {
-                      if constexpr (built_from_first_text<S, F>())
-                        if (bodies == HostBodies::as_generated)
-                          return run_writer<first_text_mode<S>(), first_text_rope<F>()>(q, s);
-                      return run_formats_writer<S, F>(q, s);
-                    }
-                  });
+  return run_bodies(latent, format, p, scale, bodies);
 }
 
 Result<jc::u32> host_run_gather(LatentScale latent, RecordFormat format, const jc::GatherParams& p,
                                 float scale, HostBodies bodies) {
   JC_TRY(check_mode(latent, format));
   JC_TRY(validate(p, format));
-  return dispatch(latent, format, p, scale,
-                  [bodies]<jc::fmt::Scaling S, jc::fmt::Format F>(const jc::GatherParams& q, float s) {
-                    if constexpr (is_paged<F>()) {
-                      return run_paged_gather<S, F>(q, s);
-                    } else {
-                      if constexpr (built_from_first_text<S, F>())
-                        if (bodies == HostBodies::as_generated)
-                          return run_gather<first_text_mode<S>(), first_text_rope<F>()>(q, s);
-                      return run_formats_gather<S, F>(q, s);
-                    }
-                  });
+  return run_bodies(latent, format, p, scale, bodies);
 }
 
 }  // namespace jitcache

@@ -330,13 +330,7 @@ Result<CaptureRun> assemble_run(std::vector<Capture> captures, std::string_view 
   }
 
   CaptureRun run;
-  run.model = first.model;
-  run.model_revision = first.model_revision;
-  run.dataset = first.dataset;
-  run.context = first.context;
-  run.tp = tp;
-  run.num_layers = first.num_layers;
-  run.latent_dim = first.latent_dim;
+  static_cast<CaptureFacts&>(run) = first;
   std::sort(captures.begin(), captures.end(),
             [](const Capture& a, const Capture& b) { return a.rank < b.rank; });
   run.captures = std::move(captures);

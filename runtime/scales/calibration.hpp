@@ -42,21 +42,25 @@ inline constexpr double k_default_agreement_tolerance = 1e-3;
 inline constexpr double k_default_headroom = 1.0;
 inline constexpr const char* k_calibrate_tool_name = "jitcache scales calibrate";
 
-struct Capture {
-  std::string file;    // as given; every message names it
-  std::string sha256;  // of the exact bytes parsed
-  // The file's identity when it was read from disk, so the same file given twice under two
-  // spellings is caught; unset for captures parsed from text.
-  std::optional<std::pair<dev_t, ino_t>> identity;
+// What every capture of one run has the same (assemble_run checks it), and so the run.
+struct CaptureFacts {
   std::string model;
   std::string model_revision;
   std::string dataset;
   std::int64_t context = 0;
   int tp = 0;
-  int rank = 0;
-  std::int64_t tokens = 0;
   int num_layers = 0;
   int latent_dim = 0;
+};
+
+struct Capture : CaptureFacts {
+  std::string file;    // as given; every message names it
+  std::string sha256;  // of the exact bytes parsed
+  // The file's identity when it was read from disk, so the same file given twice under two
+  // spellings is caught; unset for captures parsed from text.
+  std::optional<std::pair<dev_t, ino_t>> identity;
+  int rank = 0;
+  std::int64_t tokens = 0;
   std::vector<double> max_abs;
 };
 
@@ -68,16 +72,9 @@ Result<Capture> parse_capture(std::string_view text, const std::string& file);
 // the path as given.
 Result<Capture> read_capture(const std::filesystem::path& path);
 
-// One complete capture run: the captures sorted by rank, and the facts they share.
-struct CaptureRun {
+// One complete capture run: the facts its captures share, and the captures sorted by rank.
+struct CaptureRun : CaptureFacts {
   std::vector<Capture> captures;  // captures[r].rank == r
-  std::string model;
-  std::string model_revision;
-  std::string dataset;
-  std::int64_t context = 0;
-  int tp = 0;
-  int num_layers = 0;
-  int latent_dim = 0;
 };
 
 // Checks that `captures` form one complete run: the same model, model_revision, dataset,

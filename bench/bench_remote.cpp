@@ -55,6 +55,7 @@
 #include "redis_server.hpp"
 #include "remote/remote_tier.hpp"
 #include "remote/signed_entry.hpp"
+#include "support/enum_names.hpp"
 
 extern char** environ;
 
@@ -403,14 +404,7 @@ class DeadEndpoint {
 enum class Dead { none, refused, unanswered_connect, silent, paused };
 
 const char* dead_name(Dead dead) {
-  switch (dead) {
-    case Dead::none: return "none";
-    case Dead::refused: return "refused";
-    case Dead::unanswered_connect: return "unanswered_connect";
-    case Dead::silent: return "silent";
-    case Dead::paused: return "paused";
-  }
-  return "?";
+  return enum_name(dead, {"none", "refused", "unanswered_connect", "silent", "paused"});
 }
 
 // 100 lookups that miss locally (each produced by the trivial producer), with a remote that

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "cache/entry.hpp"
+#include "support/enum_names.hpp"
 #include "support/hmac.hpp"
 #include "support/little_endian.hpp"
 
@@ -21,20 +22,9 @@ Sha256Digest sign(std::string_view name, std::string_view key, std::string_view 
 }  // namespace
 
 const char* to_string(Rejection rejection) {
-  switch (rejection) {
-    case Rejection::truncated: return "truncated";
-    case Rejection::bad_magic: return "not a signed jitcache entry";
-    case Rejection::unknown_version: return "unknown format version";
-    case Rejection::bad_signature: return "bad signature";
-    case Rejection::bad_facts: return "unreadable facts";
-    case Rejection::wrong_key: return "facts of another key";
-    case Rejection::bad_digest: return "digest mismatch";
-    case Rejection::bad_field: return "field out of range";
-    case Rejection::oversized: return "oversized";
-    case Rejection::bad_content: return "unusable content";
-    case Rejection::wrong_type: return "not a string value";
-  }
-  return "?";
+  return enum_name(rejection, {"truncated", "not a signed jitcache entry", "unknown format version",
+                               "bad signature", "unreadable facts", "facts of another key", "digest mismatch",
+                               "field out of range", "oversized", "unusable content", "not a string value"});
 }
 
 std::string Rejected::to_string() const {

@@ -9,6 +9,7 @@
 #include "runtime/compile/kernel_cache.hpp"
 #include "runtime/compile/source_cache.hpp"
 #include "kernel_templates/variant_dimensions.hpp"
+#include "support/enum_names.hpp"
 
 namespace jitcache {
 namespace {
@@ -186,16 +187,8 @@ RemoteFinding name_finding(const std::string& name, remote::NameKind kind) {
 }  // namespace
 
 const char* to_string(RemoteFindingKind kind) {
-  switch (kind) {
-    case RemoteFindingKind::rejected: return "rejected";
-    case RemoteFindingKind::stale_identity: return "stale-identity";
-    case RemoteFindingKind::unknown_schema: return "unknown-schema";
-    case RemoteFindingKind::fact_mismatch: return "fact-mismatch";
-    case RemoteFindingKind::corrupt: return "corrupt";
-    case RemoteFindingKind::foreign: return "foreign";
-    case RemoteFindingKind::broken_lease: return "broken-lease";
-  }
-  return "?";
+  return enum_name(kind, {"rejected", "foreign", "stale-identity", "unknown-schema", "fact-mismatch",
+                          "corrupt", "broken-lease"});
 }
 
 std::expected<cache::SharedBytes, std::string> fleet_ready_bytes(cache::Store& store, const cache::EntryInfo& e) {

@@ -17,6 +17,7 @@
 #include "runtime/compile/manifest_fields.hpp"
 #include "runtime/compile/source_cache.hpp"
 #include "support/atomic_file.hpp"
+#include "support/enum_names.hpp"
 #include "support/hmac.hpp"
 #include "support/little_endian.hpp"
 #include "support/regular_file.hpp"
@@ -80,12 +81,7 @@ Status check_entry_blob(const ArchiveItem& item, std::span<const std::byte> blob
 }  // namespace
 
 const char* to_string(ArchiveSignature signature) {
-  switch (signature) {
-    case ArchiveSignature::verified: return "verified";
-    case ArchiveSignature::absent: return "unsigned";
-    case ArchiveSignature::unchecked: return "unchecked";
-  }
-  return "?";
+  return enum_name(signature, {"verified", "unsigned", "unchecked"});
 }
 
 Result<std::vector<ExportEntry>> gather_export_entries(KernelCache& kernels, const Compiler& compiler,

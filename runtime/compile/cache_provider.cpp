@@ -13,6 +13,7 @@
 #include "runtime/compile/manifest_fields.hpp"
 #include "runtime/compile/toolkit_trust.hpp"
 #include "support/atomic_file.hpp"
+#include "support/enum_names.hpp"
 #include "support/env.hpp"
 #include "support/hmac.hpp"
 #include "support/regular_file.hpp"
@@ -78,12 +79,7 @@ Result<ProviderItem> read_item(const nlohmann::json& e, const std::string& where
 }  // namespace
 
 const char* to_string(ProviderSignature signature) {
-  switch (signature) {
-    case ProviderSignature::verified: return "verified";
-    case ProviderSignature::absent: return "unsigned";
-    case ProviderSignature::unchecked: return "unchecked";
-  }
-  return "?";
+  return enum_name(signature, {"verified", "unsigned", "unchecked"});
 }
 
 std::string encode_provider_manifest(const ProviderInfo& info, std::span<const ExportEntry> entries) {

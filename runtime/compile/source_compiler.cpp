@@ -284,14 +284,7 @@ const char* default_name(SourceKind kind) {
 
 }  // namespace
 
-const char* source_tool_name(SourceKind kind) {
-  switch (kind) {
-    case SourceKind::cuda: return "NVRTC";
-    case SourceKind::nvvm: return "libNVVM";
-    case SourceKind::ptx: return "nvJitLink";
-  }
-  return "?";
-}
+const char* source_tool_name(SourceKind kind) { return enum_name(kind, {"NVRTC", "libNVVM", "nvJitLink"}); }
 
 const char* to_string(SourceKind kind) { return enum_name(kind, {"cuda", "nvvm", "ptx"}); }
 

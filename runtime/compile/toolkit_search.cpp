@@ -10,6 +10,7 @@
 #include <set>
 
 #include "runtime/compile/toolkit_trust.hpp"
+#include "support/enum_names.hpp"
 #include "support/env.hpp"
 
 namespace jitcache {
@@ -169,14 +170,7 @@ std::vector<std::pair<fs::path, std::string>> toolkit_roots() {
 
 int toolkit_major() { return CUDA_VERSION / 1000; }
 
-const char* tool_display_name(ToolkitTool tool) {
-  switch (tool) {
-    case ToolkitTool::nvrtc: return "NVRTC";
-    case ToolkitTool::nvjitlink: return "nvJitLink";
-    case ToolkitTool::nvvm: return "libNVVM";
-  }
-  return "?";
-}
+const char* tool_display_name(ToolkitTool tool) { return enum_name(tool, {"NVRTC", "nvJitLink", "libNVVM"}); }
 
 std::string tool_soname(ToolkitTool tool) {
   switch (tool) {

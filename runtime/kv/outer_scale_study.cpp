@@ -8,6 +8,7 @@
 #include "kernel_templates/variant_dimensions.hpp"
 #include "runtime/kv/fp8_expansion.hpp"
 #include "runtime/kv/kv_tools.hpp"
+#include "support/enum_names.hpp"
 
 namespace jitcache::study {
 namespace {
@@ -106,14 +107,7 @@ std::vector<float> synthetic_latents(std::size_t tokens, float max_abs, std::uin
   return x;
 }
 
-const char* to_string(StudyMode mode) {
-  switch (mode) {
-    case StudyMode::identity: return "identity";
-    case StudyMode::calibrated: return "calibrated";
-    case StudyMode::per_token: return "per-token";
-  }
-  return "?";
-}
+const char* to_string(StudyMode mode) { return enum_name(mode, {"identity", "calibrated", "per-token"}); }
 
 const std::optional<ModeResult>& LayerRow::result(StudyMode mode) const {
   switch (mode) {

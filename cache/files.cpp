@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "support/file_mode.hpp"
 #include "support/regular_file.hpp"
 
 namespace jitcache::cache {
@@ -18,12 +19,6 @@ Error errno_error(const std::string& what, int error_number) {
 }
 
 namespace {
-
-std::string mode_text(mode_t mode) {
-  char buffer[8];
-  std::snprintf(buffer, sizeof buffer, "%04o", static_cast<unsigned>(mode & 07777));
-  return buffer;
-}
 
 // The checks shared by the root and its subdirectories, on an already opened descriptor,
 // so nothing can change between the check and the use.

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "compile_golden.hpp"
 #include "expect_error.hpp"
 #include "jitcache/runtime.hpp"
 #include "support/regular_file.hpp"
@@ -16,7 +17,7 @@
 namespace jitcache {
 namespace {
 
-const std::filesystem::path k_golden = jitcache::testing::source_dir() / "tests" / "runtime" / "compile" / "golden";
+using testing::k_golden;
 
 std::string golden(const char* name) {
   auto text = read_regular_file(k_golden / name, 1 << 20);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_remote_fixture.hpp"
+#include "compile_golden.hpp"
 #include "cli_runner.hpp"
 #include "redis_server.hpp"
 #include "test_support.hpp"
@@ -24,8 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace testing;  // the fleet fixture (cli_remote_fixture.hpp) and the CLI runner
-
-const fs::path k_golden = testing::source_dir() / "tests" / "runtime" / "compile" / "golden";
 
 class CliCompileFleetTest : public testing::RedisFleetTest {
  protected:

@@ -1,5 +1,5 @@
 // The golden sources of the compile tests (tests/runtime/compile/golden: a CUDA C++
-// kernel, its NVVM IR and PTX), which the CLI tests of `compile` hand to the binary.
+// kernel, its NVVM IR and PTX), which the runtime and CLI tests of `compile` read.
 #pragma once
 
 #include <filesystem>

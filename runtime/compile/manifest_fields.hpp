@@ -1,8 +1,8 @@
 // What the two manifests of verified entries, an export file's (cache_archive.hpp) and a
 // provider's manifest.json (cache_provider.hpp), write and read alike: an entry's object,
-// and the fields, each checked by type. A wrong field is refused through the reader's `refuse`, which names the
-// file its own way, with `where`, the field's name and what is wrong
-// ("manifest: targets: missing or not an array").
+// and the fields, each checked by type. A wrong field is refused through the reader's
+// `refuse`, which names the file its own way, with `where`, the field's name and what is
+// wrong ("manifest: targets: missing or not an array").
 #pragma once
 
 #include <cstddef>
